@@ -1,0 +1,108 @@
+// Command cache-operator runs the Cache controller: it turns each Cache custom resource into a
+// Valkey StatefulSet and headless Service and reports their state in the Cache's status.
+package main
+
+import (
+	"flag"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/controller"
+	"example.com/cache-operator/internal/resources"
+)
+
+func main() {
+	var (
+		metricsAddr, probeAddr              string
+		leaderElect                         bool
+		leaderElectionID, leaderElectionNS  string
+		leaseDuration, renewDeadline, retry time.Duration
+		maxConcurrentReconciles             int
+		imageRepository                     string
+		qps                                 float64
+		burst                               int
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader through a Lease, so that of several replicas only one reconciles.")
+	flag.StringVar(&leaderElectionID, "leader-election-id", "cache-operator.cache.example.com", "Name of the leader election Lease.")
+	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election Lease; in a pod, defaults to the pod's namespace.")
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the leader's last renewal before taking over.")
+	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leadership and exits.")
+	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
+	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 4, "How many Caches are reconciled at once.")
+	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
+	flag.Float64Var(&qps, "kube-api-qps", 50, "Sustained rate of requests per second to the API server.")
+	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests to the API server above the sustained rate.")
+	logOpts := zap.Options{}
+	logOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		fail(log, err, "Unable to register Kubernetes types")
+	}
+	if err := cachev1.AddToScheme(scheme); err != nil {
+		fail(log, err, "Unable to register Cache types")
+	}
+
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS = float32(qps)
+	cfg.Burst = burst
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controller.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       leaderElectionID,
+		// LeaderElectionNamespace is only needed out of a cluster; in a pod the manager uses
+		// the pod's namespace.
+		LeaderElectionNamespace: leaderElectionNS,
+		LeaseDuration:           &leaseDuration,
+		RenewDeadline:           &renewDeadline,
+		RetryPeriod:             &retry,
+		// On a clean shutdown, hand the Lease over at once instead of making the standby
+		// wait out the lease duration. Safe because the process exits right after.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		fail(log, err, "Unable to create manager")
+	}
+
+	r := &controller.CacheReconciler{Client: mgr.GetClient(), ImageRepository: imageRepository}
+	if err := r.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
+		fail(log, err, "Unable to set up the Cache controller")
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		fail(log, err, "Unable to add health check")
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		fail(log, err, "Unable to add readiness check")
+	}
+
+	log.Info("Starting manager", "leaderElection", leaderElect, "imageRepository", imageRepository)
+	// A leader that loses its Lease gets an error here and exits, so it can never write
+	// alongside the new leader.
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		fail(log, err, "Manager stopped")
+	}
+}
+
+func fail(log logr.Logger, err error, msg string) {
+	log.Error(err, msg)
+	os.Exit(1)
+}

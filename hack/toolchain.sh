@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Builds the binaries the project runs (a local Kubernetes control plane, kwok, CoreDNS, promtool,
+# helm, golangci-lint) from the Go module proxy at pinned versions, caches them outside the
+# checkout keyed by component and version, and links them into $LOCALBIN.
+#
+#   hack/toolchain.sh [component...]     (default: every component)
+#
+# No prebuilt binary can be downloaded on our machines, so everything is built from source. A
+# component is built into a temporary directory and renamed into place only when complete: an
+# interrupted build leaves nothing that a later call mistakes for a good binary.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${CACHE_OPERATOR_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/cache-operator/tools}
+localbin=${LOCALBIN:-$root/bin}
+
+# Pinned versions. The kubernetes and etcd versions are also pinned in hack/tools/*/go.mod.
+KUBERNETES_VERSION=v1.37.2
+ETCD_VERSION=v3.7.3
+KWOK_VERSION=v0.8.0
+COREDNS_VERSION=v1.14.3
+PROMETHEUS_VERSION=v0.316.0
+HELM_VERSION=v3.22.0
+GOLANGCI_LINT_VERSION=v2.15.0
+
+all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint)
+
+log() { printf 'toolchain: %s\n' "$*" >&2; }
+
+version_of() {
+	case $1 in
+	etcd) echo "$ETCD_VERSION" ;;
+	kubernetes) echo "$KUBERNETES_VERSION" ;;
+	kwok) echo "$KWOK_VERSION" ;;
+	coredns) echo "$COREDNS_VERSION" ;;
+	promtool) echo "$PROMETHEUS_VERSION" ;;
+	helm) echo "$HELM_VERSION" ;;
+	golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
+	*)
+		log "unknown component '$1' (known: ${all_components[*]})"
+		exit 2
+		;;
+	esac
+}
+
+# build_into COMPONENT DIR writes the component's binaries into DIR.
+build_into() {
+	local out=$2
+	case $1 in
+	etcd)
+		(cd "$root/hack/tools/etcd" && go build -mod=readonly -trimpath -o "$out/etcd" go.etcd.io/etcd/server/v3)
+		;;
+	kubernetes)
+		# Without the version stamped in, the server reports v0.0.0-master and kubectl cannot
+		# parse it.
+		local minor=${KUBERNETES_VERSION#v1.}
+		minor=${minor%%.*}
+		local ldflags="-s -w" pkg
+		for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+			ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+			ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+		done
+		(cd "$root/hack/tools/kubernetes" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/" \
+			k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+			k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+		;;
+	kwok) go_install "$out" sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
+	coredns) go_install "$out" github.com/coredns/coredns@"$COREDNS_VERSION" ;;
+	promtool) go_install "$out" github.com/prometheus/prometheus/cmd/promtool@"$PROMETHEUS_VERSION" ;;
+	helm) go_install "$out" helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
+	golangci-lint) go_install "$out" github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
+	esac
+}
+
+go_install() {
+	local out=$1
+	shift
+	GOBIN=$out go install -trimpath -ldflags "-s -w" "$@"
+}
+
+ensure() {
+	local component=$1 version dir tmp start
+	version=$(version_of "$component")
+	dir=$cache/$component-$version
+	if [[ ! -d $dir ]]; then
+		mkdir -p "$cache"
+		tmp=$(mktemp -d "$cache/.building-$component-$version.XXXXXX")
+		trap 'rm -rf "$tmp"' EXIT
+		log "building $component $version into $dir (first time on this machine; cached afterwards)"
+		start=$SECONDS
+		build_into "$component" "$tmp"
+		# A concurrent call may have finished first; its result is as good as ours.
+		mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+		trap - EXIT
+		log "built $component $version in $((SECONDS - start))s"
+	fi
+	mkdir -p "$localbin"
+	local bin
+	for bin in "$dir"/*; do
+		ln -sfn "$bin" "$localbin/$(basename "$bin")"
+	done
+}
+
+components=("$@")
+[[ ${#components[@]} -gt 0 ]] || components=("${all_components[@]}")
+for c in "${components[@]}"; do
+	ensure "$c"
+done

@@ -1,0 +1,27 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"example.com/cache-operator/internal/resources"
+)
+
+// CacheOptions keeps the manager's informers down to what the reconciler reads, which is most
+// of the operator's memory on a large cluster: no managedFields on any cached object, and only
+// the StatefulSets and Services that carry the operator's managed-by label rather than every
+// one in the cluster. A child whose label someone removed is invisible to the reconciler; its
+// next create fails with AlreadyExists, which shows up as reconcile errors, not as a duplicate.
+func CacheOptions() cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&appsv1.StatefulSet{}: {Label: managed},
+			&corev1.Service{}:     {Label: managed},
+		},
+	}
+}

@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/resources"
+)
+
+// updateStatus writes the status observed from the StatefulSet, and only when it differs from
+// the stored one: an unchanged pass makes no write and so triggers no further watch event.
+// The write is an update, not a patch, so that a status computed from a stale read fails with a
+// conflict and the next pass recomputes it from a fresh one.
+func (r *CacheReconciler) updateStatus(ctx context.Context, cache *cachev1.Cache, sts *appsv1.StatefulSet) error {
+	status := observedStatus(cache, sts)
+	if equality.Semantic.DeepEqual(cache.Status, status) {
+		return nil
+	}
+	cache.Status = status
+	return r.Status().Update(ctx, cache)
+}
+
+// observedStatus is the status of cache given the state of its StatefulSet. Conditions other
+// than Ready are kept as they are, and Ready's transition time moves only when its status flips.
+func observedStatus(cache *cachev1.Cache, sts *appsv1.StatefulSet) cachev1.CacheStatus {
+	status := *cache.Status.DeepCopy()
+	status.ObservedGeneration = cache.Generation
+	status.Replicas = sts.Status.Replicas
+	status.ReadyReplicas = sts.Status.ReadyReplicas
+	status.Selector = labels.SelectorFromSet(resources.SelectorLabels(cache)).String()
+	meta.SetStatusCondition(&status.Conditions, readyCondition(cache, sts))
+	return status
+}
+
+// readyCondition is True once the StatefulSet controller has acted on the current StatefulSet
+// spec and every wanted replica is ready and runs the current pod template; until then it is
+// False with reason Progressing and a message that says how far the rollout has got.
+func readyCondition(cache *cachev1.Cache, sts *appsv1.StatefulSet) metav1.Condition {
+	want := cache.Spec.Replicas
+	st := sts.Status
+	cond := metav1.Condition{
+		Type:               cachev1.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		Reason:             cachev1.ReasonProgressing,
+		ObservedGeneration: cache.Generation,
+		Message:            fmt.Sprintf("%d/%d replicas ready", st.ReadyReplicas, want),
+	}
+	if st.UpdateRevision != st.CurrentRevision {
+		cond.Message += fmt.Sprintf(", %d/%d updated to the current spec", st.UpdatedReplicas, want)
+	}
+	// Without the first test the counts could describe the StatefulSet before our last change,
+	// such as the old pods of a version bump, all ready but about to be replaced.
+	settled := st.ObservedGeneration >= sts.Generation &&
+		st.Replicas == want && st.UpdatedReplicas == want && st.ReadyReplicas == want
+	if settled {
+		cond.Status = metav1.ConditionTrue
+		cond.Reason = cachev1.ReasonAllReplicasReady
+	}
+	return cond
+}

@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev1 "example.com/cache-operator/api/v1"
+)
+
+func statusTestCache(replicas int32) *cachev1.Cache {
+	return &cachev1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default", Generation: 5},
+		Spec:       cachev1.CacheSpec{Replicas: replicas, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
+	}
+}
+
+func TestReadyCondition(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		want        int32
+		generation  int64
+		status      appsv1.StatefulSetStatus
+		wantStatus  metav1.ConditionStatus
+		wantReason  string
+		wantMessage string
+	}{{
+		name: "just created", want: 3, generation: 1,
+		status:     appsv1.StatefulSetStatus{},
+		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "0/3 replicas ready",
+	}, {
+		name: "all ready", want: 3, generation: 1,
+		status:     appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3},
+		wantStatus: metav1.ConditionTrue, wantReason: cachev1.ReasonAllReplicasReady, wantMessage: "3/3 replicas ready",
+	}, {
+		name: "scaling up", want: 5, generation: 2,
+		status:     appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 4, ReadyReplicas: 3, UpdatedReplicas: 4},
+		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "3/5 replicas ready",
+	}, {
+		name: "scaling down, extra pods still there", want: 2, generation: 2,
+		status:     appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3},
+		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "3/2 replicas ready",
+	}, {
+		name: "StatefulSet controller has not seen our last change yet", want: 3, generation: 2,
+		status:     appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3},
+		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "3/3 replicas ready",
+	}, {
+		name: "rolling out a new version", want: 3, generation: 2,
+		status: appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 1,
+			CurrentRevision: "orders-cache-a", UpdateRevision: "orders-cache-b"},
+		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing,
+		wantMessage: "3/3 replicas ready, 1/3 updated to the current spec",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := statusTestCache(tc.want)
+			sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: tc.generation}, Status: tc.status}
+
+			got := readyCondition(cache, sts)
+
+			if got.Status != tc.wantStatus || got.Reason != tc.wantReason || got.Message != tc.wantMessage {
+				t.Errorf("Ready = %s/%s %q, want %s/%s %q",
+					got.Status, got.Reason, got.Message, tc.wantStatus, tc.wantReason, tc.wantMessage)
+			}
+			if got.ObservedGeneration != cache.Generation {
+				t.Errorf("condition observedGeneration = %d, want the Cache's generation %d", got.ObservedGeneration, cache.Generation)
+			}
+		})
+	}
+}
+
+func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
+	cache := statusTestCache(5)
+	long := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	cache.Status.Conditions = []metav1.Condition{
+		{Type: cachev1.ConditionReady, Status: metav1.ConditionFalse, Reason: cachev1.ReasonProgressing,
+			Message: "3/5 replicas ready", ObservedGeneration: 5, LastTransitionTime: long},
+		{Type: "Registered", Status: metav1.ConditionTrue, Reason: "Registered", LastTransitionTime: long},
+	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+
+	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 5, ReadyReplicas: 4, UpdatedReplicas: 5}
+	progressing := observedStatus(cache, sts)
+	ready := meta.FindStatusCondition(progressing.Conditions, cachev1.ConditionReady)
+	if ready.Message != "4/5 replicas ready" || !ready.LastTransitionTime.Equal(&long) {
+		t.Errorf("still progressing: got %q at %v, want the new message and the old transition time %v",
+			ready.Message, ready.LastTransitionTime, long)
+	}
+
+	sts.Status.ReadyReplicas = 5
+	done := observedStatus(cache, sts)
+	ready = meta.FindStatusCondition(done.Conditions, cachev1.ConditionReady)
+	if ready.Status != metav1.ConditionTrue || ready.LastTransitionTime.Equal(&long) {
+		t.Errorf("flipped to ready: got %s at %v, want True with a new transition time", ready.Status, ready.LastTransitionTime)
+	}
+	if meta.FindStatusCondition(done.Conditions, "Registered") == nil {
+		t.Error("another condition was dropped")
+	}
+	if done.ObservedGeneration != 5 || done.ReadyReplicas != 5 || done.Replicas != 5 {
+		t.Errorf("status = %+v, want observedGeneration 5 and 5/5 replicas", done)
+	}
+	if done.Selector != "app.kubernetes.io/instance=orders-cache,app.kubernetes.io/name=valkey" {
+		t.Errorf("selector = %q", done.Selector)
+	}
+	if len(cache.Status.Conditions) != 2 || cache.Status.Conditions[0].Status != metav1.ConditionFalse {
+		t.Error("observedStatus changed the Cache it was given; it must be a pure function")
+	}
+}

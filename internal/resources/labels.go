@@ -1,0 +1,55 @@
+// Package resources builds the Kubernetes objects that make up a Cache, as pure functions of the
+// Cache, and merges the fields the operator owns into objects that already exist.
+package resources
+
+import (
+	cachev1 "example.com/cache-operator/api/v1"
+)
+
+// Label keys and values on every object the operator creates for a Cache.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelVersion   = "app.kubernetes.io/version"
+
+	// AppName is the value of app.kubernetes.io/name: what runs in the pods.
+	AppName = "valkey"
+	// ManagedBy is the value of app.kubernetes.io/managed-by. The operator's informers only
+	// cache StatefulSets and Services that carry it.
+	ManagedBy = "cache-operator"
+)
+
+// SelectorLabels select the pods of one Cache. They never change for the life of the Cache,
+// since a StatefulSet's selector is immutable.
+func SelectorLabels(cache *cachev1.Cache) map[string]string {
+	return map[string]string{
+		LabelName:     AppName,
+		LabelInstance: cache.Name,
+	}
+}
+
+// Labels are the labels of a Cache's StatefulSet and Service.
+func Labels(cache *cachev1.Cache) map[string]string {
+	l := SelectorLabels(cache)
+	l[LabelManagedBy] = ManagedBy
+	return l
+}
+
+// podLabels are the labels of a Cache's pods: the object labels plus the Valkey version.
+func podLabels(cache *cachev1.Cache) map[string]string {
+	l := Labels(cache)
+	l[LabelVersion] = cache.Spec.Version
+	return l
+}
+
+// mergeLabels sets the wanted labels in *dst and leaves every other label alone, so that
+// labels added by other tools survive.
+func mergeLabels(dst *map[string]string, want map[string]string) {
+	if *dst == nil {
+		*dst = make(map[string]string, len(want))
+	}
+	for k, v := range want {
+		(*dst)[k] = v
+	}
+}

@@ -1,0 +1,259 @@
+package resources
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	cachev1 "example.com/cache-operator/api/v1"
+)
+
+func testCache() *cachev1.Cache {
+	return &cachev1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "shop"},
+		Spec: cachev1.CacheSpec{
+			Replicas: 3,
+			Version:  "8.1.1",
+			Memory:   resource.MustParse("256Mi"),
+		},
+	}
+}
+
+func TestMaxMemoryLeavesHeadroom(t *testing.T) {
+	for _, tc := range []struct {
+		limit string
+		want  int64
+	}{
+		{"64Mi", 48 << 20},
+		{"256Mi", 192 << 20},
+		{"1Gi", 768 << 20},
+		{"64Gi", 48 << 30},
+	} {
+		if got := MaxMemory(resource.MustParse(tc.limit)); got != tc.want {
+			t.Errorf("MaxMemory(%s) = %d, want %d", tc.limit, got, tc.want)
+		}
+	}
+}
+
+func TestStatefulSetRunsValkeyFromTheSpec(t *testing.T) {
+	cache := testCache()
+	sts := StatefulSet(cache, "mirror.example/valkey")
+
+	if sts.Name != "orders-cache" || sts.Namespace != "shop" {
+		t.Errorf("StatefulSet is %s/%s, want shop/orders-cache", sts.Namespace, sts.Name)
+	}
+	if sts.Spec.ServiceName != "orders-cache" {
+		t.Errorf("serviceName = %q, want the headless Service orders-cache", sts.Spec.ServiceName)
+	}
+	if got := ptr.Deref(sts.Spec.Replicas, 0); got != 3 {
+		t.Errorf("replicas = %d, want 3", got)
+	}
+	selector, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !selector.Matches(labels.Set(sts.Spec.Template.Labels)) {
+		t.Errorf("selector %s does not match pod labels %v", selector, sts.Spec.Template.Labels)
+	}
+	if sts.Labels[LabelManagedBy] != ManagedBy {
+		t.Errorf("labels %v lack %s=%s, which the operator's informers select on", sts.Labels, LabelManagedBy, ManagedBy)
+	}
+
+	c := sts.Spec.Template.Spec.Containers[0]
+	if c.Image != "mirror.example/valkey:8.1.1" {
+		t.Errorf("image = %q, want mirror.example/valkey:8.1.1", c.Image)
+	}
+	wantArgs := map[string]string{
+		"--maxmemory":        strconv.Itoa(192 << 20),
+		"--maxmemory-policy": "allkeys-lru",
+		"--port":             "6379",
+	}
+	for flag, want := range wantArgs {
+		i := slices.Index(c.Args, flag)
+		if i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != want {
+			t.Errorf("args %q: want %s %s", c.Args, flag, want)
+		}
+	}
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 6379 {
+		t.Errorf("ports = %v, want 6379", c.Ports)
+	}
+	mem := resource.MustParse("256Mi")
+	if got := c.Resources.Requests[corev1.ResourceMemory]; got.Cmp(mem) != 0 {
+		t.Errorf("memory request = %s, want 256Mi", got.String())
+	}
+	if got := c.Resources.Limits[corev1.ResourceMemory]; got.Cmp(mem) != 0 {
+		t.Errorf("memory limit = %s, want 256Mi", got.String())
+	}
+	if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+		t.Error("want readiness and liveness probes")
+	}
+}
+
+func TestPodsMeetTheRestrictedPodSecurityStandard(t *testing.T) {
+	pod := StatefulSet(testCache(), DefaultImageRepository).Spec.Template.Spec
+	psc := pod.SecurityContext
+	if !ptr.Deref(psc.RunAsNonRoot, false) {
+		t.Error("pod does not require a non-root user")
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Error("pod does not use the RuntimeDefault seccomp profile")
+	}
+	for _, c := range pod.Containers {
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Fatalf("container %s has no security context", c.Name)
+		}
+		if ptr.Deref(sc.AllowPrivilegeEscalation, true) {
+			t.Errorf("container %s allows privilege escalation", c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("container %s does not drop all capabilities", c.Name)
+		}
+		if !ptr.Deref(sc.ReadOnlyRootFilesystem, false) {
+			t.Errorf("container %s has a writable root filesystem", c.Name)
+		}
+	}
+}
+
+// serverDefaulted returns a copy of desired as the API server would store it, plus what other
+// tools add: a restart annotation, a foreign label, a sidecar.
+func serverDefaulted(desired *appsv1.StatefulSet) *appsv1.StatefulSet {
+	sts := desired.DeepCopy()
+	sts.CreationTimestamp = metav1.Now()
+	sts.ResourceVersion = "42"
+	sts.Labels["team"] = "checkout"
+	sts.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
+	sts.Spec.RevisionHistoryLimit = ptr.To[int32](10)
+	sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{
+		Type:          appsv1.RollingUpdateStatefulSetStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To[int32](0)},
+	}
+	pod := &sts.Spec.Template
+	pod.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-29T10:00:00Z"}
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	pod.Spec.DNSPolicy = corev1.DNSClusterFirst
+	pod.Spec.SchedulerName = corev1.DefaultSchedulerName
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	c := &pod.Spec.Containers[0]
+	c.ImagePullPolicy = corev1.PullIfNotPresent
+	c.TerminationMessagePath = corev1.TerminationMessagePathDefault
+	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "metrics-exporter", Image: "exporter:1"})
+	return sts
+}
+
+func TestMergeStatefulSetOfAMatchingObjectChangesNothing(t *testing.T) {
+	desired := StatefulSet(testCache(), DefaultImageRepository)
+	stored := serverDefaulted(desired)
+	merged := stored.DeepCopy()
+
+	MergeStatefulSet(merged, desired)
+
+	if !equality.Semantic.DeepEqual(stored, merged) {
+		t.Errorf("merging into a matching StatefulSet changed it; the reconciler would write on every pass")
+	}
+}
+
+func TestMergeStatefulSetSetsOwnedFieldsOnly(t *testing.T) {
+	cache := testCache()
+	stored := serverDefaulted(StatefulSet(cache, DefaultImageRepository))
+	cache.Spec.Replicas = 5
+	cache.Spec.Version = "8.1.2"
+	desired := StatefulSet(cache, DefaultImageRepository)
+
+	merged := stored.DeepCopy()
+	MergeStatefulSet(merged, desired)
+
+	if got := ptr.Deref(merged.Spec.Replicas, 0); got != 5 {
+		t.Errorf("replicas = %d, want 5", got)
+	}
+	if got := merged.Spec.Template.Spec.Containers[0].Image; got != "valkey/valkey:8.1.2" {
+		t.Errorf("image = %q, want valkey/valkey:8.1.2", got)
+	}
+	if got := merged.Spec.Template.Labels[LabelVersion]; got != "8.1.2" {
+		t.Errorf("pod version label = %q, want 8.1.2", got)
+	}
+	// What others set survives.
+	if merged.Labels["team"] != "checkout" {
+		t.Error("a label added by another tool was dropped")
+	}
+	if merged.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] == "" {
+		t.Error("the kubectl rollout restart annotation was dropped")
+	}
+	if len(merged.Spec.Template.Spec.Containers) != 2 {
+		t.Errorf("containers = %d, want the Valkey container and the sidecar", len(merged.Spec.Template.Spec.Containers))
+	}
+	if merged.Spec.Template.Spec.Containers[0].ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Error("a server-defaulted field of the Valkey container was cleared")
+	}
+	if !equality.Semantic.DeepEqual(merged.Spec.UpdateStrategy, stored.Spec.UpdateStrategy) {
+		t.Error("the server-defaulted update strategy was changed")
+	}
+}
+
+func TestMergeStatefulSetIntoANewObjectGivesTheDesiredSpec(t *testing.T) {
+	desired := StatefulSet(testCache(), DefaultImageRepository)
+	created := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
+
+	MergeStatefulSet(created, desired)
+
+	if !equality.Semantic.DeepEqual(created.Spec, desired.Spec) {
+		t.Errorf("new StatefulSet spec differs from the desired one:\n got %+v\nwant %+v", created.Spec, desired.Spec)
+	}
+}
+
+func TestMergeStatefulSetKeepsTheImmutableSelector(t *testing.T) {
+	cache := testCache()
+	stored := serverDefaulted(StatefulSet(cache, DefaultImageRepository))
+	stored.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"legacy": "selector"}}
+	merged := stored.DeepCopy()
+
+	MergeStatefulSet(merged, StatefulSet(cache, DefaultImageRepository))
+
+	if !equality.Semantic.DeepEqual(merged.Spec.Selector, stored.Spec.Selector) {
+		t.Errorf("selector changed to %v; the API server rejects that", merged.Spec.Selector)
+	}
+}
+
+func TestServiceIsHeadlessAndSelectsTheCachePods(t *testing.T) {
+	cache := testCache()
+	svc := Service(cache)
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("clusterIP = %q, want None (headless)", svc.Spec.ClusterIP)
+	}
+	pods := StatefulSet(cache, DefaultImageRepository).Spec.Template.Labels
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pods)) {
+		t.Errorf("selector %v does not match pod labels %v", svc.Spec.Selector, pods)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != Port {
+		t.Errorf("ports = %v, want %d", svc.Spec.Ports, Port)
+	}
+}
+
+func TestMergeServiceOfAMatchingObjectChangesNothing(t *testing.T) {
+	desired := Service(testCache())
+	stored := desired.DeepCopy()
+	stored.CreationTimestamp = metav1.Now()
+	stored.Labels["team"] = "checkout"
+	stored.Annotations = map[string]string{"note": "kept"}
+	stored.Spec.Type = corev1.ServiceTypeClusterIP
+	stored.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	stored.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
+	stored.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	stored.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	merged := stored.DeepCopy()
+
+	MergeService(merged, desired)
+
+	if !equality.Semantic.DeepEqual(stored, merged) {
+		t.Error("merging into a matching Service changed it; the reconciler would write on every pass")
+	}
+}

@@ -1,0 +1,50 @@
+package resources
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	cachev1 "example.com/cache-operator/api/v1"
+)
+
+// Service is the headless Service that governs a Cache's StatefulSet: it gives each node the
+// stable DNS name <cache>-<ordinal>.<cache>.<namespace>.svc.<cluster domain>.
+func Service(cache *cachev1.Cache) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      cache.Name,
+			Namespace: cache.Namespace,
+			Labels:    Labels(cache),
+		},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  SelectorLabels(cache),
+			Ports:     servicePorts(),
+		},
+	}
+}
+
+// servicePorts spells out every field the API server would otherwise default, so that
+// comparing them with a stored Service finds no difference.
+func servicePorts() []corev1.ServicePort {
+	return []corev1.ServicePort{{
+		Name:       PortName,
+		Port:       Port,
+		TargetPort: intstr.FromInt32(Port),
+		Protocol:   corev1.ProtocolTCP,
+	}}
+}
+
+// MergeService makes dst, a stored Service or a new empty one, match desired in the fields the
+// operator owns: its labels, selector and ports. Everything else, including the fields the API
+// server defaults and any labels or annotations added by others, is left as it is.
+func MergeService(dst, desired *corev1.Service) {
+	mergeLabels(&dst.Labels, desired.Labels)
+	if dst.CreationTimestamp.IsZero() {
+		// ClusterIP is immutable once set; it is chosen only when the Service is created.
+		dst.Spec.ClusterIP = desired.Spec.ClusterIP
+	}
+	dst.Spec.Selector = desired.Spec.Selector
+	dst.Spec.Ports = desired.Spec.Ports
+}

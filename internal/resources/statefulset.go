@@ -1,0 +1,220 @@
+package resources
+
+import (
+	"fmt"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	cachev1 "example.com/cache-operator/api/v1"
+)
+
+const (
+	// ContainerName is the name of the Valkey container in a cache node pod.
+	ContainerName = "valkey"
+	// PortName and Port are Valkey's client port.
+	PortName = "valkey"
+	Port     = 6379
+
+	// DefaultImageRepository is where the Valkey images come from unless the operator is told
+	// to use a mirror.
+	DefaultImageRepository = "valkey/valkey"
+
+	// EvictionPolicy suits a cache: when maxmemory is reached, evict the least recently used
+	// keys, whatever their TTL.
+	EvictionPolicy = "allkeys-lru"
+
+	// valkeyUID is the valkey user of the official image.
+	valkeyUID = 999
+
+	dataVolume = "data"
+	dataPath   = "/data"
+)
+
+// MaxMemory is the memory Valkey may use for data on a node with the given memory limit: three
+// quarters of it, leaving the rest for client buffers, replication backlog and allocator
+// fragmentation, so the kernel's OOM killer never gets there before eviction does.
+func MaxMemory(limit resource.Quantity) int64 {
+	return limit.Value() / 4 * 3
+}
+
+// Image is the Valkey image for a version, from the given repository.
+func Image(repository, version string) string {
+	return fmt.Sprintf("%s:%s", repository, version)
+}
+
+// StatefulSet is the StatefulSet that runs a Cache's nodes, with pods of the image repository
+// given.
+func StatefulSet(cache *cachev1.Cache, imageRepository string) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      cache.Name,
+			Namespace: cache.Namespace,
+			Labels:    Labels(cache),
+		},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    ptr.To(cache.Spec.Replicas),
+			ServiceName: cache.Name,
+			Selector:    &metav1.LabelSelector{MatchLabels: SelectorLabels(cache)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels(cache)},
+				Spec: corev1.PodSpec{
+					SecurityContext: podSecurityContext(),
+					Affinity:        spreadAcrossNodes(cache),
+					Containers:      []corev1.Container{valkeyContainer(cache, imageRepository)},
+					Volumes:         []corev1.Volume{dataVolumeSource()},
+				},
+			},
+		},
+	}
+}
+
+// MergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
+// fields the operator owns: its labels, replicas, the pod labels, the pod security context and
+// affinity, the Valkey container and the data volume. Everything else is left as it is: the
+// fields the API server defaults, annotations on the pod template such as the one `kubectl
+// rollout restart` sets, labels and containers added by others. So a stored StatefulSet that
+// already matches comes out unchanged, and the caller writes nothing.
+func MergeStatefulSet(dst, desired *appsv1.StatefulSet) {
+	mergeLabels(&dst.Labels, desired.Labels)
+	if dst.CreationTimestamp.IsZero() {
+		// The selector and the governing Service are immutable: they are set at creation only.
+		dst.Spec.Selector = desired.Spec.Selector
+		dst.Spec.ServiceName = desired.Spec.ServiceName
+	}
+	dst.Spec.Replicas = desired.Spec.Replicas
+
+	want := &desired.Spec.Template
+	pod := &dst.Spec.Template
+	mergeLabels(&pod.Labels, want.Labels)
+	pod.Spec.SecurityContext = want.Spec.SecurityContext
+	pod.Spec.Affinity = want.Spec.Affinity
+	for i := range want.Spec.Containers {
+		mergeContainer(&pod.Spec.Containers, &want.Spec.Containers[i])
+	}
+	for _, v := range want.Spec.Volumes {
+		upsertByName(&pod.Spec.Volumes, v, func(v corev1.Volume) string { return v.Name })
+	}
+}
+
+// mergeContainer sets the owned fields of the container named like want, adding it if missing.
+// Fields the API server defaults (image pull policy, termination message path and policy) are
+// not owned, so they keep the server's values.
+func mergeContainer(containers *[]corev1.Container, want *corev1.Container) {
+	for i := range *containers {
+		c := &(*containers)[i]
+		if c.Name != want.Name {
+			continue
+		}
+		c.Image = want.Image
+		c.Args = want.Args
+		c.Ports = want.Ports
+		c.Resources = want.Resources
+		c.ReadinessProbe = want.ReadinessProbe
+		c.LivenessProbe = want.LivenessProbe
+		c.SecurityContext = want.SecurityContext
+		c.VolumeMounts = want.VolumeMounts
+		return
+	}
+	*containers = append(*containers, *want)
+}
+
+func upsertByName[T any](items *[]T, want T, name func(T) string) {
+	for i := range *items {
+		if name((*items)[i]) == name(want) {
+			(*items)[i] = want
+			return
+		}
+	}
+	*items = append(*items, want)
+}
+
+// The builders below spell out every field that the API server would otherwise default inside
+// the structs the operator owns (probe timings, port protocols), so that a stored StatefulSet
+// compares equal to the desired one and an unchanged pass writes nothing.
+
+func valkeyContainer(cache *cachev1.Cache, imageRepository string) corev1.Container {
+	memory := cache.Spec.Memory
+	return corev1.Container{
+		Name:  ContainerName,
+		Image: Image(imageRepository, cache.Spec.Version),
+		Args: []string{
+			"valkey-server",
+			"--port", strconv.Itoa(Port),
+			"--maxmemory", strconv.FormatInt(MaxMemory(memory), 10),
+			"--maxmemory-policy", EvictionPolicy,
+			// A cache keeps nothing on disk: no snapshots, no append-only file, and so no
+			// fork that would need memory beyond the limit.
+			"--save", "",
+			"--appendonly", "no",
+		},
+		Ports: []corev1.ContainerPort{{Name: PortName, ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceMemory: memory,
+				corev1.ResourceCPU:    resource.MustParse("100m"),
+			},
+			Limits: corev1.ResourceList{corev1.ResourceMemory: memory},
+		},
+		ReadinessProbe: probe(corev1.ProbeHandler{
+			Exec: &corev1.ExecAction{Command: []string{"valkey-cli", "-p", strconv.Itoa(Port), "ping"}},
+		}, 5),
+		LivenessProbe: probe(corev1.ProbeHandler{
+			TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PortName)},
+		}, 10),
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}},
+	}
+}
+
+func probe(handler corev1.ProbeHandler, periodSeconds int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:     handler,
+		PeriodSeconds:    periodSeconds,
+		TimeoutSeconds:   1,
+		SuccessThreshold: 1,
+		FailureThreshold: 3,
+	}
+}
+
+// podSecurityContext meets the restricted Pod Security Standard.
+func podSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](valkeyUID),
+		RunAsGroup:     ptr.To[int64](valkeyUID),
+		FSGroup:        ptr.To[int64](valkeyUID),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// spreadAcrossNodes prefers to place a Cache's nodes on different Kubernetes nodes, so that
+// losing one machine loses as little of the cache as possible.
+func spreadAcrossNodes(cache *cachev1.Cache) *corev1.Affinity {
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: SelectorLabels(cache)},
+				TopologyKey:   corev1.LabelHostname,
+			},
+		}},
+	}}
+}
+
+// dataVolumeSource is Valkey's working directory: the root filesystem is read-only.
+func dataVolumeSource() corev1.Volume {
+	return corev1.Volume{
+		Name:         dataVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+	}
+}
