@@ -8,14 +8,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	cachev1 "example.com/cache-operator/api/v1"
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/resources"
 )
@@ -50,20 +47,12 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 	log := ctrl.Log.WithName("setup")
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		fail(log, err, "Unable to register Kubernetes types")
-	}
-	if err := cachev1.AddToScheme(scheme); err != nil {
-		fail(log, err, "Unable to register Cache types")
-	}
-
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS = float32(qps)
 	cfg.Burst = burst
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 controller.NewScheme(),
 		Cache:                  controller.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,

@@ -1,0 +1,58 @@
+# cache-operator. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+LOCALBIN := $(CURDIR)/bin
+export KUBEBUILDER_ASSETS := $(LOCALBIN)
+CONTROLLER_GEN := go tool controller-gen
+
+.PHONY: help
+help: ## List the targets.
+	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: run
+run: build ## Run the operator; with no KUBECONFIG, on a local kwokctl cluster it starts itself.
+	hack/run.sh
+
+.PHONY: test
+test: verify lint ## Run every test: unit and envtest (a real etcd and kube-apiserver).
+	hack/toolchain.sh etcd kubernetes
+	go test ./... -count=1
+
+.PHONY: manifests
+manifests: ## Generate the CRD and the RBAC role from the kubebuilder markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths=./... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: ## Generate the API types' DeepCopy methods.
+	$(CONTROLLER_GEN) object paths=./api/...
+
+.PHONY: build
+build: ## Build the operator binary into bin/.
+	go build -o $(LOCALBIN)/cache-operator ./cmd
+
+.PHONY: tools
+tools: ## Build every tool the project runs (cached outside the checkout).
+	hack/toolchain.sh
+
+.PHONY: lint
+lint: ## Run golangci-lint.
+	hack/toolchain.sh golangci-lint
+	$(LOCALBIN)/golangci-lint run ./...
+
+.PHONY: verify
+verify: ## Regenerate everything and fail if that changed anything or if code is unformatted.
+	@before=$$($(GENERATED_SUM)); \
+	$(MAKE) -s manifests generate && go mod tidy; \
+	if [[ $$before != "$$($(GENERATED_SUM))" ]]; then \
+		echo 'generated files were out of date; they are regenerated now: review and commit them' >&2; exit 1; fi
+	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [[ -n $$unformatted ]]; then echo "not gofmt-ed: $$unformatted" >&2; exit 1; fi
+
+# A checksum over every generated file, names included, so that an added or removed one counts.
+GENERATED_SUM := find api config/crd config/rbac go.mod go.sum -type f | sort | xargs sha256sum | sha256sum
+
+.PHONY: local-cluster-down
+local-cluster-down: ## Delete the local cluster that make run started.
+	go run ./hack/localcluster down

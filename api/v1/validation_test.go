@@ -1,0 +1,101 @@
+package v1_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"example.com/cache-operator/internal/testenv"
+)
+
+var k8s client.Client
+
+func TestMain(m *testing.M) {
+	env, err := testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	k8s, err = client.New(env.Config, client.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// cacheObject is a Cache as a user would write it in YAML, so that a test can send what the Go
+// types could not express: a missing field, a string where a number belongs.
+func cacheObject(name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "cache.example.com", Version: "v1", Kind: "Cache"})
+	u.SetNamespace("default")
+	u.SetName(name)
+	return u
+}
+
+func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
+	valid := func() map[string]any { return map[string]any{"replicas": int64(3), "version": "8.1.1"} }
+	for _, tc := range []struct {
+		name      string
+		field     string
+		value     any // nil: remove the field
+		wantField string
+		wantText  string
+	}{
+		{"no replicas", "replicas", int64(0), "spec.replicas", "greater than or equal to 1"},
+		{"too many replicas", "replicas", int64(10), "spec.replicas", "less than or equal to 9"},
+		{"two-part version", "version", "1.2", "spec.version", "MAJOR.MINOR.PATCH"},
+		{"tag instead of version", "version", "latest", "spec.version", "MAJOR.MINOR.PATCH"},
+		{"v-prefixed version", "version", "v1.2.3", "spec.version", "MAJOR.MINOR.PATCH"},
+		{"missing version", "version", nil, "spec.version", "Required value"},
+		{"negative memory", "memory", "-1", "spec.memory", "at least 64Mi"},
+		{"tiny memory", "memory", "10Ki", "spec.memory", "at least 64Mi"},
+		{"huge memory", "memory", "100Gi", "spec.memory", "at most 64Gi"},
+		{"memory that is no quantity", "memory", "lots", "spec.memory", "should match"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := valid()
+			if tc.value == nil {
+				delete(spec, tc.field)
+			} else {
+				spec[tc.field] = tc.value
+			}
+			name := "bad-" + strings.ReplaceAll(tc.name, " ", "-")
+
+			err := k8s.Create(context.Background(), cacheObject(name, spec))
+
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("create with %s=%v: got %v, want the API server to reject it as invalid", tc.field, tc.value, err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tc.wantField) || !strings.Contains(msg, tc.wantText) {
+				t.Errorf("error %q should name %s and say %q", msg, tc.wantField, tc.wantText)
+			}
+		})
+	}
+}
+
+func TestSchemaAcceptsAValidSpecAndDefaultsMemory(t *testing.T) {
+	ctx := context.Background()
+	u := cacheObject("orders-cache", map[string]any{"replicas": int64(3), "version": "8.1.1"})
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatalf("a valid Cache was rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+
+	memory, _, _ := unstructured.NestedString(u.Object, "spec", "memory")
+	if memory != "256Mi" {
+		t.Errorf("spec.memory = %q, want the default 256Mi", memory)
+	}
+}

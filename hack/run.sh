@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# make run: runs the operator out of cluster. With KUBECONFIG set it uses that cluster; without,
+# it starts (or reuses) a local kwokctl cluster built from the toolchain and installs the CRDs.
+# Extra operator flags can be given in ARGS, e.g. make run ARGS=--zap-log-level=debug.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -z ${KUBECONFIG:-} ]]; then
+	hack/toolchain.sh etcd kubernetes kwok
+	KUBECONFIG=$(go run ./hack/localcluster up)
+	export KUBECONFIG
+	echo "Local cluster is up. In another terminal:" >&2
+	echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/bin:\$PATH" >&2
+else
+	hack/toolchain.sh kubernetes
+	bin/kubectl apply --server-side -k config/crd
+fi
+
+# Out of a cluster the manager cannot infer a namespace for its leader election Lease.
+exec bin/cache-operator --leader-election-namespace=default ${ARGS:-}

@@ -1,0 +1,251 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	cachev1 "example.com/cache-operator/api/v1"
+)
+
+// readyIs waits until the Cache's status describes its current generation and its Ready
+// condition has the given status and message.
+func readyIs(t *testing.T, namespace string, status metav1.ConditionStatus, reason, message string) *cachev1.Cache {
+	t.Helper()
+	var c *cachev1.Cache
+	waitFor(t, fmt.Sprintf("Ready=%s %s %q", status, reason, message), func() (bool, string) {
+		c = getCache(t, namespace)
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
+		if ready == nil {
+			return false, "no Ready condition"
+		}
+		ok := c.Status.ObservedGeneration == c.Generation && ready.ObservedGeneration == c.Generation &&
+			ready.Status == status && ready.Reason == reason && ready.Message == message
+		return ok, fmt.Sprintf("generation %d, observedGeneration %d, Ready %s/%s %q (condition generation %d)",
+			c.Generation, c.Status.ObservedGeneration, ready.Status, ready.Reason, ready.Message, ready.ObservedGeneration)
+	})
+	return c
+}
+
+func isControlledBy(obj metav1.Object, owner *cachev1.Cache) bool {
+	ref := metav1.GetControllerOf(obj)
+	return ref != nil && ref.UID == owner.UID && ref.Kind == "Cache" && ref.APIVersion == cachev1.GroupVersion.String()
+}
+
+func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
+	ns := newNamespace(t)
+	startManager(t, ns)
+	cache := newCache(t, ns, 3)
+
+	// Creating the Cache creates its children, owned by it.
+	c := readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	if c.Status.ReadyReplicas != 0 {
+		t.Errorf("readyReplicas = %d, want 0", c.Status.ReadyReplicas)
+	}
+	sts := getStatefulSet(t, ns)
+	if !isControlledBy(sts, cache) {
+		t.Errorf("StatefulSet owner references %v do not name the Cache as controller", sts.OwnerReferences)
+	}
+	if *sts.Spec.Replicas != 3 {
+		t.Errorf("StatefulSet replicas = %d, want 3", *sts.Spec.Replicas)
+	}
+	pod := sts.Spec.Template.Spec
+	if len(pod.Containers) != 1 || pod.Containers[0].Image != "valkey/valkey:8.1.1" {
+		t.Errorf("pod containers = %+v, want one running valkey/valkey:8.1.1", pod.Containers)
+	}
+	if !slices.Contains(pod.Containers[0].Args, "--maxmemory") || !slices.Contains(pod.Containers[0].Args, "allkeys-lru") {
+		t.Errorf("Valkey args %q lack maxmemory and the eviction policy", pod.Containers[0].Args)
+	}
+	var svc corev1.Service
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(cache), &svc); err != nil {
+		t.Fatal(err)
+	}
+	if !isControlledBy(&svc, cache) {
+		t.Errorf("Service owner references %v do not name the Cache as controller", svc.OwnerReferences)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service clusterIP = %q, want headless", svc.Spec.ClusterIP)
+	}
+
+	// The StatefulSet controller reports every pod ready.
+	setStatefulSetReady(t, ns, 3)
+	c = readyIs(t, ns, metav1.ConditionTrue, cachev1.ReasonAllReplicasReady, "3/3 replicas ready")
+	if c.Status.ReadyReplicas != 3 {
+		t.Errorf("readyReplicas = %d, want 3", c.Status.ReadyReplicas)
+	}
+	before := c.Generation
+
+	// kubectl patch cache/orders-cache --type merge -p '{"spec":{"replicas":5}}'
+	patch := client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"replicas":5}}`))
+	if err := k8s.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+	if c.Generation != before+1 {
+		t.Errorf("generation = %d after the patch, want %d", c.Generation, before+1)
+	}
+	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "3/5 replicas ready")
+	if got := *getStatefulSet(t, ns).Spec.Replicas; got != 5 {
+		t.Errorf("StatefulSet replicas = %d, want 5", got)
+	}
+
+	setStatefulSetReady(t, ns, 5)
+	readyIs(t, ns, metav1.ConditionTrue, cachev1.ReasonAllReplicasReady, "5/5 replicas ready")
+	assertOneOfEachChild(t, ns)
+}
+
+func TestDeletedChildIsRecreated(t *testing.T) {
+	ns := newNamespace(t)
+	startManager(t, ns)
+	newCache(t, ns, 3)
+	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	old := getStatefulSet(t, ns)
+
+	if err := k8s.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, "a new StatefulSet", func() (bool, string) {
+		var sts appsv1.StatefulSet
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(old), &sts)
+		return err == nil && sts.UID != old.UID, fmt.Sprintf("get: %v", err)
+	})
+}
+
+func TestUnchangedPassesMakeNoWrites(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+	// The direct client reads objects exactly as stored, with every field the API server
+	// defaulted, so a merge that fought defaulting would show up as writes here.
+	if err := reconcile(newReconciler(k8s), cache); err != nil {
+		t.Fatal(err)
+	}
+
+	assertNoWrites := func(t *testing.T, state string) {
+		t.Helper()
+		counting, writes := countingWrites(k8s)
+		r := newReconciler(counting)
+		for range 10 {
+			if err := reconcile(r, cache); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := writes.Load(); n != 0 {
+			t.Errorf("%s: ten reconciles of unchanged state made %d writes, want 0", state, n)
+		}
+	}
+	assertNoWrites(t, "progressing")
+
+	setStatefulSetReady(t, ns, 3)
+	if err := reconcile(newReconciler(k8s), cache); err != nil {
+		t.Fatal(err)
+	}
+	readyIs(t, ns, metav1.ConditionTrue, cachev1.ReasonAllReplicasReady, "3/3 replicas ready")
+	assertNoWrites(t, "ready")
+
+	// Others change the StatefulSet in fields the operator does not own: kubectl rollout
+	// restart annotates the pod template, another tool adds a label.
+	sts := getStatefulSet(t, ns)
+	sts.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-29T10:00:00Z"}
+	sts.Labels["team"] = "checkout"
+	if err := k8s.Update(context.Background(), sts); err != nil {
+		t.Fatal(err)
+	}
+	setStatefulSetReady(t, ns, 3)
+	assertNoWrites(t, "after a rollout restart and a foreign label")
+	sts = getStatefulSet(t, ns)
+	if sts.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] == "" || sts.Labels["team"] != "checkout" {
+		t.Errorf("the operator removed what others set: annotations %v, labels %v", sts.Spec.Template.Annotations, sts.Labels)
+	}
+}
+
+func TestConflictOnStatusWriteIsRetriedFromAFreshRead(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+	// A second writer changes the Cache between the reconciler's read and its status write,
+	// so the API server rejects the write as based on a stale resourceVersion.
+	racing := interceptor.NewClient(k8s, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			other := getCache(t, ns)
+			other.Annotations = map[string]string{"touched-by": "another-writer"}
+			if err := k8s.Update(ctx, other); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+
+	err := reconcile(newReconciler(racing), cache)
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("reconcile returned %v, want the API server's conflict so the queue retries", err)
+	}
+
+	if err := reconcile(newReconciler(k8s), cache); err != nil {
+		t.Fatalf("the pass after the conflict: %v", err)
+	}
+	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	assertOneOfEachChild(t, ns)
+}
+
+func TestCrashBeforeTheStatusWriteConverges(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+	// The process dies after creating the children and before writing status: the status
+	// write never reaches the API server.
+	crashing := interceptor.NewClient(k8s, interceptor.Funcs{
+		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+			return errors.New("process killed")
+		},
+	})
+	if err := reconcile(newReconciler(crashing), cache); err == nil {
+		t.Fatal("reconcile succeeded although its status write failed")
+	}
+	getStatefulSet(t, ns)
+	if c := getCache(t, ns); c.Status.ObservedGeneration != 0 {
+		t.Fatalf("status was written before the crash: %+v", c.Status)
+	}
+
+	// A fresh operator, with empty informer caches, takes over.
+	startManager(t, ns)
+	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	assertOneOfEachChild(t, ns)
+}
+
+func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+	if err := reconcile(newReconciler(k8s), cache); err != nil {
+		t.Fatal(err)
+	}
+	// The informer cache lags: it has not seen the StatefulSet created a moment ago.
+	stale := interceptor.NewClient(k8s, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*appsv1.StatefulSet); ok {
+				return apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, key.Name)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+
+	err := reconcile(newReconciler(stale), cache)
+	if !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("reconcile returned %v, want AlreadyExists from the create", err)
+	}
+	assertOneOfEachChild(t, ns)
+
+	if err := reconcile(newReconciler(k8s), cache); err != nil {
+		t.Fatalf("the pass after the stale read: %v", err)
+	}
+	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	assertOneOfEachChild(t, ns)
+}

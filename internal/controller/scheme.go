@@ -1,0 +1,18 @@
+package controller
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	cachev1 "example.com/cache-operator/api/v1"
+)
+
+// NewScheme returns a scheme with every type the operator reads or writes: the built-in
+// Kubernetes types and the Cache.
+func NewScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(cachev1.AddToScheme(scheme))
+	return scheme
+}

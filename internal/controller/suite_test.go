@@ -1,0 +1,216 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/testenv"
+)
+
+// The tests of this package share one real etcd and kube-apiserver. Each test works in a
+// namespace of its own, and a manager a test starts only watches that namespace, so tests
+// never see each other's objects.
+var (
+	restConfig *rest.Config
+	// k8s talks to the API server directly, with no cache: what it reads is what is stored.
+	k8s client.WithWatch
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	env, err := testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	restConfig = env.Config
+	k8s, err = client.NewWithWatch(restConfig, client.Options{Scheme: NewScheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// newCache creates a Cache as a user would and returns it as stored.
+func newCache(t *testing.T, namespace string, replicas int32) *cachev1.Cache {
+	t.Helper()
+	c := &cachev1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: namespace},
+		Spec:       cachev1.CacheSpec{Replicas: replicas, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
+	}
+	if err := k8s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newReconciler(c client.Client) *CacheReconciler {
+	return &CacheReconciler{Client: c, ImageRepository: resources.DefaultImageRepository}
+}
+
+func reconcile(r *CacheReconciler, c *cachev1.Cache) error {
+	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+	return err
+}
+
+// startManager runs the operator's manager, as cmd/main.go sets it up, on one namespace until
+// the test ends. Each call starts with empty informer caches, like a freshly started operator.
+func startManager(t *testing.T, namespace string) {
+	t.Helper()
+	opts := CacheOptions()
+	opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:     NewScheme(),
+		Cache:      opts,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newReconciler(mgr.GetClient()).SetupWithManager(mgr, 2); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+// waitFor polls cond until it holds, failing the test with cond's last explanation after a
+// generous timeout. Tests wait on conditions, never on fixed sleeps.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) {
+			ok, why := cond()
+			last = why
+			return ok, nil
+		})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+	}
+}
+
+// countingWrites wraps c so that every request that would change something stored is counted.
+func countingWrites(c client.WithWatch) (client.WithWatch, *atomic.Int64) {
+	var n atomic.Int64
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			n.Add(1)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			n.Add(1)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			n.Add(1)
+			return c.Patch(ctx, obj, p, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			n.Add(1)
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			n.Add(1)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			n.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+	}), &n
+}
+
+func getCache(t *testing.T, namespace string) *cachev1.Cache {
+	t.Helper()
+	var c cachev1.Cache
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "orders-cache"}, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+func getStatefulSet(t *testing.T, namespace string) *appsv1.StatefulSet {
+	t.Helper()
+	var sts appsv1.StatefulSet
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "orders-cache"}, &sts); err != nil {
+		t.Fatal(err)
+	}
+	return &sts
+}
+
+// setStatefulSetReady plays the StatefulSet controller, which envtest does not run: it reports
+// that the controller saw the current spec and that `ready` pods of it are ready.
+func setStatefulSetReady(t *testing.T, namespace string, ready int32) {
+	t.Helper()
+	sts := getStatefulSet(t, namespace)
+	sts.Status = appsv1.StatefulSetStatus{
+		ObservedGeneration: sts.Generation,
+		Replicas:           ready,
+		ReadyReplicas:      ready,
+		AvailableReplicas:  ready,
+		CurrentReplicas:    ready,
+		UpdatedReplicas:    ready,
+	}
+	if err := k8s.Status().Update(context.Background(), sts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertOneOfEachChild checks that the namespace holds exactly one StatefulSet and one Service.
+func assertOneOfEachChild(t *testing.T, namespace string) {
+	t.Helper()
+	var sets appsv1.StatefulSetList
+	var services corev1.ServiceList
+	for _, list := range []client.ObjectList{&sets, &services} {
+		if err := k8s.List(context.Background(), list, client.InNamespace(namespace)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(sets.Items) != 1 || len(services.Items) != 1 {
+		t.Errorf("namespace %s holds %d StatefulSets and %d Services, want one of each", namespace, len(sets.Items), len(services.Items))
+	}
+}
