@@ -64,8 +64,13 @@ type CacheStatus struct {
 // Cache is a Valkey cache: a StatefulSet of cache nodes behind a headless Service, kept in
 // line with the spec by cache-operator.
 //
+// The name is held to what the children need: the Service's name must be a DNS label, and the
+// StatefulSet's pod names and revision labels add up to 11 characters to it.
+//
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it also names the Cache's Service"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the Cache's pod names and revision labels extend it"
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=cch,categories=all
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`

@@ -86,6 +86,19 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 	}
 }
 
+func TestSchemaRejectsNamesTheChildrenCannotCarry(t *testing.T) {
+	for _, tc := range []struct{ name, wantText string }{
+		{"orders.cache", "must be a DNS label"},
+		{"9orders", "must be a DNS label"},
+		{strings.Repeat("a", 53), "at most 52 characters"},
+	} {
+		err := k8s.Create(context.Background(), cacheObject(tc.name, map[string]any{"replicas": int64(1), "version": "8.1.1"}))
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.wantText) {
+			t.Errorf("create %q: got %v, want invalid: %s", tc.name, err, tc.wantText)
+		}
+	}
+}
+
 func TestSchemaAcceptsAValidSpecAndDefaultsMemory(t *testing.T) {
 	ctx := context.Background()
 	u := cacheObject("orders-cache", map[string]any{"replicas": int64(3), "version": "8.1.1"})
