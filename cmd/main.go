@@ -5,15 +5,19 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/controller"
+	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -27,6 +31,11 @@ func main() {
 		imageRepository                     string
 		qps                                 float64
 		burst                               int
+		etcd                                catalog.EtcdConfig
+		catalogEndpoints                    string
+		layout                              catalog.Layout
+		catalogTimeout                      time.Duration
+		clusterDomain                       string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
@@ -40,6 +49,18 @@ func main() {
 	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
 	flag.Float64Var(&qps, "kube-api-qps", 50, "Sustained rate of requests per second to the API server.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests to the API server above the sustained rate.")
+	flag.StringVar(&catalogEndpoints, "catalog-endpoints", "", "Comma-separated etcd endpoints of the external service catalogue; empty runs without a catalogue (and without finalizers).")
+	flag.StringVar(&layout.Prefix, "catalog-prefix", "/skydns", "Key prefix of the catalogue records (the `path` of CoreDNS's etcd plugin).")
+	flag.StringVar(&layout.Zone, "catalog-zone", "caches.example.internal", "DNS zone of the catalogue records: a Cache is listed as <name>.<namespace>.<zone>.")
+	flag.IntVar(&layout.TTL, "catalog-ttl", 30, "Time to live, in seconds, of DNS answers from the catalogue records.")
+	flag.StringVar(&clusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain, part of the node names listed in the catalogue.")
+	flag.DurationVar(&etcd.DialTimeout, "catalog-dial-timeout", 5*time.Second, "Timeout of connecting to the catalogue.")
+	flag.DurationVar(&catalogTimeout, "catalog-request-timeout", 5*time.Second, "Timeout of each catalogue operation.")
+	flag.StringVar(&etcd.CAFile, "catalog-ca-file", "", "CA bundle that verifies the catalogue's server certificate.")
+	flag.StringVar(&etcd.CertFile, "catalog-cert-file", "", "Client certificate for the catalogue (mutual TLS).")
+	flag.StringVar(&etcd.KeyFile, "catalog-key-file", "", "Key of the client certificate for the catalogue.")
+	flag.StringVar(&etcd.UsernameFile, "catalog-username-file", "", "File holding the catalogue's username, for etcd authentication.")
+	flag.StringVar(&etcd.PasswordFile, "catalog-password-file", "", "File holding the catalogue's password, for etcd authentication.")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -72,7 +93,23 @@ func main() {
 		fail(log, err, "Unable to create manager")
 	}
 
-	r := &controller.CacheReconciler{Client: mgr.GetClient(), ImageRepository: imageRepository}
+	r := &controller.CacheReconciler{
+		Client:          mgr.GetClient(),
+		Recorder:        mgr.GetEventRecorder("cache-operator"),
+		ImageRepository: imageRepository,
+		ClusterDomain:   clusterDomain,
+	}
+	if catalogEndpoints != "" {
+		etcd.Endpoints = strings.Split(catalogEndpoints, ",")
+		etcdClient, err := etcd.NewClient()
+		if err != nil {
+			fail(log, err, "Unable to set up the catalogue client")
+		}
+		r.Catalog = metrics.InstrumentCatalog(&catalog.Etcd{Client: etcdClient, Layout: layout, Timeout: catalogTimeout})
+	}
+	if err := ctrlmetrics.Registry.Register(metrics.NewCachesCollector(mgr.GetCache())); err != nil {
+		fail(log, err, "Unable to register metrics")
+	}
 	if err := r.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the Cache controller")
 	}
@@ -83,7 +120,8 @@ func main() {
 		fail(log, err, "Unable to add readiness check")
 	}
 
-	log.Info("Starting manager", "leaderElection", leaderElect, "imageRepository", imageRepository)
+	log.Info("Starting manager", "leaderElection", leaderElect, "imageRepository", imageRepository,
+		"catalog", catalogEndpoints != "")
 	// A leader that loses its Lease gets an error here and exits, so it can never write
 	// alongside the new leader.
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {

@@ -13,3 +13,18 @@ const (
 	// ReasonAllReplicasReady means every wanted replica is ready and runs the current spec.
 	ReasonAllReplicasReady = "AllReplicasReady"
 )
+
+// Registered reports whether the Cache is listed in the external service catalogue, where
+// clients outside Kubernetes discover its nodes. It is absent when the operator runs without a
+// catalogue.
+const (
+	// ConditionRegistered is the type of the Registered condition.
+	ConditionRegistered = "Registered"
+
+	// ReasonRegistered means the catalogue lists every wanted node of the Cache.
+	ReasonRegistered = "Registered"
+
+	// ReasonCatalogUnavailable means registering or deregistering failed; the message has the
+	// catalogue's error. The operator retries with backoff.
+	ReasonCatalogUnavailable = "CatalogUnavailable"
+)

@@ -9,26 +9,37 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/catalog"
 )
 
-// CacheReconciler makes the StatefulSet and headless Service of each Cache match its spec and
-// reports what it observes in the Cache's status.
+// CacheReconciler makes the StatefulSet and headless Service of each Cache match its spec,
+// lists the Cache's nodes in the external catalogue, and reports what it observes in the
+// Cache's status.
 type CacheReconciler struct {
 	client.Client
+	Recorder events.EventRecorder
 
 	// ImageRepository is the repository of the Valkey image; the Cache's version is the tag.
 	ImageRepository string
+	// Catalog is the external service catalogue; nil runs without one, and then no Cache gets
+	// a finalizer.
+	Catalog catalog.Catalog
+	// ClusterDomain is the cluster's DNS domain, part of each node's name in the catalogue.
+	ClusterDomain string
 }
 
-// +kubebuilder:rbac:groups=cache.example.com,resources=caches,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cache.example.com,resources=caches,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=cache.example.com,resources=caches/status,verbs=update
+// +kubebuilder:rbac:groups=cache.example.com,resources=caches/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile converges one Cache. It is called with a key and no reason: whatever changed, it
 // reads the current state and does what is needed. Errors go back to the work queue, which
@@ -40,8 +51,13 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 
 	if !cache.DeletionTimestamp.IsZero() {
-		// The garbage collector deletes the owned StatefulSet and Service.
-		return ctrl.Result{}, nil
+		// The garbage collector deletes the owned StatefulSet and Service; only the catalogue
+		// record is ours to clean up.
+		return ctrl.Result{}, r.finalize(ctx, &cache)
+	}
+	// The finalizer goes on before the first registration, so no record can outlive its Cache.
+	if err := r.ensureFinalizer(ctx, &cache); err != nil {
+		return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 	}
 
 	// The Service first: the StatefulSet's pods get their DNS names from it.
@@ -53,12 +69,15 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("ensuring StatefulSet: %w", err)
 	}
 
+	// A failed registration is reported in the status first, then returned for a retry.
+	registered, registerErr := r.register(ctx, &cache)
+
 	// No requeue while the StatefulSet converges: every change to its status enqueues the
 	// Cache again through the owner reference.
-	if err := r.updateStatus(ctx, &cache, sts); err != nil {
+	if err := r.writeStatus(ctx, &cache, observedStatus(&cache, sts, registered)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, registerErr
 }
 
 // SetupWithManager registers the reconciler with the manager: Caches are watched, and so are the

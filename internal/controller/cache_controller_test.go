@@ -45,7 +45,7 @@ func isControlledBy(obj metav1.Object, owner *cachev1.Cache) bool {
 
 func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
 	ns := newNamespace(t)
-	startManager(t, ns)
+	startManager(t, ns, nil)
 	cache := newCache(t, ns, 3)
 
 	// Creating the Cache creates its children, owned by it.
@@ -106,7 +106,7 @@ func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
 
 func TestDeletedChildIsRecreated(t *testing.T) {
 	ns := newNamespace(t)
-	startManager(t, ns)
+	startManager(t, ns, nil)
 	newCache(t, ns, 3)
 	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
 	old := getStatefulSet(t, ns)
@@ -127,14 +127,14 @@ func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 	cache := newCache(t, ns, 3)
 	// The direct client reads objects exactly as stored, with every field the API server
 	// defaulted, so a merge that fought defaulting would show up as writes here.
-	if err := reconcile(newReconciler(k8s), cache); err != nil {
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}
 
 	assertNoWrites := func(t *testing.T, state string) {
 		t.Helper()
 		counting, writes := countingWrites(k8s)
-		r := newReconciler(counting)
+		r := newReconciler(counting, nil)
 		for range 10 {
 			if err := reconcile(r, cache); err != nil {
 				t.Fatal(err)
@@ -147,7 +147,7 @@ func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 	assertNoWrites(t, "progressing")
 
 	setStatefulSetReady(t, ns, 3)
-	if err := reconcile(newReconciler(k8s), cache); err != nil {
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}
 	readyIs(t, ns, metav1.ConditionTrue, cachev1.ReasonAllReplicasReady, "3/3 replicas ready")
@@ -185,12 +185,12 @@ func TestConflictOnStatusWriteIsRetriedFromAFreshRead(t *testing.T) {
 		},
 	})
 
-	err := reconcile(newReconciler(racing), cache)
+	err := reconcile(newReconciler(racing, nil), cache)
 	if !apierrors.IsConflict(err) {
 		t.Fatalf("reconcile returned %v, want the API server's conflict so the queue retries", err)
 	}
 
-	if err := reconcile(newReconciler(k8s), cache); err != nil {
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatalf("the pass after the conflict: %v", err)
 	}
 	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
@@ -207,7 +207,7 @@ func TestCrashBeforeTheStatusWriteConverges(t *testing.T) {
 			return errors.New("process killed")
 		},
 	})
-	if err := reconcile(newReconciler(crashing), cache); err == nil {
+	if err := reconcile(newReconciler(crashing, nil), cache); err == nil {
 		t.Fatal("reconcile succeeded although its status write failed")
 	}
 	getStatefulSet(t, ns)
@@ -216,7 +216,7 @@ func TestCrashBeforeTheStatusWriteConverges(t *testing.T) {
 	}
 
 	// A fresh operator, with empty informer caches, takes over.
-	startManager(t, ns)
+	startManager(t, ns, nil)
 	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
 }
@@ -224,7 +224,7 @@ func TestCrashBeforeTheStatusWriteConverges(t *testing.T) {
 func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns, 3)
-	if err := reconcile(newReconciler(k8s), cache); err != nil {
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}
 	// The informer cache lags: it has not seen the StatefulSet created a moment ago.
@@ -237,13 +237,13 @@ func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
 		},
 	})
 
-	err := reconcile(newReconciler(stale), cache)
+	err := reconcile(newReconciler(stale, nil), cache)
 	if !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("reconcile returned %v, want AlreadyExists from the create", err)
 	}
 	assertOneOfEachChild(t, ns)
 
-	if err := reconcile(newReconciler(k8s), cache); err != nil {
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatalf("the pass after the stale read: %v", err)
 	}
 	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")

@@ -14,12 +14,11 @@ import (
 	"example.com/cache-operator/internal/resources"
 )
 
-// updateStatus writes the status observed from the StatefulSet, and only when it differs from
-// the stored one: an unchanged pass makes no write and so triggers no further watch event.
-// The write is an update, not a patch, so that a status computed from a stale read fails with a
-// conflict and the next pass recomputes it from a fresh one.
-func (r *CacheReconciler) updateStatus(ctx context.Context, cache *cachev1.Cache, sts *appsv1.StatefulSet) error {
-	status := observedStatus(cache, sts)
+// writeStatus stores status, and only when it differs from the stored one: an unchanged pass
+// makes no write and so triggers no further watch event. The write is an update, not a patch,
+// so that a status computed from a stale read fails with a conflict and the next pass
+// recomputes it from a fresh one.
+func (r *CacheReconciler) writeStatus(ctx context.Context, cache *cachev1.Cache, status cachev1.CacheStatus) error {
 	if equality.Semantic.DeepEqual(cache.Status, status) {
 		return nil
 	}
@@ -27,15 +26,21 @@ func (r *CacheReconciler) updateStatus(ctx context.Context, cache *cachev1.Cache
 	return r.Status().Update(ctx, cache)
 }
 
-// observedStatus is the status of cache given the state of its StatefulSet. Conditions other
-// than Ready are kept as they are, and Ready's transition time moves only when its status flips.
-func observedStatus(cache *cachev1.Cache, sts *appsv1.StatefulSet) cachev1.CacheStatus {
+// observedStatus is the status of cache given the state of its StatefulSet and the outcome of
+// its registration in the catalogue (nil: no catalogue). A condition's transition time moves
+// only when its status flips.
+func observedStatus(cache *cachev1.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition) cachev1.CacheStatus {
 	status := *cache.Status.DeepCopy()
 	status.ObservedGeneration = cache.Generation
 	status.Replicas = sts.Status.Replicas
 	status.ReadyReplicas = sts.Status.ReadyReplicas
 	status.Selector = labels.SelectorFromSet(resources.SelectorLabels(cache)).String()
 	meta.SetStatusCondition(&status.Conditions, readyCondition(cache, sts))
+	if registered != nil {
+		meta.SetStatusCondition(&status.Conditions, *registered)
+	} else {
+		meta.RemoveStatusCondition(&status.Conditions, cachev1.ConditionRegistered)
+	}
 	return status
 }
 

@@ -78,12 +78,12 @@ func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
 	cache.Status.Conditions = []metav1.Condition{
 		{Type: cachev1.ConditionReady, Status: metav1.ConditionFalse, Reason: cachev1.ReasonProgressing,
 			Message: "3/5 replicas ready", ObservedGeneration: 5, LastTransitionTime: long},
-		{Type: "Registered", Status: metav1.ConditionTrue, Reason: "Registered", LastTransitionTime: long},
+		{Type: "Scheduled", Status: metav1.ConditionTrue, Reason: "Scheduled", LastTransitionTime: long},
 	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
 
 	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 5, ReadyReplicas: 4, UpdatedReplicas: 5}
-	progressing := observedStatus(cache, sts)
+	progressing := observedStatus(cache, sts, nil)
 	ready := meta.FindStatusCondition(progressing.Conditions, cachev1.ConditionReady)
 	if ready.Message != "4/5 replicas ready" || !ready.LastTransitionTime.Equal(&long) {
 		t.Errorf("still progressing: got %q at %v, want the new message and the old transition time %v",
@@ -91,12 +91,12 @@ func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
 	}
 
 	sts.Status.ReadyReplicas = 5
-	done := observedStatus(cache, sts)
+	done := observedStatus(cache, sts, nil)
 	ready = meta.FindStatusCondition(done.Conditions, cachev1.ConditionReady)
 	if ready.Status != metav1.ConditionTrue || ready.LastTransitionTime.Equal(&long) {
 		t.Errorf("flipped to ready: got %s at %v, want True with a new transition time", ready.Status, ready.LastTransitionTime)
 	}
-	if meta.FindStatusCondition(done.Conditions, "Registered") == nil {
+	if meta.FindStatusCondition(done.Conditions, "Scheduled") == nil {
 		t.Error("another condition was dropped")
 	}
 	if done.ObservedGeneration != 5 || done.ReadyReplicas != 5 || done.Replicas != 5 {

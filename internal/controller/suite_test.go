@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -79,8 +81,16 @@ func newCache(t *testing.T, namespace string, replicas int32) *cachev1.Cache {
 	return c
 }
 
-func newReconciler(c client.Client) *CacheReconciler {
-	return &CacheReconciler{Client: c, ImageRepository: resources.DefaultImageRepository}
+// newReconciler is a reconciler as cmd/main.go builds it, on client c, with the catalogue cat
+// (nil: none) and an event recorder that keeps events in memory.
+func newReconciler(c client.Client, cat catalog.Catalog) *CacheReconciler {
+	return &CacheReconciler{
+		Client:          c,
+		Recorder:        events.NewFakeRecorder(100),
+		ImageRepository: resources.DefaultImageRepository,
+		Catalog:         cat,
+		ClusterDomain:   "cluster.local",
+	}
 }
 
 func reconcile(r *CacheReconciler, c *cachev1.Cache) error {
@@ -90,7 +100,7 @@ func reconcile(r *CacheReconciler, c *cachev1.Cache) error {
 
 // startManager runs the operator's manager, as cmd/main.go sets it up, on one namespace until
 // the test ends. Each call starts with empty informer caches, like a freshly started operator.
-func startManager(t *testing.T, namespace string) {
+func startManager(t *testing.T, namespace string, cat catalog.Catalog) {
 	t.Helper()
 	opts := CacheOptions()
 	opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
@@ -103,7 +113,9 @@ func startManager(t *testing.T, namespace string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := newReconciler(mgr.GetClient()).SetupWithManager(mgr, 2); err != nil {
+	r := newReconciler(mgr.GetClient(), cat)
+	r.Recorder = mgr.GetEventRecorder("cache-operator")
+	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,127 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/catalog"
+	"example.com/cache-operator/internal/resources"
+)
+
+// Reasons of the events the reconciler records about the catalogue.
+const (
+	EventRegistrationFailed     = "RegistrationFailed"
+	EventDeregistrationFailed   = "DeregistrationFailed"
+	EventCatalogRecordAbandoned = "CatalogRecordAbandoned"
+)
+
+var errNoCatalog = errors.New("the operator runs without a catalogue (no --catalog-endpoints), so it cannot deregister")
+
+func catalogKey(cache *cachev1.Cache) catalog.Key {
+	return catalog.Key{Namespace: cache.Namespace, Name: cache.Name}
+}
+
+// register lists the Cache's wanted nodes in the catalogue. It returns the Registered condition
+// to report, nil when there is no catalogue, and the error to retry on.
+func (r *CacheReconciler) register(ctx context.Context, cache *cachev1.Cache) (*metav1.Condition, error) {
+	if r.Catalog == nil {
+		return nil, nil
+	}
+	key := catalogKey(cache)
+	nodes := catalog.StatefulSetNodes(key, cache.Spec.Replicas, r.ClusterDomain, resources.Port)
+	changed, err := r.Catalog.Sync(ctx, key, nodes)
+	if err != nil {
+		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventRegistrationFailed, "Register",
+			"Listing the cache in the catalogue failed: %v", err)
+		return &metav1.Condition{
+			Type:               cachev1.ConditionRegistered,
+			Status:             metav1.ConditionFalse,
+			Reason:             cachev1.ReasonCatalogUnavailable,
+			ObservedGeneration: cache.Generation,
+			Message:            fmt.Sprintf("Listing the cache in the catalogue failed: %v", err),
+		}, fmt.Errorf("registering in the catalogue: %w", err)
+	}
+	if changed {
+		log.FromContext(ctx).Info("Registered in the catalogue", "nodes", len(nodes))
+	}
+	return &metav1.Condition{
+		Type:               cachev1.ConditionRegistered,
+		Status:             metav1.ConditionTrue,
+		Reason:             cachev1.ReasonRegistered,
+		ObservedGeneration: cache.Generation,
+		Message:            fmt.Sprintf("%d nodes listed in the catalogue", len(nodes)),
+	}, nil
+}
+
+// ensureFinalizer adds the finalizer when the operator runs with a catalogue. It patches rather
+// than updates, and with the resourceVersion it read, so that it can neither overwrite the spec
+// nor drop a finalizer someone else added meanwhile.
+func (r *CacheReconciler) ensureFinalizer(ctx context.Context, cache *cachev1.Cache) error {
+	if r.Catalog == nil {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(cache.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if !controllerutil.AddFinalizer(cache, cachev1.Finalizer) {
+		return nil
+	}
+	return r.Patch(ctx, cache, patch)
+}
+
+// finalize runs when a Cache is being deleted: it removes the Cache's catalogue record, then
+// the finalizer, which lets the deletion complete. It may run again after a crash between the
+// two steps; deregistering what is already gone is success. Until deregistration succeeds the
+// Cache stays Terminating, and the Registered condition and an event say why.
+func (r *CacheReconciler) finalize(ctx context.Context, cache *cachev1.Cache) error {
+	if !controllerutil.ContainsFinalizer(cache, cachev1.Finalizer) {
+		return nil
+	}
+	if cache.Annotations[cachev1.AnnotationAbandonCatalogRecord] == "true" {
+		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventCatalogRecordAbandoned, "Deregister",
+			"Released without deregistering, as the %s annotation asks: the catalogue record of %s/%s is left behind",
+			cachev1.AnnotationAbandonCatalogRecord, cache.Namespace, cache.Name)
+	} else if err := r.deregister(ctx, cache); err != nil {
+		return err
+	}
+
+	patch := client.MergeFromWithOptions(cache.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(cache, cachev1.Finalizer)
+	if err := r.Patch(ctx, cache, patch); err != nil {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	log.FromContext(ctx).Info("Released the Cache for deletion")
+	return nil
+}
+
+func (r *CacheReconciler) deregister(ctx context.Context, cache *cachev1.Cache) error {
+	err := errNoCatalog
+	if r.Catalog != nil {
+		err = r.Catalog.Deregister(ctx, catalogKey(cache))
+	}
+	if err == nil {
+		return nil
+	}
+	r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventDeregistrationFailed, "Deregister",
+		"Removing the cache from the catalogue failed: %v", err)
+	status := *cache.Status.DeepCopy()
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type:               cachev1.ConditionRegistered,
+		Status:             metav1.ConditionFalse,
+		Reason:             cachev1.ReasonCatalogUnavailable,
+		ObservedGeneration: cache.Generation,
+		Message: fmt.Sprintf("Removing the cache from the catalogue failed: %v. The Cache stays Terminating until "+
+			"this succeeds; to leave the record behind instead, annotate it %s=true", err, cachev1.AnnotationAbandonCatalogRecord),
+	})
+	if serr := r.writeStatus(ctx, cache, status); serr != nil {
+		return errors.Join(fmt.Errorf("deregistering: %w", err), serr)
+	}
+	return fmt.Errorf("deregistering: %w", err)
+}

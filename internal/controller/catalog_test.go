@@ -1,0 +1,380 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/catalog"
+	"example.com/cache-operator/internal/metrics"
+	"example.com/cache-operator/internal/testenv"
+)
+
+var testLayout = catalog.Layout{Prefix: "/skydns", Zone: "caches.example.internal", TTL: 30}
+
+// countingKV counts the requests that write to etcd.
+type countingKV struct {
+	clientv3.KV
+	writes *atomic.Int64
+}
+
+func (k countingKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	k.writes.Add(1)
+	return k.KV.Put(ctx, key, val, opts...)
+}
+
+func (k countingKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	k.writes.Add(1)
+	return k.KV.Delete(ctx, key, opts...)
+}
+
+func (k countingKV) Txn(ctx context.Context) clientv3.Txn {
+	k.writes.Add(1)
+	return k.KV.Txn(ctx)
+}
+
+// newCatalog is the catalogue on a real etcd, as the operator uses it, with its writes counted.
+func newCatalog(t *testing.T, endpoint string) (catalog.Catalog, *atomic.Int64) {
+	t.Helper()
+	c, err := catalog.EtcdConfig{Endpoints: []string{endpoint}, DialTimeout: time.Second}.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var writes atomic.Int64
+	c.KV = countingKV{KV: c.KV, writes: &writes}
+	return metrics.InstrumentCatalog(&catalog.Etcd{Client: c, Layout: testLayout, Timeout: time.Second}), &writes
+}
+
+// records is what etcd holds for the namespace's orders-cache.
+func records(t *testing.T, etcd *testenv.Etcd, namespace string) map[string]string {
+	t.Helper()
+	c := etcd.Client(t)
+	defer c.Close() //nolint:errcheck
+	return testenv.KeyValues(t, c, testLayout.Dir(catalog.Key{Namespace: namespace, Name: "orders-cache"}))
+}
+
+func wantRecords(namespace string, replicas int) map[string]string {
+	want := map[string]string{}
+	for i := range replicas {
+		key := fmt.Sprintf("/skydns/internal/example/caches/%s/orders-cache/node-%d", namespace, i)
+		want[key] = fmt.Sprintf(`{"host":"orders-cache-%d.orders-cache.%s.svc.cluster.local","port":6379,"ttl":30}`, i, namespace)
+	}
+	return want
+}
+
+func assertRecords(t *testing.T, etcd *testenv.Etcd, namespace string, replicas int) {
+	t.Helper()
+	got, want := records(t, etcd, namespace), wantRecords(namespace, replicas)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("catalogue holds\n%v\nwant\n%v", got, want)
+	}
+}
+
+func scale(t *testing.T, namespace string, replicas int32) *cachev1.Cache {
+	t.Helper()
+	c := getCache(t, namespace)
+	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
+	if err := k8s.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func deleteCache(t *testing.T, namespace string) {
+	t.Helper()
+	if err := k8s.Delete(context.Background(), getCache(t, namespace)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func isGone(t *testing.T, namespace string) bool {
+	t.Helper()
+	var c cachev1.Cache
+	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "orders-cache"}, &c)
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return apierrors.IsNotFound(err)
+}
+
+func TestCatalogueFollowsTheCacheAndUnchangedPassesWriteNothing(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	cat, etcdWrites := newCatalog(t, etcd.Endpoint)
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+
+	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
+		t.Fatal(err)
+	}
+	if !controllerutil.ContainsFinalizer(getCache(t, ns), cachev1.Finalizer) {
+		t.Error("no finalizer on a registered Cache")
+	}
+	assertRecords(t, etcd, ns, 3)
+	registered := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev1.ConditionRegistered)
+	if registered == nil || registered.Status != metav1.ConditionTrue || registered.Reason != cachev1.ReasonRegistered {
+		t.Errorf("Registered = %+v, want True/Registered", registered)
+	}
+
+	etcdWrites.Store(0)
+	counting, apiWrites := countingWrites(k8s)
+	for range 10 {
+		if err := reconcile(newReconciler(counting, cat), cache); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if etcdWrites.Load() != 0 || apiWrites.Load() != 0 {
+		t.Errorf("ten unchanged passes wrote %d times to etcd and %d times to the API server, want 0 and 0",
+			etcdWrites.Load(), apiWrites.Load())
+	}
+
+	for _, replicas := range []int32{5, 2} {
+		scale(t, ns, replicas)
+		if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
+			t.Fatal(err)
+		}
+		assertRecords(t, etcd, ns, int(replicas))
+	}
+}
+
+func TestDeletionDeregistersThenReleasesTheCache(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	cat, _ := newCatalog(t, etcd.Endpoint)
+	ns := newNamespace(t)
+	startManager(t, ns, cat)
+	newCache(t, ns, 3)
+	waitFor(t, "three records", func() (bool, string) {
+		got := records(t, etcd, ns)
+		return len(got) == 3, fmt.Sprint(got)
+	})
+
+	deleteCache(t, ns)
+
+	waitFor(t, "the Cache to be gone", func() (bool, string) { return isGone(t, ns), "still there" })
+	if got := records(t, etcd, ns); len(got) != 0 {
+		t.Errorf("records left behind: %v", got)
+	}
+}
+
+func TestCrashBetweenDeregisteringAndReleasingConverges(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	cat, _ := newCatalog(t, etcd.Endpoint)
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
+		t.Fatal(err)
+	}
+	deleteCache(t, ns)
+	// The process dies after deregistering, before its finalizer patch reaches the API server.
+	crashing := interceptor.NewClient(k8s, interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return errors.New("process killed")
+		},
+	})
+
+	if err := reconcile(newReconciler(crashing, cat), cache); err == nil {
+		t.Fatal("reconcile succeeded although removing the finalizer failed")
+	}
+	if got := records(t, etcd, ns); len(got) != 0 {
+		t.Errorf("records left after deregistering: %v", got)
+	}
+	if !controllerutil.ContainsFinalizer(getCache(t, ns), cachev1.Finalizer) {
+		t.Fatal("the finalizer is gone although its removal failed")
+	}
+
+	// The next pass deregisters again (nothing is there: success) and releases the Cache.
+	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
+		t.Fatalf("the pass after the crash: %v", err)
+	}
+	if !isGone(t, ns) {
+		t.Error("the Cache is still there")
+	}
+}
+
+func TestCatalogueDownDuringDeletionKeepsTheCacheAndSaysWhy(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	cat, _ := newCatalog(t, etcd.Endpoint)
+	ns := newNamespace(t)
+	startManager(t, ns, cat)
+	newCache(t, ns, 3)
+	waitFor(t, "three records", func() (bool, string) {
+		got := records(t, etcd, ns)
+		return len(got) == 3, fmt.Sprint(got)
+	})
+	errorsBefore := counterValue(t, "cache_operator_catalog_operation_errors_total", "deregister")
+
+	etcd.Stop(t)
+	deleteCache(t, ns)
+
+	// The condition says why the Cache stays.
+	waitFor(t, "Registered=False CatalogUnavailable", func() (bool, string) {
+		c := getCache(t, ns)
+		cond := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionRegistered)
+		ok := c.DeletionTimestamp != nil && cond != nil && cond.Status == metav1.ConditionFalse &&
+			cond.Reason == cachev1.ReasonCatalogUnavailable && strings.Contains(cond.Message, "stays Terminating")
+		return ok, fmt.Sprintf("%+v", cond)
+	})
+	// So does an event.
+	waitFor(t, "a DeregistrationFailed event", func() (bool, string) {
+		var list eventsv1.EventList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Reason == EventDeregistrationFailed && e.Regarding.Name == "orders-cache" && e.Type == "Warning" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none DeregistrationFailed", len(list.Items))
+	})
+	// And the metrics an alert reads.
+	if after := counterValue(t, "cache_operator_catalog_operation_errors_total", "deregister"); after <= errorsBefore {
+		t.Errorf("deregister errors went from %v to %v, want an increase", errorsBefore, after)
+	}
+	terminating, oldest := terminatingMetrics(t)
+	if terminating < 1 || oldest <= 0 {
+		t.Errorf("cache_operator_caches_terminating = %v, oldest age = %v; want the stuck Cache counted", terminating, oldest)
+	}
+	if isGone(t, ns) {
+		t.Fatal("the Cache was deleted although its record could not be removed")
+	}
+
+	// The catalogue comes back: deletion completes with no manual step.
+	etcd.Start(t)
+	waitFor(t, "the Cache to be gone", func() (bool, string) { return isGone(t, ns), "still there" })
+	if got := records(t, etcd, ns); len(got) != 0 {
+		t.Errorf("records left behind: %v", got)
+	}
+}
+
+func TestAbandonAnnotationReleasesACacheWhoseCatalogueIsGone(t *testing.T) {
+	// A catalogue that never answers: nothing listens on this endpoint.
+	gone, _ := newCatalog(t, "http://127.0.0.1:1")
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+	r := newReconciler(k8s, gone)
+	if err := reconcile(r, cache); err == nil {
+		t.Fatal("registration in an unreachable catalogue succeeded")
+	}
+	deleteCache(t, ns)
+	if err := reconcile(r, cache); err == nil || isGone(t, ns) {
+		t.Fatalf("deletion went through without deregistering (reconcile: %v)", err)
+	}
+
+	c := getCache(t, ns)
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Annotations = map[string]string{cachev1.AnnotationAbandonCatalogRecord: "true"}
+	if err := k8s.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := reconcile(r, cache); err != nil {
+		t.Fatalf("reconcile with the escape hatch: %v", err)
+	}
+	if !isGone(t, ns) {
+		t.Error("the Cache is still there")
+	}
+	if !hasEvent(r.Recorder.(*events.FakeRecorder), EventCatalogRecordAbandoned) {
+		t.Error("no event says that the record was left behind")
+	}
+}
+
+func TestWithoutACatalogueThereIsNoFinalizer(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
+		t.Fatal(err)
+	}
+	c := getCache(t, ns)
+	if len(c.Finalizers) != 0 {
+		t.Errorf("finalizers = %v, want none", c.Finalizers)
+	}
+	if meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionRegistered) != nil {
+		t.Error("a Registered condition without a catalogue")
+	}
+
+	deleteCache(t, ns)
+	if !isGone(t, ns) {
+		t.Error("the Cache was not deleted at once")
+	}
+}
+
+func hasEvent(r *events.FakeRecorder, reason string) bool {
+	for {
+		select {
+		case e := <-r.Events:
+			if strings.Contains(e, reason) {
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+func counterValue(t *testing.T, name, operation string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if labelValue(m, "operation") == operation {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("metric %s{operation=%q} is not exported", name, operation)
+	return 0
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// terminatingMetrics collects the Caches metrics from the API server's view of every namespace.
+func terminatingMetrics(t *testing.T) (count, oldestAge float64) {
+	t.Helper()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics.NewCachesCollector(k8s))
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		switch f.GetName() {
+		case "cache_operator_caches_terminating":
+			count = f.GetMetric()[0].GetGauge().GetValue()
+		case "cache_operator_oldest_terminating_cache_age_seconds":
+			oldestAge = f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return count, oldestAge
+}

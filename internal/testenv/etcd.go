@@ -1,0 +1,120 @@
+package testenv
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Etcd is a real etcd process of the toolchain, on loopback ports of its own, that a test can
+// stop and start again with its data kept.
+type Etcd struct {
+	// Endpoint is the client URL.
+	Endpoint string
+	peerURL  string
+	dataDir  string
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+// StartEtcd starts an etcd that the test stops when it ends.
+func StartEtcd(t testing.TB) *Etcd {
+	t.Helper()
+	e := &Etcd{
+		Endpoint: "http://" + freeAddr(t),
+		peerURL:  "http://" + freeAddr(t),
+		dataDir:  t.TempDir(),
+	}
+	e.Start(t)
+	t.Cleanup(func() { e.Stop(t) })
+	return e
+}
+
+// Start starts etcd, or starts it again after Stop, and waits until it serves.
+func (e *Etcd) Start(t testing.TB) {
+	t.Helper()
+	if e.cmd != nil {
+		t.Fatal("etcd is already running")
+	}
+	e.cmd = exec.Command(filepath.Join(BinDir(), "etcd"),
+		"--name", "catalog",
+		"--data-dir", e.dataDir,
+		"--listen-client-urls", e.Endpoint, "--advertise-client-urls", e.Endpoint,
+		"--listen-peer-urls", e.peerURL, "--initial-advertise-peer-urls", e.peerURL,
+		"--initial-cluster", "catalog="+e.peerURL,
+		"--log-level", "warn")
+	e.cmd.Stdout, e.cmd.Stderr = os.Stderr, os.Stderr
+	if err := e.cmd.Start(); err != nil {
+		t.Fatalf("starting etcd (run `make tools` first?): %v", err)
+	}
+	e.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(e.cmd, e.done)
+
+	c := e.Client(t)
+	defer c.Close() //nolint:errcheck
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_, err := c.Get(ctx, "health")
+			return err == nil, nil
+		})
+	if err != nil {
+		t.Fatalf("etcd at %s did not start serving", e.Endpoint)
+	}
+}
+
+// Stop stops etcd and waits until it has exited.
+func (e *Etcd) Stop(t testing.TB) {
+	t.Helper()
+	if e.cmd == nil {
+		return
+	}
+	_ = e.cmd.Process.Kill()
+	<-e.done
+	e.cmd = nil
+}
+
+// Client is a new client of this etcd, closed by the caller.
+func (e *Etcd) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// freeAddr is a loopback address with a port that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close() //nolint:errcheck
+	return l.Addr().String()
+}
+
+// KeyValues lists every key and value stored under prefix.
+func KeyValues(t testing.TB, c *clientv3.Client, prefix string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("reading %s from etcd: %v", prefix, err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
