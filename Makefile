@@ -16,7 +16,7 @@ run: build ## Run the operator; with no KUBECONFIG, on a local kwokctl cluster i
 
 .PHONY: test
 test: verify lint ## Run every test: unit and envtest (a real etcd and kube-apiserver).
-	hack/toolchain.sh etcd kubernetes
+	hack/toolchain.sh etcd kubernetes coredns
 	go test ./... -count=1
 
 .PHONY: manifests

@@ -28,8 +28,8 @@ type Etcd struct {
 func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
 	e := &Etcd{
-		Endpoint: "http://" + freeAddr(t),
-		peerURL:  "http://" + freeAddr(t),
+		Endpoint: "http://" + FreeAddr(t),
+		peerURL:  "http://" + FreeAddr(t),
 		dataDir:  t.TempDir(),
 	}
 	e.Start(t)
@@ -92,8 +92,8 @@ func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 	return c
 }
 
-// freeAddr is a loopback address with a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
+// FreeAddr is a loopback address with a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
