@@ -112,3 +112,39 @@ func TestSchemaAcceptsAValidSpecAndDefaultsMemory(t *testing.T) {
 		t.Errorf("spec.memory = %q, want the default 256Mi", memory)
 	}
 }
+
+func TestScaleSubresourceTargetsTheCache(t *testing.T) {
+	ctx := context.Background()
+	u := cacheObject("scaled-cache", map[string]any{"replicas": int64(3), "version": "8.1.1"})
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+
+	// kubectl scale cache/scaled-cache --replicas=5
+	scale := &unstructured.Unstructured{}
+	scale.SetGroupVersionKind(schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"})
+	if err := k8s.SubResource("scale").Get(ctx, u, scale); err != nil {
+		t.Fatalf("reading the scale subresource: %v", err)
+	}
+	if err := unstructured.SetNestedField(scale.Object, int64(5), "spec", "replicas"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.SubResource("scale").Update(ctx, u, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatalf("scaling through the scale subresource: %v", err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+		t.Fatal(err)
+	}
+	if replicas, _, _ := unstructured.NestedInt64(u.Object, "spec", "replicas"); replicas != 5 {
+		t.Errorf("spec.replicas = %d after scaling to 5", replicas)
+	}
+
+	// The schema's bounds hold for scaling too.
+	if err := unstructured.SetNestedField(scale.Object, int64(10), "spec", "replicas"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.SubResource("scale").Update(ctx, u, client.WithSubResourceBody(scale)); !apierrors.IsInvalid(err) {
+		t.Errorf("scaling to 10: got %v, want the schema to reject it", err)
+	}
+}
