@@ -15,9 +15,9 @@ run: build ## Run the operator; with no KUBECONFIG, on a local kwokctl cluster i
 	hack/run.sh
 
 .PHONY: test
-test: verify lint ## Run every test: unit and envtest (a real etcd and kube-apiserver).
-	hack/toolchain.sh etcd kubernetes coredns
-	go test ./... -count=1
+test: verify lint ## Run every test: unit, envtest (a real etcd and kube-apiserver) and end to end (kwokctl).
+	hack/toolchain.sh etcd kubernetes coredns kwok
+	go test ./... -count=1 -timeout 30m
 
 .PHONY: manifests
 manifests: ## Generate the CRD and the RBAC role from the kubebuilder markers.

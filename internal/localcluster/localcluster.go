@@ -5,12 +5,17 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Cluster is one kwokctl cluster.
@@ -92,7 +97,71 @@ func (c *Cluster) Delete(ctx context.Context) error {
 // Kubectl runs the toolchain's kubectl against the cluster as its admin, with output on
 // standard error.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) error {
+	_, err := c.KubectlOutput(ctx, args...)
+	return err
+}
+
+// KubectlOutput runs kubectl like Kubectl and returns its standard output.
+func (c *Cluster) KubectlOutput(ctx context.Context, args ...string) (string, error) {
+	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, c.bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %v: %w", args, err)
+	}
+	return out.String(), nil
+}
+
+// OperatorNamespace and OperatorServiceAccount are where config/rbac grants the operator its
+// permissions.
+const (
+	OperatorNamespace      = "cache-operator-system"
+	OperatorServiceAccount = "cache-operator"
+)
+
+// InstallOperatorAccess installs, from the repository at root, the CRDs and the operator's
+// ServiceAccount with the RBAC generated from its markers.
+func (c *Cluster) InstallOperatorAccess(ctx context.Context, root string) error {
+	ns, err := c.KubectlOutput(ctx, "create", "namespace", OperatorNamespace, "--dry-run=client", "-o", "yaml")
+	if err != nil {
+		return err
+	}
+	if err := c.kubectlStdin(ctx, ns, "apply", "--server-side", "-f", "-"); err != nil {
+		return err
+	}
+	for _, dir := range []string{"crd", "rbac"} {
+		if err := c.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(root, "config", dir)); err != nil {
+			return err
+		}
+	}
+	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/caches.cache.example.com", "--timeout=60s")
+}
+
+// WriteOperatorKubeconfig writes a kubeconfig that authenticates as the operator's
+// ServiceAccount with a token, so that a process using it can do exactly what the generated
+// RBAC grants, like the operator in a pod.
+func (c *Cluster) WriteOperatorKubeconfig(ctx context.Context, path string) error {
+	token, err := c.KubectlOutput(ctx, "create", "token", OperatorServiceAccount,
+		"--namespace", OperatorNamespace, "--duration", "24h")
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	current := cfg.Contexts[cfg.CurrentContext]
+	if current == nil {
+		return fmt.Errorf("%s has no current context", c.Kubeconfig())
+	}
+	cfg.AuthInfos = map[string]*clientcmdapi.AuthInfo{OperatorServiceAccount: {Token: strings.TrimSpace(token)}}
+	current.AuthInfo = OperatorServiceAccount
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func (c *Cluster) kubectlStdin(ctx context.Context, stdin string, args ...string) error {
+	cmd := exec.CommandContext(ctx, c.bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("kubectl %v: %w", args, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -30,7 +31,7 @@ func StartEtcd(t testing.TB) *Etcd {
 	e := &Etcd{
 		Endpoint: "http://" + FreeAddr(t),
 		peerURL:  "http://" + FreeAddr(t),
-		dataDir:  t.TempDir(),
+		dataDir:  filepath.Join(t.TempDir(), "data"),
 	}
 	e.Start(t)
 	t.Cleanup(func() { e.Stop(t) })
@@ -49,7 +50,7 @@ func (e *Etcd) Start(t testing.TB) {
 		"--listen-client-urls", e.Endpoint, "--advertise-client-urls", e.Endpoint,
 		"--listen-peer-urls", e.peerURL, "--initial-advertise-peer-urls", e.peerURL,
 		"--initial-cluster", "catalog="+e.peerURL,
-		"--log-level", "warn")
+		"--log-level", "error")
 	e.cmd.Stdout, e.cmd.Stderr = os.Stderr, os.Stderr
 	if err := e.cmd.Start(); err != nil {
 		t.Fatalf("starting etcd (run `make tools` first?): %v", err)
@@ -85,7 +86,7 @@ func (e *Etcd) Stop(t testing.TB) {
 // Client is a new client of this etcd, closed by the caller.
 func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second})
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

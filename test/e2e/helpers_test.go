@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1 "example.com/cache-operator/api/v1"
+)
+
+// waitFor polls cond until it holds, failing the test with cond's last explanation after
+// timeout. Tests wait on conditions, never on fixed sleeps.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true,
+		func(context.Context) (bool, error) {
+			ok, why := cond()
+			last = why
+			return ok, nil
+		})
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s; last seen: %s", timeout, what, last)
+	}
+}
+
+// newNamespace creates a namespace for one test. When the test ends, its Caches are deleted
+// and waited for while the test's operator still runs (cleanups run last-registered first, so
+// call this after starting the operator), so no finalizer is left for the next test's operator.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	if err := admin.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := admin.DeleteAllOf(ctx, &cachev1.Cache{}, client.InNamespace(ns.Name)); err != nil {
+			t.Errorf("deleting the Caches of %s: %v", ns.Name, err)
+		}
+		waitFor(t, time.Minute, "the Caches of "+ns.Name+" to be gone", func() (bool, string) {
+			var list cachev1.CacheList
+			if err := admin.List(ctx, &list, client.InNamespace(ns.Name)); err != nil {
+				return false, err.Error()
+			}
+			return len(list.Items) == 0, fmt.Sprintf("%d left", len(list.Items))
+		})
+		_ = admin.Delete(ctx, ns)
+	})
+	return ns.Name
+}
+
+func newCache(t *testing.T, namespace, name string, replicas int32) *cachev1.Cache {
+	t.Helper()
+	c := &cachev1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       cachev1.CacheSpec{Replicas: replicas, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+	}
+	if err := admin.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func getCache(t *testing.T, key client.ObjectKey) (*cachev1.Cache, error) {
+	t.Helper()
+	var c cachev1.Cache
+	err := admin.Get(context.Background(), key, &c)
+	return &c, err
+}
+
+// settled reports whether a Cache is Ready and its status describes its current generation.
+func settled(c *cachev1.Cache) (bool, string) {
+	ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
+	if ready == nil {
+		return false, fmt.Sprintf("%s: no Ready condition", c.Name)
+	}
+	ok := ready.Status == metav1.ConditionTrue && c.Status.ObservedGeneration == c.Generation &&
+		ready.ObservedGeneration == c.Generation
+	return ok, fmt.Sprintf("%s: generation %d, observedGeneration %d, Ready %s %q",
+		c.Name, c.Generation, c.Status.ObservedGeneration, ready.Status, ready.Message)
+}
+
+// waitSettled waits until every Cache of the namespace is Ready for its current generation.
+func waitSettled(t *testing.T, namespace string, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "every Cache in "+namespace+" to be Ready", func() (bool, string) {
+		var list cachev1.CacheList
+		if err := admin.List(context.Background(), &list, client.InNamespace(namespace)); err != nil {
+			return false, err.Error()
+		}
+		for i := range list.Items {
+			if ok, why := settled(&list.Items[i]); !ok {
+				return false, why
+			}
+		}
+		return true, ""
+	})
+}
+
+func patchCache(t *testing.T, key client.ObjectKey, patch string) *cachev1.Cache {
+	t.Helper()
+	c := &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+	if err := admin.Patch(context.Background(), c, client.RawPatch(client.Merge.Type(), []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// children lists the StatefulSets and Services of a namespace, by name.
+func children(t *testing.T, namespace string) (statefulSets, services map[string]int) {
+	t.Helper()
+	var sets appsv1.StatefulSetList
+	var svcs corev1.ServiceList
+	for _, list := range []client.ObjectList{&sets, &svcs} {
+		if err := admin.List(context.Background(), list, client.InNamespace(namespace)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statefulSets, services = map[string]int{}, map[string]int{}
+	for _, s := range sets.Items {
+		statefulSets[s.Name]++
+	}
+	for _, s := range svcs.Items {
+		services[s.Name]++
+	}
+	return statefulSets, services
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/catalog"
+	"example.com/cache-operator/internal/testenv"
+)
+
+// readyHistory records every Ready condition a Cache is stored with, from a watch, so that a
+// test sees states that last only a moment.
+type readyHistory struct {
+	mu     sync.Mutex
+	states []string
+}
+
+func watchReady(t *testing.T, key client.ObjectKey) *readyHistory {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := admin.Watch(ctx, &cachev1.CacheList{}, client.InNamespace(key.Namespace),
+		client.MatchingFields{"metadata.name": key.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &readyHistory{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*cachev1.Cache)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			if ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady); ready != nil {
+				h.mu.Lock()
+				h.states = append(h.states, fmt.Sprintf("gen=%d observed=%d %s/%s %s",
+					c.Generation, c.Status.ObservedGeneration, ready.Status, ready.Reason, ready.Message))
+				h.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); cancel(); <-done })
+	return h
+}
+
+// saw reports whether some recorded state matches one of the given ones.
+func (h *readyHistory) saw(states ...string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.ContainsFunc(h.states, func(s string) bool { return slices.Contains(states, s) })
+}
+
+func (h *readyHistory) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.states, "\n")
+}
+
+func TestWorkedExampleScaleThreeToFive(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	startOperator(t, "a", etcd.Endpoint)
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: "default", Name: "orders-cache"}
+	if err := cluster.Kubectl(ctx, "apply", "-f", filepath.Join(testenv.Root(), "config", "samples", "cache_v1_cache.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Kubectl(ctx, "delete", "cache/orders-cache", "--namespace", "default", "--wait", "--timeout=60s")
+	})
+	if err := cluster.Kubectl(ctx, "wait", "--for=condition=Ready", "cache/orders-cache", "--timeout=60s"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := getCache(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	history := watchReady(t, key)
+
+	if err := cluster.Kubectl(ctx, "patch", "cache/orders-cache", "--type", "merge", "-p", `{"spec":{"replicas":5}}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Kubectl(ctx, "wait", "--for=condition=Ready", "cache/orders-cache", "--timeout=60s"); err != nil {
+		t.Fatal(err)
+	}
+
+	after, err := getCache(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := before.Generation + 1
+	if after.Generation != gen {
+		t.Errorf("generation went from %d to %d, want one step", before.Generation, after.Generation)
+	}
+	waitFor(t, 30*time.Second, "Ready for the 5-replica spec", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
+		ok, why := settled(c)
+		return ok && ready.Reason == cachev1.ReasonAllReplicasReady && ready.Message == "5/5 replicas ready" &&
+			c.Status.ReadyReplicas == 5, why
+	})
+	progressing := func(n int) string {
+		return fmt.Sprintf("gen=%d observed=%d False/Progressing %d/5 replicas ready", gen, gen, n)
+	}
+	if !history.saw(progressing(3), progressing(4)) {
+		t.Errorf("the Cache never reported Progressing 3/5 or 4/5 for generation %d; it went through:\n%s", gen, history)
+	}
+
+	for _, name := range []string{"orders-cache-3", "orders-cache-4"} {
+		var pod corev1.Pod
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &pod); err != nil {
+			t.Errorf("pod %s: %v", name, err)
+			continue
+		}
+		if !podReady(&pod) {
+			t.Errorf("pod %s is not Ready", name)
+		}
+	}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func TestVersionBumpRollsEveryPodHighestOrdinalFirst(t *testing.T) {
+	startOperator(t, "a", "")
+	ns := newNamespace(t)
+	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
+	newCache(t, ns, "orders-cache", 3)
+	waitSettled(t, ns, time.Minute)
+	history := watchReady(t, key)
+
+	// The StatefulSet controller deletes each old pod and waits for its replacement.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pods, err := admin.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var deleted []string
+	go func() {
+		for ev := range pods.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted {
+				mu.Lock()
+				deleted = append(deleted, pod.Name)
+				mu.Unlock()
+			}
+		}
+	}()
+
+	gen := patchCache(t, key, `{"spec":{"version":"8.1.2"}}`).Generation
+	waitFor(t, 2*time.Minute, "every pod on 8.1.2 and the Cache Ready", func() (bool, string) {
+		var list corev1.PodList
+		if err := admin.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range list.Items {
+			if p.Spec.Containers[0].Image != "valkey/valkey:8.1.2" || !podReady(&p) || p.DeletionTimestamp != nil {
+				return false, fmt.Sprintf("pod %s runs %s", p.Name, p.Spec.Containers[0].Image)
+			}
+		}
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(c)
+		return ok && len(list.Items) == 3, why
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"orders-cache-2", "orders-cache-1", "orders-cache-0"}; !slices.Equal(deleted, want) {
+		t.Errorf("pods were replaced in the order %v, want %v", deleted, want)
+	}
+	h := history.String()
+	if !strings.Contains(h, fmt.Sprintf("gen=%d observed=%d False/Progressing", gen, gen)) {
+		t.Errorf("the Cache never reported Progressing during the rollout; it went through:\n%s", h)
+	}
+}
+
+func TestDeletionRemovesChildrenRecordsAndFinalizer(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	startOperator(t, "a", etcd.Endpoint)
+	ns := newNamespace(t)
+	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
+	c := newCache(t, ns, "orders-cache", 3)
+	waitSettled(t, ns, time.Minute)
+	etcdClient := etcd.Client(t)
+	defer etcdClient.Close() //nolint:errcheck
+	dir := catalogDir(key)
+	if got := testenv.KeyValues(t, etcdClient, dir); len(got) != 3 {
+		t.Fatalf("catalogue holds %v, want three records", got)
+	}
+
+	if err := admin.Delete(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, time.Minute, "the Cache, its children and its pods to be gone", func() (bool, string) {
+		_, err := getCache(t, key)
+		sets, svcs := children(t, ns)
+		var pods corev1.PodList
+		if err := admin.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		return isNotFound(err) && len(sets) == 0 && len(svcs) == 0 && len(pods.Items) == 0,
+			fmt.Sprintf("cache: %v, StatefulSets %v, Services %v, %d pods", err, sets, svcs, len(pods.Items))
+	})
+	if got := testenv.KeyValues(t, etcdClient, dir); len(got) != 0 {
+		t.Errorf("records left behind: %v", got)
+	}
+}
+
+var e2eLayout = catalog.Layout{Prefix: "/skydns", Zone: "caches.example.internal"}
+
+func catalogDir(key client.ObjectKey) string {
+	return e2eLayout.Dir(catalog.Key{Namespace: key.Namespace, Name: key.Name})
+}

@@ -1,0 +1,93 @@
+// Package e2e tests the operator as a whole on a real control plane: a kwokctl cluster built
+// from the toolchain, with the real StatefulSet controller, scheduler and garbage collector and
+// kwok playing the kubelet. The operator runs as its real binary, in processes the tests start
+// and kill, under its own ServiceAccount so that only the generated RBAC applies.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"example.com/cache-operator/internal/controller"
+	"example.com/cache-operator/internal/localcluster"
+	"example.com/cache-operator/internal/testenv"
+)
+
+// Shared by every test of the package, set up once by TestMain.
+var (
+	cluster *localcluster.Cluster
+	// admin is a client with the cluster admin's rights, for the tests' own reads and writes.
+	admin client.WithWatch
+	// operatorBinary is the operator, built from this checkout.
+	operatorBinary string
+	// operatorKubeconfig authenticates as the operator's ServiceAccount.
+	operatorKubeconfig string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	workdir, err := os.MkdirTemp("", "cache-operator-e2e-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(workdir) //nolint:errcheck
+
+	operatorBinary = filepath.Join(workdir, "cache-operator")
+	build := exec.CommandContext(ctx, "go", "build", "-o", operatorBinary, "./cmd")
+	build.Dir, build.Stdout, build.Stderr = testenv.Root(), os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fail(fmt.Errorf("building the operator: %w", err))
+	}
+
+	cluster = &localcluster.Cluster{
+		Name:    fmt.Sprintf("e2e-%d", os.Getpid()),
+		Workdir: workdir,
+		BinDir:  testenv.BinDir(),
+	}
+	// Removed however the tests end; a failed create may have left parts behind too.
+	defer func() {
+		if err := cluster.Delete(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "deleting the e2e cluster:", err)
+		}
+	}()
+	if err := cluster.Create(ctx, 4); err != nil {
+		return fail(err)
+	}
+	if err := cluster.InstallOperatorAccess(ctx, testenv.Root()); err != nil {
+		return fail(err)
+	}
+	operatorKubeconfig = filepath.Join(workdir, "operator.kubeconfig")
+	if err := cluster.WriteOperatorKubeconfig(ctx, operatorKubeconfig); err != nil {
+		return fail(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.Kubeconfig())
+	if err != nil {
+		return fail(err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	if admin, err = client.NewWithWatch(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
+		return fail(err)
+	}
+	return m.Run()
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "e2e setup:", err)
+	return 1
+}
