@@ -12,6 +12,12 @@ const (
 
 	// ReasonAllReplicasReady means every wanted replica is ready and runs the current spec.
 	ReasonAllReplicasReady = "AllReplicasReady"
+
+	// ReasonReconcileFailed means the operator could not make the Cache's StatefulSet or
+	// Service match the spec, for a reason other than a routine conflict; the message has the
+	// API server's error (a Forbidden one points at the operator's RBAC). It is retried with
+	// backoff.
+	ReasonReconcileFailed = "ReconcileFailed"
 )
 
 // Registered reports whether the Cache is listed in the external service catalogue, where

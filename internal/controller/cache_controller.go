@@ -60,13 +60,9 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 	}
 
-	// The Service first: the StatefulSet's pods get their DNS names from it.
-	if err := r.ensureService(ctx, &cache); err != nil {
-		return ctrl.Result{}, fmt.Errorf("ensuring Service: %w", err)
-	}
-	sts, err := r.ensureStatefulSet(ctx, &cache)
+	sts, err := r.ensureChildren(ctx, &cache)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("ensuring StatefulSet: %w", err)
+		return ctrl.Result{}, r.reportFailure(ctx, &cache, err)
 	}
 
 	// A failed registration is reported in the status first, then returned for a retry.

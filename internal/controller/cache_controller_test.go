@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -248,4 +249,58 @@ func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
 	}
 	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
+}
+
+func TestFailureToUpdateAChildShowsInTheReadyCondition(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns, 3)
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
+		t.Fatal(err)
+	}
+	setStatefulSetReady(t, ns, 3)
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
+		t.Fatal(err)
+	}
+	scaleErr := func(err error) client.WithWatch {
+		return interceptor.NewClient(k8s, interceptor.Funcs{
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if _, ok := obj.(*appsv1.StatefulSet); ok {
+					return err
+				}
+				return c.Update(ctx, obj, opts...)
+			},
+		})
+	}
+	patch := client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"replicas":5}}`))
+	if err := k8s.Patch(context.Background(), getCache(t, ns), patch); err != nil {
+		t.Fatal(err)
+	}
+	gr := schema.GroupResource{Group: "apps", Resource: "statefulsets"}
+
+	// A conflict is routine: retried, but not reported, so Ready does not flip.
+	conflict := apierrors.NewConflict(gr, "orders-cache", errors.New("the object has been modified"))
+	if err := reconcile(newReconciler(scaleErr(conflict), nil), cache); !apierrors.IsConflict(err) {
+		t.Fatalf("reconcile returned %v, want the conflict", err)
+	}
+	if ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev1.ConditionReady); ready.Reason != cachev1.ReasonAllReplicasReady {
+		t.Errorf("after a conflict Ready is %s/%s, want it untouched", ready.Status, ready.Reason)
+	}
+
+	// Missing RBAC is not: the condition says what failed.
+	forbidden := apierrors.NewForbidden(gr, "orders-cache", errors.New("RBAC: update not allowed"))
+	if err := reconcile(newReconciler(scaleErr(forbidden), nil), cache); !apierrors.IsForbidden(err) {
+		t.Fatalf("reconcile returned %v, want the Forbidden error", err)
+	}
+	ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev1.ConditionReady)
+	if ready.Status != metav1.ConditionFalse || ready.Reason != cachev1.ReasonReconcileFailed ||
+		!strings.Contains(ready.Message, "forbidden") || !strings.Contains(ready.Message, "StatefulSet") {
+		t.Errorf("Ready = %s/%s %q, want False/ReconcileFailed naming the StatefulSet and the Forbidden error",
+			ready.Status, ready.Reason, ready.Message)
+	}
+
+	// Once the permission is back, the next pass converges and Ready says so again.
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
+		t.Fatal(err)
+	}
+	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "3/5 replicas ready")
 }

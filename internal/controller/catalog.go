@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -111,16 +110,15 @@ func (r *CacheReconciler) deregister(ctx context.Context, cache *cachev1.Cache) 
 	}
 	r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventDeregistrationFailed, "Deregister",
 		"Removing the cache from the catalogue failed: %v", err)
-	status := *cache.Status.DeepCopy()
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+	cond := metav1.Condition{
 		Type:               cachev1.ConditionRegistered,
 		Status:             metav1.ConditionFalse,
 		Reason:             cachev1.ReasonCatalogUnavailable,
 		ObservedGeneration: cache.Generation,
 		Message: fmt.Sprintf("Removing the cache from the catalogue failed: %v. The Cache stays Terminating until "+
 			"this succeeds; to leave the record behind instead, annotate it %s=true", err, cachev1.AnnotationAbandonCatalogRecord),
-	})
-	if serr := r.writeStatus(ctx, cache, status); serr != nil {
+	}
+	if serr := r.writeCondition(ctx, cache, cond); serr != nil {
 		return errors.Join(fmt.Errorf("deregistering: %w", err), serr)
 	}
 	return fmt.Errorf("deregistering: %w", err)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,19 @@ import (
 	cachev1 "example.com/cache-operator/api/v1"
 	"example.com/cache-operator/internal/resources"
 )
+
+// ensureChildren makes the Cache's Service and StatefulSet match its spec. The Service comes
+// first: the StatefulSet's pods get their DNS names from it.
+func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev1.Cache) (*appsv1.StatefulSet, error) {
+	if err := r.ensureService(ctx, cache); err != nil {
+		return nil, fmt.Errorf("ensuring Service: %w", err)
+	}
+	sts, err := r.ensureStatefulSet(ctx, cache)
+	if err != nil {
+		return nil, fmt.Errorf("ensuring StatefulSet: %w", err)
+	}
+	return sts, nil
+}
 
 func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev1.Cache) (*appsv1.StatefulSet, error) {
 	desired := resources.StatefulSet(cache, r.ImageRepository)

@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,6 +26,33 @@ func (r *CacheReconciler) writeStatus(ctx context.Context, cache *cachev1.Cache,
 	}
 	cache.Status = status
 	return r.Status().Update(ctx, cache)
+}
+
+// writeCondition sets one condition in the stored status, writing only if that changes it.
+func (r *CacheReconciler) writeCondition(ctx context.Context, cache *cachev1.Cache, cond metav1.Condition) error {
+	status := *cache.Status.DeepCopy()
+	meta.SetStatusCondition(&status.Conditions, cond)
+	return r.writeStatus(ctx, cache, status)
+}
+
+// reportFailure records err in the Ready condition, where a user and an alert look, and returns
+// it for the queue to retry. Conflicts and AlreadyExists are routine outcomes of stale reads
+// that the next pass resolves; they are not reported, so they never flip Ready.
+func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev1.Cache, err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	cond := metav1.Condition{
+		Type:               cachev1.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		Reason:             cachev1.ReasonReconcileFailed,
+		ObservedGeneration: cache.Generation,
+		Message:            err.Error(),
+	}
+	if serr := r.writeCondition(ctx, cache, cond); serr != nil {
+		return errors.Join(err, fmt.Errorf("reporting the failure in status: %w", serr))
+	}
+	return err
 }
 
 // observedStatus is the status of cache given the state of its StatefulSet and the outcome of
