@@ -44,7 +44,8 @@ lint: ## Run golangci-lint.
 .PHONY: verify
 verify: ## Regenerate everything and fail if that changed anything or if code is unformatted.
 	@before=$$($(GENERATED_SUM)); \
-	$(MAKE) -s manifests generate && go mod tidy; \
+	$(MAKE) -s manifests generate || exit 1; \
+	go mod tidy || exit 1; \
 	if [[ $$before != "$$($(GENERATED_SUM))" ]]; then \
 		echo 'generated files were out of date; they are regenerated now: review and commit them' >&2; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \

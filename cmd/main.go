@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"strings"
@@ -100,7 +101,14 @@ func main() {
 		ClusterDomain:   clusterDomain,
 	}
 	if catalogEndpoints != "" {
-		etcd.Endpoints = strings.Split(catalogEndpoints, ",")
+		layout.Zone = strings.Trim(layout.Zone, ".")
+		if layout.Zone == "" || catalogTimeout <= 0 || etcd.DialTimeout <= 0 {
+			fail(log, errors.New("--catalog-zone must not be empty and the catalogue timeouts must be positive"),
+				"Invalid catalogue flags")
+		}
+		for _, endpoint := range strings.Split(catalogEndpoints, ",") {
+			etcd.Endpoints = append(etcd.Endpoints, strings.TrimSpace(endpoint))
+		}
 		etcdClient, err := etcd.NewClient()
 		if err != nil {
 			fail(log, err, "Unable to set up the catalogue client")

@@ -8,14 +8,19 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/testenv"
 )
 
-var k8s client.Client
+// k8s sends objects as a user's YAML would; typed is a Go client of the Cache type.
+var k8s, typed client.Client
 
 func TestMain(m *testing.M) {
 	env, err := testenv.Start()
@@ -24,6 +29,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	k8s, err = client.New(env.Config, client.Options{})
+	if err == nil {
+		typed, err = client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -54,7 +62,8 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		wantField string
 		wantText  string
 	}{
-		{"no replicas", "replicas", int64(0), "spec.replicas", "greater than or equal to 1"},
+		{"zero replicas", "replicas", int64(0), "spec.replicas", "greater than or equal to 1"},
+		{"missing replicas", "replicas", nil, "spec.replicas", "Required value"},
 		{"too many replicas", "replicas", int64(10), "spec.replicas", "less than or equal to 9"},
 		{"two-part version", "version", "1.2", "spec.version", "MAJOR.MINOR.PATCH"},
 		{"tag instead of version", "version", "latest", "spec.version", "MAJOR.MINOR.PATCH"},
@@ -146,5 +155,20 @@ func TestScaleSubresourceTargetsTheCache(t *testing.T) {
 	}
 	if err := k8s.SubResource("scale").Update(ctx, u, client.WithSubResourceBody(scale)); !apierrors.IsInvalid(err) {
 		t.Errorf("scaling to 10: got %v, want the schema to reject it", err)
+	}
+}
+
+func TestAGoClientThatLeavesMemoryUnsetGetsTheDefault(t *testing.T) {
+	ctx := context.Background()
+	c := &cachev1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "typed-cache", Namespace: "default"},
+		Spec:       cachev1.CacheSpec{Replicas: 1, Version: "8.1.1"},
+	}
+	if err := typed.Create(ctx, c); err != nil {
+		t.Fatalf("a Cache without memory was rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = typed.Delete(ctx, c) })
+	if want := resource.MustParse("256Mi"); c.Spec.Memory.Cmp(want) != 0 {
+		t.Errorf("spec.memory = %s, want the default 256Mi", c.Spec.Memory.String())
 	}
 }

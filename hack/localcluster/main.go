@@ -1,6 +1,7 @@
 // Command localcluster manages the local kwokctl cluster that `make run` uses.
 //
 //	go run ./hack/localcluster up     start it (creating it if needed), install the CRDs and print its kubeconfig path
+//	go run ./hack/localcluster kubeconfig   print its kubeconfig path
 //	go run ./hack/localcluster down   delete it
 package main
 
@@ -18,7 +19,7 @@ const nodes = 3
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|down")
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|down")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -58,11 +59,14 @@ func run(ctx context.Context, command string) error {
 		}
 		fmt.Println(c.Kubeconfig())
 		return nil
+	case "kubeconfig":
+		fmt.Println(c.Kubeconfig())
+		return nil
 	case "down":
 		if !c.Exists() {
 			return nil
 		}
 		return c.Delete(ctx)
 	}
-	return fmt.Errorf("unknown command %q: want up or down", command)
+	return fmt.Errorf("unknown command %q: want up, kubeconfig or down", command)
 }

@@ -20,8 +20,9 @@ type Etcd struct {
 var _ Catalog = (*Etcd)(nil)
 
 // Sync reads the Cache's records and, only if they differ from the wanted ones, replaces them
-// in one transaction guarded by the revision it read: a concurrent writer makes it fail, and
-// the next pass reads again.
+// in one transaction guarded by the revision it read: a record added or changed by someone else
+// meanwhile makes it fail, and the next pass reads again. (A record deleted meanwhile goes
+// unnoticed; only the leader writes, and it deregisters only once the Cache is being deleted.)
 func (e *Etcd) Sync(ctx context.Context, cache Key, nodes []Node) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.Timeout)
 	defer cancel()
@@ -52,8 +53,8 @@ func (e *Etcd) Sync(ctx context.Context, cache Key, nodes []Node) (bool, error) 
 		return false, nil
 	}
 
-	// Nothing under dir may have changed since the read (a key created there after it has a
-	// mod revision above the one read).
+	// No record under dir may have been added or changed since the read: such a key has a mod
+	// revision above the one read.
 	unchanged := clientv3.Compare(clientv3.ModRevision(dir).WithPrefix(), "<", got.Header.Revision+1)
 	resp, err := e.Client.Txn(ctx).If(unchanged).Then(ops...).Commit()
 	if err != nil {

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -62,13 +63,18 @@ func (e *Etcd) Start(t testing.TB) {
 	defer c.Close() //nolint:errcheck
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
 		func(ctx context.Context) (bool, error) {
+			select {
+			case <-e.done:
+				return false, fmt.Errorf("etcd exited at start (see its log above)")
+			default:
+			}
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			_, err := c.Get(ctx, "health")
 			return err == nil, nil
 		})
 	if err != nil {
-		t.Fatalf("etcd at %s did not start serving", e.Endpoint)
+		t.Fatalf("etcd at %s did not start serving: %v", e.Endpoint, err)
 	}
 }
 

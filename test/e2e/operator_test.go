@@ -28,6 +28,9 @@ type operator struct {
 	metricsAddr string
 	exited      chan struct{}
 	exitErr     error
+	// allowForbidden is set by tests that take permissions away on purpose; for every other
+	// test, a Forbidden error in the operator's log fails it.
+	allowForbidden bool
 }
 
 // Lease timings of the e2e operators: short, so handovers are quick to observe.
@@ -38,9 +41,9 @@ const (
 )
 
 // startOperator starts an operator process under the operator's ServiceAccount, with the
-// catalogue at catalogEndpoint (empty: none). The test kills it when it ends, if nothing else
-// has.
-func startOperator(t *testing.T, name, catalogEndpoint string) *operator {
+// catalogue at catalogEndpoint (empty: none) and any extra flags. The test kills it when it
+// ends, if nothing else has.
+func startOperator(t *testing.T, name, catalogEndpoint string, extraArgs ...string) *operator {
 	t.Helper()
 	o := &operator{
 		name:        name,
@@ -62,6 +65,7 @@ func startOperator(t *testing.T, name, catalogEndpoint string) *operator {
 	if catalogEndpoint != "" {
 		args = append(args, "--catalog-endpoints", catalogEndpoint)
 	}
+	args = append(args, extraArgs...)
 	logFile, err := os.Create(o.log)
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +83,12 @@ func startOperator(t *testing.T, name, catalogEndpoint string) *operator {
 	t.Cleanup(func() {
 		o.signal(syscall.SIGKILL)
 		<-o.exited
+		logs := o.logs(t)
+		if !o.allowForbidden && strings.Contains(strings.ToLower(logs), "forbidden") {
+			t.Errorf("operator %s was refused something under its ServiceAccount: the generated RBAC lacks a permission", o.name)
+		}
 		if t.Failed() {
-			t.Logf("log of operator %s:\n%s", o.name, tail(o.logs(t), 60))
+			t.Logf("log of operator %s:\n%s", o.name, tail(logs, 60))
 		}
 	})
 	return o
