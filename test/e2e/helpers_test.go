@@ -44,20 +44,27 @@ func newNamespace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx := context.Background()
-		if err := admin.DeleteAllOf(ctx, &cachev1.Cache{}, client.InNamespace(ns.Name)); err != nil {
-			t.Errorf("deleting the Caches of %s: %v", ns.Name, err)
-		}
-		waitFor(t, time.Minute, "the Caches of "+ns.Name+" to be gone", func() (bool, string) {
-			var list cachev1.CacheList
-			if err := admin.List(ctx, &list, client.InNamespace(ns.Name)); err != nil {
-				return false, err.Error()
-			}
-			return len(list.Items) == 0, fmt.Sprintf("%d left", len(list.Items))
-		})
-		_ = admin.Delete(ctx, ns)
+		deleteAllCaches(t, ns.Name)
+		_ = admin.Delete(context.Background(), ns)
 	})
 	return ns.Name
+}
+
+// deleteAllCaches deletes the namespace's Caches and waits until they are gone, which takes a
+// running operator when they carry its finalizer.
+func deleteAllCaches(t *testing.T, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := admin.DeleteAllOf(ctx, &cachev1.Cache{}, client.InNamespace(namespace)); err != nil {
+		t.Errorf("deleting the Caches of %s: %v", namespace, err)
+	}
+	waitFor(t, time.Minute, "the Caches of "+namespace+" to be gone", func() (bool, string) {
+		var list cachev1.CacheList
+		if err := admin.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d left", len(list.Items))
+	})
 }
 
 func newCache(t *testing.T, namespace, name string, replicas int32) *cachev1.Cache {

@@ -232,7 +232,8 @@ func TestDeletionRemovesChildrenRecordsAndFinalizer(t *testing.T) {
 	}
 }
 
-var e2eLayout = catalog.Layout{Prefix: "/skydns", Zone: "caches.example.internal"}
+// e2eLayout is the catalogue layout of the operator's default flags.
+var e2eLayout = catalog.Layout{Prefix: "/skydns", Zone: "caches.example.internal", TTL: 30}
 
 func catalogDir(key client.ObjectKey) string {
 	return e2eLayout.Dir(catalog.Key{Namespace: key.Namespace, Name: key.Name})

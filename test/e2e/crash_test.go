@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/catalog"
+	"example.com/cache-operator/internal/testenv"
+)
+
+func TestKillBetweenCreatingTheStatefulSetAndWritingStatus(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	first := startOperator(t, "first", etcd.Endpoint)
+	ns := newNamespace(t)
+	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sets, err := admin.Watch(ctx, &appsv1.StatefulSetList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	newCache(t, ns, "orders-cache", 3)
+	for ev := range sets.ResultChan() {
+		if ev.Type == watch.Added {
+			first.stop(t, syscall.SIGKILL)
+			break
+		}
+	}
+	c, err := getCache(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the operator when its StatefulSet appeared; status written by then: %v", c.Status.ObservedGeneration != 0)
+
+	startOperator(t, "second", etcd.Endpoint)
+	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while the second operator runs
+	waitSettled(t, ns, 2*time.Minute)
+	assertChildrenAndRecords(t, etcd, ns, map[string]int32{"orders-cache": 3})
+}
+
+// A storm of creates, scales and deletes over 20 Caches, with the operator SIGKILLed and
+// restarted at random moments, must end converged: every Cache Ready, one StatefulSet and
+// Service per Cache and none for a deleted one, no stuck finalizer, and exactly the live
+// Caches' records in the catalogue.
+func TestCrashStormConverges(t *testing.T) {
+	const caches, steps, kills = 20, 50, 4
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("random seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+
+	etcd := testenv.StartEtcd(t)
+	op := startOperator(t, "storm-0", etcd.Endpoint)
+	ns := newNamespace(t)
+	killAt := map[int]bool{}
+	for len(killAt) < kills {
+		killAt[rng.IntN(steps)] = true
+	}
+
+	alive := map[string]int32{}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	restarts := 0
+	for step := range steps {
+		<-tick.C
+		switch {
+		case step < caches:
+			name := fmt.Sprintf("cache-%02d", step)
+			newCache(t, ns, name, 3)
+			alive[name] = 3
+		case rng.IntN(4) == 0 && len(alive) > caches/2:
+			name := pick(rng, alive)
+			if err := admin.Delete(context.Background(), &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+				t.Fatal(err)
+			}
+			delete(alive, name)
+		default:
+			name := pick(rng, alive)
+			replicas := int32(1 + rng.IntN(5))
+			patchCache(t, client.ObjectKey{Namespace: ns, Name: name}, fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+			alive[name] = replicas
+		}
+		if killAt[step] {
+			op.stop(t, syscall.SIGKILL)
+			restarts++
+			op = startOperator(t, fmt.Sprintf("storm-%d", restarts), etcd.Endpoint)
+		}
+	}
+	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while the last operator runs
+
+	waitFor(t, 3*time.Minute, "exactly the live Caches to remain", func() (bool, string) {
+		var list cachev1.CacheList
+		if err := admin.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, c := range list.Items {
+			names = append(names, c.Name)
+		}
+		return slices.Equal(names, slices.Sorted(maps.Keys(alive))), fmt.Sprintf("%d Caches: %v", len(names), names)
+	})
+	waitSettled(t, ns, 3*time.Minute)
+	assertChildrenAndRecords(t, etcd, ns, alive)
+}
+
+func pick(rng *rand.Rand, alive map[string]int32) string {
+	names := slices.Sorted(maps.Keys(alive))
+	return names[rng.IntN(len(names))]
+}
+
+// assertChildrenAndRecords waits until the namespace holds one StatefulSet and one Service per
+// live Cache and nothing else (the garbage collector takes a moment), and checks that the
+// catalogue lists exactly the live Caches' nodes.
+func assertChildrenAndRecords(t *testing.T, etcd *testenv.Etcd, namespace string, alive map[string]int32) {
+	t.Helper()
+	want := map[string]int{}
+	for name := range alive {
+		want[name] = 1
+	}
+	waitFor(t, time.Minute, "one StatefulSet and Service per live Cache", func() (bool, string) {
+		sets, svcs := children(t, namespace)
+		return maps.Equal(sets, want) && maps.Equal(svcs, want), fmt.Sprintf("StatefulSets %v, Services %v", sets, svcs)
+	})
+
+	wantRecords := map[string]string{}
+	for name, replicas := range alive {
+		key := catalog.Key{Namespace: namespace, Name: name}
+		maps.Copy(wantRecords, e2eLayout.Records(key, catalog.StatefulSetNodes(key, replicas, "cluster.local", 6379)))
+	}
+	c := etcd.Client(t)
+	defer c.Close() //nolint:errcheck
+	nsDir := "/skydns/internal/example/caches/" + namespace + "/"
+	waitFor(t, 30*time.Second, "the catalogue to list exactly the live Caches", func() (bool, string) {
+		got := testenv.KeyValues(t, c, nsDir)
+		return maps.Equal(got, wantRecords), fmt.Sprintf("%d records, want %d", len(got), len(wantRecords))
+	})
+}

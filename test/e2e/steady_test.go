@@ -1,0 +1,68 @@
+package e2e
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/internal/testenv"
+)
+
+// waitIdle waits until the operator has started its controller, reconciled at least
+// minReconciles times and has nothing queued.
+func (o *operator) waitIdle(t *testing.T, minReconciles float64) {
+	t.Helper()
+	waitFor(t, time.Minute, "operator "+o.name+" to drain its queue", func() (bool, string) {
+		m := o.metrics(t)
+		if m == nil {
+			return false, "metrics endpoint not up"
+		}
+		cache := map[string]string{"controller": "cache"}
+		reconciles := sum(m, "controller_runtime_reconcile_total", cache)
+		depth := sum(m, "workqueue_depth", map[string]string{"name": "cache"})
+		active := sum(m, "controller_runtime_active_workers", cache)
+		return reconciles >= minReconciles && depth == 0 && active == 0,
+			fmt.Sprintf("%v reconciles, queue depth %v, %v active workers", reconciles, depth, active)
+	})
+}
+
+// Leader election renews its Lease with a write every retry period; these tests switch it off
+// so that the operator's client metrics count the reconciler's writes alone.
+func TestSteadyStateAndRestartMakeNoWrites(t *testing.T) {
+	const caches = 5
+	etcd := testenv.StartEtcd(t)
+	first := startOperator(t, "first", etcd.Endpoint, "--leader-elect=false")
+	ns := newNamespace(t)
+	for i := range caches {
+		newCache(t, ns, fmt.Sprintf("cache-%d", i), 3)
+	}
+	waitSettled(t, ns, 2*time.Minute)
+	first.waitIdle(t, caches)
+
+	// Steady state: everything Ready, nothing to do, for 30 s.
+	before := mutatingRequests(first.metrics(t))
+	window := time.NewTimer(30 * time.Second)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+observe:
+	for {
+		select {
+		case <-window.C:
+			break observe
+		case <-tick.C:
+			if now := mutatingRequests(first.metrics(t)); now != before {
+				t.Fatalf("with every Cache Ready the operator made %v mutating requests", now-before)
+			}
+		}
+	}
+
+	// Restart: the new process lists every Cache and reconciles each, and must write nothing.
+	first.stop(t, syscall.SIGTERM)
+	second := startOperator(t, "second", etcd.Endpoint, "--leader-elect=false")
+	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while the second operator runs
+	second.waitIdle(t, caches)
+	if writes := mutatingRequests(second.metrics(t)); writes != 0 {
+		t.Errorf("after a restart with every Cache Ready the operator made %v mutating requests, want 0", writes)
+	}
+}
