@@ -97,7 +97,3 @@ type CacheList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Cache `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Cache{}, &CacheList{})
-}

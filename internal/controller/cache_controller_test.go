@@ -47,7 +47,7 @@ func isControlledBy(obj metav1.Object, owner *cachev1.Cache) bool {
 func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
 	ns := newNamespace(t)
 	startManager(t, ns, nil)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 
 	// Creating the Cache creates its children, owned by it.
 	c := readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
@@ -108,7 +108,7 @@ func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
 func TestDeletedChildIsRecreated(t *testing.T) {
 	ns := newNamespace(t)
 	startManager(t, ns, nil)
-	newCache(t, ns, 3)
+	newCache(t, ns)
 	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
 	old := getStatefulSet(t, ns)
 
@@ -125,7 +125,7 @@ func TestDeletedChildIsRecreated(t *testing.T) {
 
 func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 	// The direct client reads objects exactly as stored, with every field the API server
 	// defaulted, so a merge that fought defaulting would show up as writes here.
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
@@ -172,7 +172,7 @@ func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 
 func TestConflictOnStatusWriteIsRetriedFromAFreshRead(t *testing.T) {
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 	// A second writer changes the Cache between the reconciler's read and its status write,
 	// so the API server rejects the write as based on a stale resourceVersion.
 	racing := interceptor.NewClient(k8s, interceptor.Funcs{
@@ -200,7 +200,7 @@ func TestConflictOnStatusWriteIsRetriedFromAFreshRead(t *testing.T) {
 
 func TestCrashBeforeTheStatusWriteConverges(t *testing.T) {
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 	// The process dies after creating the children and before writing status: the status
 	// write never reaches the API server.
 	crashing := interceptor.NewClient(k8s, interceptor.Funcs{
@@ -224,7 +224,7 @@ func TestCrashBeforeTheStatusWriteConverges(t *testing.T) {
 
 func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
 
 func TestFailureToUpdateAChildShowsInTheReadyCondition(t *testing.T) {
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}

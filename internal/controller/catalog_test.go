@@ -120,7 +120,7 @@ func TestCatalogueFollowsTheCacheAndUnchangedPassesWriteNothing(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	cat, etcdWrites := newCatalog(t, etcd.Endpoint)
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 
 	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestDeletionDeregistersThenReleasesTheCache(t *testing.T) {
 	cat, _ := newCatalog(t, etcd.Endpoint)
 	ns := newNamespace(t)
 	startManager(t, ns, cat)
-	newCache(t, ns, 3)
+	newCache(t, ns)
 	waitFor(t, "three records", func() (bool, string) {
 		got := records(t, etcd, ns)
 		return len(got) == 3, fmt.Sprint(got)
@@ -178,7 +178,7 @@ func TestCrashBetweenDeregisteringAndReleasingConverges(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	cat, _ := newCatalog(t, etcd.Endpoint)
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestCatalogueDownDuringDeletionKeepsTheCacheAndSaysWhy(t *testing.T) {
 	cat, _ := newCatalog(t, etcd.Endpoint)
 	ns := newNamespace(t)
 	startManager(t, ns, cat)
-	newCache(t, ns, 3)
+	newCache(t, ns)
 	waitFor(t, "three records", func() (bool, string) {
 		got := records(t, etcd, ns)
 		return len(got) == 3, fmt.Sprint(got)
@@ -269,7 +269,7 @@ func TestAbandonAnnotationReleasesACacheWhoseCatalogueIsGone(t *testing.T) {
 	// A catalogue that never answers: nothing listens on this endpoint.
 	gone, _ := newCatalog(t, "http://127.0.0.1:1")
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 	r := newReconciler(k8s, gone)
 	if err := reconcile(r, cache); err == nil {
 		t.Fatal("registration in an unreachable catalogue succeeded")
@@ -299,7 +299,7 @@ func TestAbandonAnnotationReleasesACacheWhoseCatalogueIsGone(t *testing.T) {
 
 func TestWithoutACatalogueThereIsNoFinalizer(t *testing.T) {
 	ns := newNamespace(t)
-	cache := newCache(t, ns, 3)
+	cache := newCache(t, ns)
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}

@@ -69,12 +69,12 @@ func newNamespace(t *testing.T) string {
 	return ns.Name
 }
 
-// newCache creates a Cache as a user would and returns it as stored.
-func newCache(t *testing.T, namespace string, replicas int32) *cachev1.Cache {
+// newCache creates a Cache of three replicas as a user would and returns it as stored.
+func newCache(t *testing.T, namespace string) *cachev1.Cache {
 	t.Helper()
 	c := &cachev1.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: namespace},
-		Spec:       cachev1.CacheSpec{Replicas: replicas, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
+		Spec:       cachev1.CacheSpec{Replicas: 3, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
 	}
 	if err := k8s.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func TestKillBetweenCreatingTheStatefulSetAndWritingStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	newCache(t, ns, "orders-cache", 3)
+	newCache(t, ns, "orders-cache")
 	for ev := range sets.ResultChan() {
 		if ev.Type == watch.Added {
 			first.stop(t, syscall.SIGKILL)
@@ -78,7 +78,7 @@ func TestCrashStormConverges(t *testing.T) {
 		switch {
 		case step < caches:
 			name := fmt.Sprintf("cache-%02d", step)
-			newCache(t, ns, name, 3)
+			newCache(t, ns, name)
 			alive[name] = 3
 		case rng.IntN(4) == 0 && len(alive) > caches/2:
 			name := pick(rng, alive)

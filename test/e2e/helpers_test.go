@@ -67,11 +67,12 @@ func deleteAllCaches(t *testing.T, namespace string) {
 	})
 }
 
-func newCache(t *testing.T, namespace, name string, replicas int32) *cachev1.Cache {
+// newCache creates a Cache of three replicas.
+func newCache(t *testing.T, namespace, name string) *cachev1.Cache {
 	t.Helper()
 	c := &cachev1.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       cachev1.CacheSpec{Replicas: replicas, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		Spec:       cachev1.CacheSpec{Replicas: 3, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

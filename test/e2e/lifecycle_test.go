@@ -146,7 +146,7 @@ func TestVersionBumpRollsEveryPodHighestOrdinalFirst(t *testing.T) {
 	startOperator(t, "a", "")
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
-	newCache(t, ns, "orders-cache", 3)
+	newCache(t, ns, "orders-cache")
 	waitSettled(t, ns, time.Minute)
 	history := watchReady(t, key)
 
@@ -204,7 +204,7 @@ func TestDeletionRemovesChildrenRecordsAndFinalizer(t *testing.T) {
 	startOperator(t, "a", etcd.Endpoint)
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
-	c := newCache(t, ns, "orders-cache", 3)
+	c := newCache(t, ns, "orders-cache")
 	waitSettled(t, ns, time.Minute)
 	etcdClient := etcd.Client(t)
 	defer etcdClient.Close() //nolint:errcheck

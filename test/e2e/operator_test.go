@@ -113,15 +113,6 @@ func (o *operator) stop(t *testing.T, sig syscall.Signal) {
 	}
 }
 
-func (o *operator) running() bool {
-	select {
-	case <-o.exited:
-		return false
-	default:
-		return true
-	}
-}
-
 func (o *operator) logs(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(o.log)

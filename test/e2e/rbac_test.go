@@ -41,7 +41,7 @@ func TestMissingPermissionSurfaces(t *testing.T) {
 	o.allowForbidden = true
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
-	newCache(t, ns, "orders-cache", 3)
+	newCache(t, ns, "orders-cache")
 	waitSettled(t, ns, time.Minute)
 
 	for i, rule := range role.Rules {

@@ -35,7 +35,7 @@ func TestSteadyStateAndRestartMakeNoWrites(t *testing.T) {
 	first := startOperator(t, "first", etcd.Endpoint, "--leader-elect=false")
 	ns := newNamespace(t)
 	for i := range caches {
-		newCache(t, ns, fmt.Sprintf("cache-%d", i), 3)
+		newCache(t, ns, fmt.Sprintf("cache-%d", i))
 	}
 	waitSettled(t, ns, 2*time.Minute)
 	first.waitIdle(t, caches)
