@@ -21,7 +21,7 @@ test: verify lint ## Run every test: unit, envtest (a real etcd and kube-apiserv
 
 .PHONY: manifests
 manifests: ## Generate the CRD and the RBAC role from the kubebuilder markers.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths=./... \
+	$(CONTROLLER_GEN) rbac:roleName=cache-operator-manager crd paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate

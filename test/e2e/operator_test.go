@@ -58,6 +58,7 @@ func startOperator(t *testing.T, name, catalogEndpoint string, extraArgs ...stri
 		"--leader-elect-renew-deadline", renewDeadline.String(),
 		"--leader-elect-retry-period", retryPeriod.String(),
 		"--metrics-bind-address", o.metricsAddr,
+		"--metrics-secure=false",
 		"--health-probe-bind-address", testenv.FreeAddr(t),
 		"--kube-api-qps", "200", "--kube-api-burst", "400",
 		"--catalog-request-timeout", "2s",

@@ -22,13 +22,13 @@ import (
 func TestMissingPermissionSurfaces(t *testing.T) {
 	ctx := context.Background()
 	var role rbacv1.ClusterRole
-	if err := admin.Get(ctx, client.ObjectKey{Name: "manager-role"}, &role); err != nil {
+	if err := admin.Get(ctx, client.ObjectKey{Name: "cache-operator-manager"}, &role); err != nil {
 		t.Fatal(err)
 	}
 	original := role.DeepCopy()
 	t.Cleanup(func() {
 		var current rbacv1.ClusterRole
-		if err := admin.Get(ctx, client.ObjectKey{Name: "manager-role"}, &current); err != nil {
+		if err := admin.Get(ctx, client.ObjectKey{Name: "cache-operator-manager"}, &current); err != nil {
 			t.Fatal(err)
 		}
 		current.Rules = original.Rules
