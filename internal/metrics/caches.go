@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
@@ -15,6 +16,9 @@ var (
 	cachesDesc = prometheus.NewDesc("cache_operator_caches",
 		"Caches by the status and reason of their Ready condition (Unknown/None before the first reconcile).",
 		[]string{"ready", "reason"}, nil)
+	cacheReadyDesc = prometheus.NewDesc("cache_operator_cache_ready",
+		"1 if the Cache's Ready condition is True, else 0: one series per Cache, for alerts that name it.",
+		[]string{"namespace", "name"}, nil)
 	terminatingDesc = prometheus.NewDesc("cache_operator_caches_terminating",
 		"Caches that are being deleted and wait for their finalizer.", nil, nil)
 	oldestTerminatingDesc = prometheus.NewDesc("cache_operator_oldest_terminating_cache_age_seconds",
@@ -36,6 +40,7 @@ type cachesCollector struct {
 
 func (c *cachesCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cachesDesc
+	ch <- cacheReadyDesc
 	ch <- terminatingDesc
 	ch <- oldestTerminatingDesc
 }
@@ -59,6 +64,11 @@ func (c *cachesCollector) Collect(ch chan<- prometheus.Metric) {
 			r = readiness{string(cond.Status), cond.Reason}
 		}
 		counts[r]++
+		ready := 0.0
+		if r.status == string(metav1.ConditionTrue) {
+			ready = 1
+		}
+		ch <- prometheus.MustNewConstMetric(cacheReadyDesc, prometheus.GaugeValue, ready, cache.Namespace, cache.Name)
 		if ts := cache.DeletionTimestamp; ts != nil {
 			terminating++
 			oldest = max(oldest, time.Since(ts.Time).Seconds())
