@@ -3,14 +3,22 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"example.com/cache-operator/internal/localcluster"
@@ -94,5 +102,88 @@ func TestMetricsEndpointServesOnlyTheMetricsReader(t *testing.T) {
 			code, status := scrape(tc.token)
 			return code == tc.want, status
 		})
+	}
+}
+
+// objects decodes a multi-document YAML stream.
+func objects(t *testing.T, stream string) []unstructured.Unstructured {
+	t.Helper()
+	var out []unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(stream), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+func identities(objs []unstructured.Unstructured) []string {
+	var ids []string
+	for _, o := range objs {
+		ids = append(ids, fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName()))
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func helmTemplate(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(testenv.BinDir(), "helm"), append([]string{"template", "cache-operator",
+		filepath.Join(testenv.Root(), "charts", "cache-operator"), "--namespace", localcluster.OperatorNamespace}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	return string(out)
+}
+
+// The Helm chart and the kustomize install are two doors to the same operator: the same
+// objects, accepted by the same API server, and the same alerts at the chart's defaults.
+func TestHelmChartInstallsWhatKustomizeInstalls(t *testing.T) {
+	ctx := context.Background()
+	kustomized, err := cluster.KubectlOutput(ctx, "kustomize", filepath.Join(testenv.Root(), "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := helmTemplate(t, "--include-crds", "--set", "createNamespace=true")
+
+	if k, h := identities(objects(t, kustomized)), identities(objects(t, rendered)); !slices.Equal(k, h) {
+		t.Errorf("kustomize installs\n%s\nthe Helm chart\n%s", strings.Join(k, "\n"), strings.Join(h, "\n"))
+	}
+	chart := filepath.Join(t.TempDir(), "chart.yaml")
+	if err := os.WriteFile(chart, []byte(rendered), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Kubectl(ctx, "apply", "--server-side", "--dry-run=server", "-f", chart); err != nil {
+		t.Errorf("the API server refuses the rendered chart: %v", err)
+	}
+
+	// The monitoring objects need the Prometheus Operator's CRDs, which the local cluster
+	// lacks; compare them with config/prometheus instead.
+	var shipped []unstructured.Unstructured
+	for _, file := range []string{"monitor.yaml", "alerts.yaml"} {
+		b, err := os.ReadFile(filepath.Join(testenv.Root(), "config", "prometheus", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shipped = append(shipped, objects(t, string(b))...)
+	}
+	monitoring := map[string]map[string]any{}
+	for _, o := range objects(t, helmTemplate(t, "--set", "prometheus.enabled=true", "--show-only", "templates/monitoring.yaml")) {
+		monitoring[o.GetKind()] = o.Object
+	}
+	if len(monitoring) != len(shipped) {
+		t.Fatalf("the chart renders %d monitoring objects, config/prometheus has %d", len(monitoring), len(shipped))
+	}
+	for _, want := range shipped {
+		if !reflect.DeepEqual(want.Object, monitoring[want.GetKind()]) {
+			t.Errorf("the chart's %s differs from config/prometheus at the chart's defaults", want.GetKind())
+		}
 	}
 }
