@@ -35,7 +35,7 @@ func TestKillBetweenCreatingTheStatefulSetAndWritingStatus(t *testing.T) {
 	newCache(t, ns, "orders-cache")
 	for ev := range sets.ResultChan() {
 		if ev.Type == watch.Added {
-			first.stop(t, syscall.SIGKILL)
+			first.Stop(t, syscall.SIGKILL)
 			break
 		}
 	}
@@ -93,7 +93,7 @@ func TestCrashStormConverges(t *testing.T) {
 			alive[name] = replicas
 		}
 		if killAt[step] {
-			op.stop(t, syscall.SIGKILL)
+			op.Stop(t, syscall.SIGKILL)
 			restarts++
 			op = startOperator(t, fmt.Sprintf("storm-%d", restarts), etcd.Endpoint)
 		}

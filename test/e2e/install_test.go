@@ -72,7 +72,7 @@ func TestMetricsEndpointServesOnlyTheMetricsReader(t *testing.T) {
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // self-signed test certificate
 	}}
 	scrape := func(token string) (int, string) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+o.metricsAddr+"/metrics", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+o.MetricsAddr+"/metrics", nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}

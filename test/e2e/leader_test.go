@@ -8,18 +8,20 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"example.com/cache-operator/internal/testenv"
 )
 
 // waitLeader waits until o holds the Lease.
-func (o *operator) waitLeader(t *testing.T) {
+func waitLeader(t *testing.T, o *testenv.Operator) {
 	t.Helper()
-	waitFor(t, 2*leaseDuration+10*time.Second, "operator "+o.name+" to lead", func() (bool, string) {
-		return o.isLeader(t), "not leading"
+	waitFor(t, 2*leaseDuration+10*time.Second, "operator "+o.Name+" to lead", func() (bool, string) {
+		return isLeader(t, o), "not leading"
 	})
 }
 
-func (o *operator) reconciles(t *testing.T) float64 {
-	return sum(o.metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": "cache"})
+func reconciles(t *testing.T, o *testenv.Operator) float64 {
+	return testenv.Sum(o.Metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": "cache"})
 }
 
 // handover changes the Cache's spec and measures the time from since until its status
@@ -39,7 +41,7 @@ func handover(t *testing.T, key client.ObjectKey, replicas int, since time.Time)
 
 func TestLeaderElectionWithTwoReplicas(t *testing.T) {
 	a := startOperator(t, "a", "")
-	a.waitLeader(t)
+	waitLeader(t, a)
 	b := startOperator(t, "b", "")
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
@@ -47,52 +49,52 @@ func TestLeaderElectionWithTwoReplicas(t *testing.T) {
 	waitSettled(t, ns, time.Minute)
 
 	// Only the leader reconciles.
-	if a.reconciles(t) == 0 {
+	if reconciles(t, a) == 0 {
 		t.Error("the leader made no reconciles")
 	}
-	if b.isLeader(t) || b.reconciles(t) != 0 {
-		t.Errorf("the standby leads (%v) or reconciles (%v times)", b.isLeader(t), b.reconciles(t))
+	if isLeader(t, b) || reconciles(t, b) != 0 {
+		t.Errorf("the standby leads (%v) or reconciles (%v times)", isLeader(t, b), reconciles(t, b))
 	}
 
 	// SIGKILL: the Lease is left to expire, and the standby takes over after it.
 	killed := time.Now()
-	a.stop(t, syscall.SIGKILL)
+	a.Stop(t, syscall.SIGKILL)
 	took := handover(t, key, 4, killed)
 	t.Logf("handover after SIGKILL of the leader: %s (lease duration %s)", took.Round(time.Millisecond), leaseDuration)
 	if bound := leaseDuration + 2*retryPeriod + 5*time.Second; took > bound {
 		t.Errorf("handover after SIGKILL took %s, want at most %s", took, bound)
 	}
-	b.waitLeader(t)
+	waitLeader(t, b)
 
 	// SIGTERM: the leader releases the Lease on its way out; no waiting for it to expire.
 	c := startOperator(t, "c", "")
 	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while an operator runs
-	waitFor(t, time.Minute, "operator c to be up", func() (bool, string) { return c.metrics(t) != nil, "no metrics yet" })
+	waitFor(t, time.Minute, "operator c to be up", func() (bool, string) { return c.Metrics(t) != nil, "no metrics yet" })
 	terminated := time.Now()
-	b.stop(t, syscall.SIGTERM)
+	b.Stop(t, syscall.SIGTERM)
 	took = handover(t, key, 5, terminated)
 	t.Logf("handover after SIGTERM of the leader: %s", took.Round(time.Millisecond))
 	if took >= leaseDuration {
 		t.Errorf("handover after SIGTERM took %s, no quicker than waiting out the %s lease", took, leaseDuration)
 	}
-	c.waitLeader(t)
+	waitLeader(t, c)
 
 	// A leader frozen past its renew deadline (SIGSTOP) loses the Lease to the standby and,
 	// once it runs again, exits rather than go on as a second writer.
 	d := startOperator(t, "d", "")
-	waitFor(t, time.Minute, "operator d to be up", func() (bool, string) { return d.metrics(t) != nil, "no metrics yet" })
-	c.signal(syscall.SIGSTOP)
-	d.waitLeader(t)
-	c.signal(syscall.SIGCONT)
+	waitFor(t, time.Minute, "operator d to be up", func() (bool, string) { return d.Metrics(t) != nil, "no metrics yet" })
+	c.Signal(syscall.SIGSTOP)
+	waitLeader(t, d)
+	c.Signal(syscall.SIGCONT)
 	select {
-	case <-c.exited:
+	case <-c.Exited:
 	case <-time.After(renewDeadline + 10*time.Second):
 		t.Fatal("the deposed leader kept running after it lost its Lease")
 	}
-	if c.exitErr == nil {
+	if c.ExitErr == nil {
 		t.Error("the deposed leader exited with status 0, want a failure")
 	}
-	if !strings.Contains(c.logs(t), "leader election lost") {
+	if !strings.Contains(c.Logs(t), "leader election lost") {
 		t.Error("the deposed leader did not log that it lost the election")
 	}
 	handover(t, key, 3, time.Now())

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -48,11 +47,8 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(workdir) //nolint:errcheck
 
-	operatorBinary = filepath.Join(workdir, "cache-operator")
-	build := exec.CommandContext(ctx, "go", "build", "-o", operatorBinary, "./cmd")
-	build.Dir, build.Stdout, build.Stderr = testenv.Root(), os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fail(fmt.Errorf("building the operator: %w", err))
+	if operatorBinary, err = testenv.BuildOperator(ctx, workdir); err != nil {
+		return fail(err)
 	}
 
 	cluster = &localcluster.Cluster{

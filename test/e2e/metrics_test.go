@@ -31,11 +31,11 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 
 	etcd := testenv.StartEtcd(t)
 	o := startOperator(t, "metrics", etcd.Endpoint)
-	o.waitLeader(t)
+	waitLeader(t, o)
 	ns := newNamespace(t)
 	newCache(t, ns, "orders-cache")
 	waitSettled(t, ns, time.Minute)
-	families := o.metrics(t)
+	families := o.Metrics(t)
 
 	for _, name := range used {
 		base := name

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/testenv"
 )
 
 // Every other test runs the operator under its ServiceAccount and fails on any Forbidden in its
@@ -38,7 +39,7 @@ func TestMissingPermissionSurfaces(t *testing.T) {
 	})
 
 	o := startOperator(t, "a", "")
-	o.allowForbidden = true
+	o.AllowForbidden = true
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
 	newCache(t, ns, "orders-cache")
@@ -65,10 +66,10 @@ func TestMissingPermissionSurfaces(t *testing.T) {
 		return ok, fmt.Sprintf("%s/%s %q", ready.Status, ready.Reason, ready.Message)
 	})
 	waitFor(t, 30*time.Second, "an error-level log line and the reconcile error metric", func() (bool, string) {
-		errorLogged := slices.ContainsFunc(strings.Split(o.logs(t), "\n"), func(line string) bool {
+		errorLogged := slices.ContainsFunc(strings.Split(o.Logs(t), "\n"), func(line string) bool {
 			return strings.Contains(line, `"level":"error"`) && strings.Contains(line, "forbidden")
 		})
-		errors := sum(o.metrics(t), "controller_runtime_reconcile_errors_total", map[string]string{"controller": "cache"})
+		errors := testenv.Sum(o.Metrics(t), "controller_runtime_reconcile_errors_total", map[string]string{"controller": "cache"})
 		return errorLogged && errors > 0, fmt.Sprintf("error logged: %v, reconcile errors: %v", errorLogged, errors)
 	})
 }

@@ -11,17 +11,17 @@ import (
 
 // waitIdle waits until the operator has started its controller, reconciled at least
 // minReconciles times and has nothing queued.
-func (o *operator) waitIdle(t *testing.T, minReconciles float64) {
+func waitIdle(t *testing.T, o *testenv.Operator, minReconciles float64) {
 	t.Helper()
-	waitFor(t, time.Minute, "operator "+o.name+" to drain its queue", func() (bool, string) {
-		m := o.metrics(t)
+	waitFor(t, time.Minute, "operator "+o.Name+" to drain its queue", func() (bool, string) {
+		m := o.Metrics(t)
 		if m == nil {
 			return false, "metrics endpoint not up"
 		}
 		cache := map[string]string{"controller": "cache"}
-		reconciles := sum(m, "controller_runtime_reconcile_total", cache)
-		depth := sum(m, "workqueue_depth", map[string]string{"name": "cache"})
-		active := sum(m, "controller_runtime_active_workers", cache)
+		reconciles := testenv.Sum(m, "controller_runtime_reconcile_total", cache)
+		depth := testenv.Sum(m, "workqueue_depth", map[string]string{"name": "cache"})
+		active := testenv.Sum(m, "controller_runtime_active_workers", cache)
 		return reconciles >= minReconciles && depth == 0 && active == 0,
 			fmt.Sprintf("%v reconciles, queue depth %v, %v active workers", reconciles, depth, active)
 	})
@@ -38,10 +38,10 @@ func TestSteadyStateAndRestartMakeNoWrites(t *testing.T) {
 		newCache(t, ns, fmt.Sprintf("cache-%d", i))
 	}
 	waitSettled(t, ns, 2*time.Minute)
-	first.waitIdle(t, caches)
+	waitIdle(t, first, caches)
 
 	// Steady state: everything Ready, nothing to do, for 30 s.
-	before := mutatingRequests(first.metrics(t))
+	before := testenv.MutatingRequests(first.Metrics(t))
 	window := time.NewTimer(30 * time.Second)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -51,18 +51,18 @@ observe:
 		case <-window.C:
 			break observe
 		case <-tick.C:
-			if now := mutatingRequests(first.metrics(t)); now != before {
+			if now := testenv.MutatingRequests(first.Metrics(t)); now != before {
 				t.Fatalf("with every Cache Ready the operator made %v mutating requests", now-before)
 			}
 		}
 	}
 
 	// Restart: the new process lists every Cache and reconciles each, and must write nothing.
-	first.stop(t, syscall.SIGTERM)
+	first.Stop(t, syscall.SIGTERM)
 	second := startOperator(t, "second", etcd.Endpoint, "--leader-elect=false")
 	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while the second operator runs
-	second.waitIdle(t, caches)
-	if writes := mutatingRequests(second.metrics(t)); writes != 0 {
+	waitIdle(t, second, caches)
+	if writes := testenv.MutatingRequests(second.Metrics(t)); writes != 0 {
 		t.Errorf("after a restart with every Cache Ready the operator made %v mutating requests, want 0", writes)
 	}
 }

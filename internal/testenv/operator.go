@@ -1,0 +1,195 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// BuildOperator builds the operator's binary from this checkout into dir.
+func BuildOperator(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "cache-operator")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd")
+	build.Dir, build.Stdout, build.Stderr = Root(), os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building the operator: %w", err)
+	}
+	return bin, nil
+}
+
+// Operator is one process of the operator's binary, with its log in a file.
+type Operator struct {
+	Name string
+	// MetricsAddr is where it serves metrics (plain HTTP unless the caller asks otherwise).
+	MetricsAddr string
+	// Exited is closed when the process has exited; ExitErr is then its exit status.
+	Exited  chan struct{}
+	ExitErr error
+	// AllowForbidden is set by tests that take permissions away on purpose; otherwise a
+	// Forbidden error in the log fails the test.
+	AllowForbidden bool
+
+	cmd *exec.Cmd
+	log string
+}
+
+// StartOperator starts the binary with kubeconfig and the given flags, plus its own metrics and
+// probe addresses. The test kills it when it ends, if nothing else has, and shows the end of
+// its log if the test failed.
+func StartOperator(t testing.TB, binary, name, kubeconfig string, args ...string) *Operator {
+	t.Helper()
+	o := &Operator{
+		Name:        name,
+		MetricsAddr: FreeAddr(t),
+		Exited:      make(chan struct{}),
+		log:         filepath.Join(t.TempDir(), name+".log"),
+	}
+	args = append([]string{
+		"--kubeconfig", kubeconfig,
+		"--metrics-bind-address", o.MetricsAddr,
+		"--metrics-secure=false",
+		"--health-probe-bind-address", FreeAddr(t),
+	}, args...)
+	logFile, err := os.Create(o.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.cmd = exec.Command(binary, args...)
+	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
+	if err := o.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		o.ExitErr = o.cmd.Wait()
+		_ = logFile.Close()
+		close(o.Exited)
+	}()
+	t.Cleanup(func() {
+		o.Signal(syscall.SIGKILL)
+		<-o.Exited
+		logs := o.Logs(t)
+		if !o.AllowForbidden && strings.Contains(strings.ToLower(logs), "forbidden") {
+			t.Errorf("operator %s was refused something under its ServiceAccount: the generated RBAC lacks a permission", o.Name)
+		}
+		if t.Failed() {
+			t.Logf("log of operator %s:\n%s", o.Name, tail(logs, 60))
+		}
+	})
+	return o
+}
+
+// Signal sends sig to the process if it still runs.
+func (o *Operator) Signal(sig syscall.Signal) {
+	select {
+	case <-o.Exited:
+	default:
+		_ = o.cmd.Process.Signal(sig)
+	}
+}
+
+// Stop sends sig and waits until the process has exited.
+func (o *Operator) Stop(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	o.Signal(sig)
+	select {
+	case <-o.Exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("operator %s did not exit after %s", o.Name, sig)
+	}
+}
+
+// Logs is what the process has logged so far.
+func (o *Operator) Logs(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(o.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// PID is the process's ID.
+func (o *Operator) PID() int { return o.cmd.Process.Pid }
+
+// Metrics scrapes the operator's metrics endpoint. It returns nil while the endpoint is not up.
+func (o *Operator) Metrics(t testing.TB) map[string]*dto.MetricFamily {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.MetricsAddr+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close() //nolint:errcheck
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing the metrics of operator %s: %v", o.Name, err)
+	}
+	return families
+}
+
+// Sum adds up the samples of a counter or gauge whose labels include every given one.
+func Sum(families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	var total float64
+	for _, m := range families[name].GetMetric() {
+		if hasLabels(m, labels) {
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return total
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// MutatingVerbs are the HTTP methods of requests that change something stored.
+var MutatingVerbs = []string{"POST", "PUT", "PATCH", "DELETE"}
+
+// MutatingRequests is how many requests that change something the operator has sent to the
+// API server, by its own client metrics.
+func MutatingRequests(families map[string]*dto.MetricFamily) float64 {
+	var n float64
+	for _, verb := range MutatingVerbs {
+		n += Sum(families, "rest_client_requests_total", map[string]string{"method": verb})
+	}
+	return n
+}
+
+func tail(s string, lines int) string {
+	var all []string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		all = append(all, sc.Text())
+	}
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
