@@ -59,3 +59,8 @@ GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/crds char
 .PHONY: local-cluster-down
 local-cluster-down: ## Delete the local cluster that make run started.
 	go run ./hack/localcluster down
+
+.PHONY: bench
+bench: ## Measure the operator at scale on a local cluster (BENCH_ARGS="-caches=10000"); writes docs/benchmark-N.*
+	hack/toolchain.sh etcd kubernetes kwok
+	go test -tags bench ./test/bench -run TestBenchmark -count=1 -timeout 4h -v -args $(BENCH_ARGS)

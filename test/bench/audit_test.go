@@ -1,0 +1,89 @@
+//go:build bench
+
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+// auditPolicy records every request of the operator's ServiceAccount, and nothing else: an
+// independent count of its API requests by verb and resource, which its own client metrics
+// cannot split by resource.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:cache-operator-system:cache-operator"]
+- level: None
+`
+
+type auditLog struct{ path string }
+
+type auditEvent struct {
+	Verb      string `json:"verb"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	Received time.Time `json:"requestReceivedTimestamp"`
+}
+
+// requestCounts counts requests by "verb resource[/subresource]".
+type requestCounts map[string]int
+
+// requests counts the operator's requests received in [from, to].
+func (a *auditLog) requests(t *testing.T, from, to time.Time) requestCounts {
+	t.Helper()
+	f, err := os.Open(a.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() //nolint:errcheck
+	counts := requestCounts{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Received.Before(from) || e.Received.After(to) {
+			continue
+		}
+		resource := e.ObjectRef.Resource
+		if e.ObjectRef.Subresource != "" {
+			resource += "/" + e.ObjectRef.Subresource
+		}
+		counts[e.Verb+" "+resource]++
+	}
+	return counts
+}
+
+var writeVerbs = []string{"create", "update", "patch", "delete", "deletecollection"}
+
+// writes counts the mutating requests, without the leader's Lease renewals (one per retry
+// period, the price of leader election rather than of any Cache) and Events.
+func (c requestCounts) writes() map[string]int {
+	out := map[string]int{}
+	for key, n := range c {
+		var verb, resource string
+		fmt.Sscanf(key, "%s %s", &verb, &resource) //nolint:errcheck
+		if slices.Contains(writeVerbs, verb) && resource != "leases" && resource != "events" {
+			out[key] = n
+		}
+	}
+	return out
+}
+
+// perCache divides every count by the number of Caches.
+func (c requestCounts) perCache(n int) map[string]float64 {
+	out := map[string]float64{}
+	for key, v := range c {
+		out[key] = float64(v) / float64(n)
+	}
+	return out
+}

@@ -1,0 +1,413 @@
+//go:build bench
+
+// Package bench measures the operator at scale on a local kwokctl cluster: convergence, API
+// requests per Cache, writes in a steady state and on restart, and memory. It is not part of
+// the test command: run it with `make bench` (N=1000 by default, BENCH_ARGS=-caches=10000).
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/controller"
+	"example.com/cache-operator/internal/localcluster"
+	"example.com/cache-operator/internal/testenv"
+)
+
+var (
+	caches      = flag.Int("caches", 1000, "number of Caches")
+	replicas    = flag.Int("replicas", 3, "replicas per Cache at creation")
+	scaleTo     = flag.Int("scale-to", 5, "replicas per Cache after the scale phase")
+	steady      = flag.Duration("steady", 60*time.Second, "length of the steady-state phase")
+	concurrency = flag.Int("concurrency", 16, "parallel client requests when creating, scaling and deleting")
+	outDir      = flag.String("out", "", "directory for benchmark.json, benchmark.md and benchmark.svg (default docs/)")
+)
+
+const namespace = "bench"
+
+// operatorArgs are the flags of the measured operator; reported with the results.
+var operatorArgs = []string{
+	"--leader-election-namespace", localcluster.OperatorNamespace,
+	"--kube-api-qps", "500", "--kube-api-burst", "1000",
+	"--max-concurrent-reconciles", "8",
+}
+
+func TestBenchmark(t *testing.T) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs, Machine: machine()}
+	b := setUp(t, r)
+
+	b.phase("create", func() { r.Create = b.createAll(t) })
+	b.phase("steady", func() { r.Steady = b.steadyState(t) })
+	b.phase("scale", func() { r.Scale = b.scaleAll(t) })
+	b.phase("restart", func() { r.Restart = b.restart(t) })
+	b.phase("delete", func() { r.Delete = b.deleteAll(t) })
+	r.Memory = b.memory.peaks()
+	r.Timeline = b.timeline.samples()
+	if err := r.write(*outDir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bench is the running benchmark: the cluster, the operator, and what is recorded.
+type bench struct {
+	cluster    *localcluster.Cluster
+	admin      client.Client
+	operator   *testenv.Operator
+	binary     string
+	kubeconfig string
+	etcd       *testenv.Etcd
+	audit      *auditLog
+	ready      *readiness
+	timeline   *timeline
+	memory     *memorySampler
+	args       []string
+}
+
+func setUp(t *testing.T, r *Result) *bench {
+	t.Helper()
+	ctx := context.Background()
+	work := t.TempDir()
+	b := &bench{}
+	var err error
+	if b.binary, err = testenv.BuildOperator(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(work, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.cluster = &localcluster.Cluster{Name: fmt.Sprintf("bench-%d", os.Getpid()), Workdir: work, BinDir: testenv.BinDir()}
+	t.Cleanup(func() { _ = b.cluster.Delete(context.Background()) })
+	// kwok's simulated nodes take 110 pods each.
+	r.Nodes = *caches**scaleTo/100 + 2
+	if err := b.cluster.Create(ctx, r.Nodes, "--kube-audit-policy", policy); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cluster.InstallOperatorAccess(ctx, testenv.Root()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cluster.Kubectl(ctx, "create", "namespace", namespace); err != nil {
+		t.Fatal(err)
+	}
+	b.kubeconfig = filepath.Join(work, "operator.kubeconfig")
+	if err := b.cluster.WriteOperatorKubeconfig(ctx, b.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", b.cluster.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 2000, 4000
+	if b.admin, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
+		t.Fatal(err)
+	}
+	b.audit = &auditLog{path: filepath.Join(b.cluster.Logs(), "audit.log")}
+	b.etcd = testenv.StartEtcd(t)
+	b.args = append(slices.Clone(operatorArgs), "--catalog-endpoints", b.etcd.Endpoint)
+
+	b.timeline = &timeline{start: time.Now()}
+	b.ready = watchReadiness(t, cfg, b.timeline)
+	b.operator = testenv.StartOperator(t, b.binary, "bench-0", b.kubeconfig, b.args...)
+	b.memory = &memorySampler{}
+	b.memory.run(t, func() *testenv.Operator { return b.operator })
+	return b
+}
+
+func (b *bench) phase(name string, run func()) {
+	b.timeline.setPhase(name)
+	b.memory.setPhase(name)
+	run()
+}
+
+// parallel runs f for each Cache index, *concurrency at a time.
+func parallel(t *testing.T, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, *caches)
+	next := make(chan int)
+	for range *concurrency {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range *caches {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func name(i int) string { return fmt.Sprintf("cache-%05d", i) }
+
+func (b *bench) createAll(t *testing.T) CreatePhase {
+	start := time.Now()
+	created := make([]time.Time, *caches)
+	parallel(t, func(i int) error {
+		c := &cachev1.Cache{
+			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace},
+			Spec:       cachev1.CacheSpec{Replicas: int32(*replicas), Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		}
+		created[i] = time.Now()
+		return b.admin.Create(context.Background(), c)
+	})
+	b.ready.waitAll(t, 1, 30*time.Minute)
+	end := time.Now()
+	var latencies []time.Duration
+	for i := range *caches {
+		latencies = append(latencies, b.ready.readyAt(name(i), 1).Sub(created[i]))
+	}
+	return CreatePhase{
+		AllReadySeconds: end.Sub(start).Seconds(),
+		ReadyP50Seconds: quantile(latencies, 0.5), ReadyP99Seconds: quantile(latencies, 0.99),
+		Requests: b.audit.requests(t, start, end.Add(2*time.Second)).perCache(*caches),
+	}
+}
+
+func (b *bench) steadyState(t *testing.T) SteadyPhase {
+	reconciles := func() float64 {
+		return testenv.Sum(b.operator.Metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": "cache"})
+	}
+	// Let the reconciles that the last status writes triggered finish first.
+	waitIdle(t, b.operator, 0)
+	before, start := reconciles(), time.Now()
+	done := time.NewTimer(*steady)
+	<-done.C
+	end := time.Now()
+	return SteadyPhase{
+		Seconds:    end.Sub(start).Seconds(),
+		Writes:     b.audit.requests(t, start, end).writes(),
+		Reconciles: reconciles() - before,
+	}
+}
+
+func (b *bench) scaleAll(t *testing.T) ScalePhase {
+	start := time.Now()
+	patched := make([]time.Time, *caches)
+	generations := make([]int64, *caches)
+	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, *scaleTo))
+	parallel(t, func(i int) error {
+		c := &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}}
+		patched[i] = time.Now()
+		err := b.admin.Patch(context.Background(), c, patch)
+		generations[i] = c.Generation
+		return err
+	})
+	b.ready.waitAll(t, 2, 30*time.Minute)
+	end := time.Now()
+	var observed []time.Duration
+	for i := range *caches {
+		observed = append(observed, b.ready.observedAt(name(i), generations[i]).Sub(patched[i]))
+	}
+	return ScalePhase{
+		AllReadySeconds:    end.Sub(start).Seconds(),
+		ObservedP50Seconds: quantile(observed, 0.5), ObservedP99Seconds: quantile(observed, 0.99),
+		Requests: b.audit.requests(t, start, end.Add(2*time.Second)).perCache(*caches),
+	}
+}
+
+func (b *bench) restart(t *testing.T) RestartPhase {
+	b.operator.Stop(t, syscall.SIGTERM)
+	start := time.Now()
+	b.operator = testenv.StartOperator(t, b.binary, "bench-1", b.kubeconfig, b.args...)
+	waitIdle(t, b.operator, float64(*caches))
+	end := time.Now()
+	return RestartPhase{
+		DrainedSeconds: end.Sub(start).Seconds(),
+		Writes:         b.audit.requests(t, start, end.Add(2*time.Second)).writes(),
+	}
+}
+
+func (b *bench) deleteAll(t *testing.T) DeletePhase {
+	start := time.Now()
+	parallel(t, func(i int) error {
+		return b.admin.Delete(context.Background(), &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}})
+	})
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Minute, true,
+		func(ctx context.Context) (bool, error) {
+			var list metav1.PartialObjectMetadataList
+			list.SetGroupVersionKind(cachev1.GroupVersion.WithKind("CacheList"))
+			if err := b.admin.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+				return false, nil
+			}
+			b.timeline.setRemaining(len(list.Items))
+			return len(list.Items) == 0, nil
+		})
+	if err != nil {
+		t.Fatalf("Caches were not all deleted: %v", err)
+	}
+	end := time.Now()
+	c := b.etcd.Client(t)
+	defer c.Close() //nolint:errcheck
+	return DeletePhase{
+		AllGoneSeconds: end.Sub(start).Seconds(),
+		RecordsLeft:    len(testenv.KeyValues(t, c, "/skydns/")),
+		Requests:       b.audit.requests(t, start, end.Add(2*time.Second)).perCache(*caches),
+	}
+}
+
+// waitIdle waits until the operator has made at least minReconciles reconciles and has
+// nothing queued or in progress.
+func waitIdle(t *testing.T, o *testenv.Operator, minReconciles float64) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Minute, true,
+		func(context.Context) (bool, error) {
+			m := o.Metrics(t)
+			cache := map[string]string{"controller": "cache"}
+			return m != nil && testenv.Sum(m, "controller_runtime_reconcile_total", cache) >= minReconciles &&
+				testenv.Sum(m, "workqueue_depth", map[string]string{"name": "cache"}) == 0 &&
+				testenv.Sum(m, "controller_runtime_active_workers", cache) == 0, nil
+		})
+	if err != nil {
+		t.Fatalf("operator %s never drained its queue", o.Name)
+	}
+}
+
+// readiness follows every Cache through an informer: when it first reached each phase's
+// generation with Ready=True, and when its status first observed a generation.
+type readiness struct {
+	mu       sync.Mutex
+	ready    map[string]map[int]time.Time // name → phase (1 create, 2 scale) → first Ready
+	observed map[string]map[int64]time.Time
+	timeline *timeline
+}
+
+func watchReadiness(t *testing.T, cfg *rest.Config, tl *timeline) *readiness {
+	t.Helper()
+	r := &readiness{ready: map[string]map[int]time.Time{}, observed: map[string]map[int64]time.Time{}, timeline: tl}
+	informers, err := cache.New(cfg, cache.Options{Scheme: controller.NewScheme(),
+		DefaultNamespaces: map[string]cache.Config{namespace: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	informer, err := informers.GetInformer(context.Background(), &cachev1.Cache{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func(obj any) {
+		c, ok := obj.(*cachev1.Cache)
+		if !ok {
+			return
+		}
+		r.update(c, time.Now())
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = informers.Start(ctx) }()
+	informers.WaitForCacheSync(ctx)
+	return r
+}
+
+func (r *readiness) update(c *cachev1.Cache, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.observed[c.Name] == nil {
+		r.observed[c.Name] = map[int64]time.Time{}
+		r.ready[c.Name] = map[int]time.Time{}
+	}
+	if _, seen := r.observed[c.Name][c.Status.ObservedGeneration]; !seen {
+		r.observed[c.Name][c.Status.ObservedGeneration] = now
+	}
+	cond := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
+	if cond == nil || cond.Status != metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
+		return
+	}
+	phase := 1
+	if c.Spec.Replicas == int32(*scaleTo) && *scaleTo != *replicas {
+		phase = 2
+	}
+	if _, seen := r.ready[c.Name][phase]; !seen {
+		r.ready[c.Name][phase] = now
+		r.timeline.readyChanged(phase)
+	}
+}
+
+func (r *readiness) count(phase int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, phases := range r.ready {
+		if _, ok := phases[phase]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *readiness) waitAll(t *testing.T, phase int, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true,
+		func(context.Context) (bool, error) { return r.count(phase) == *caches, nil })
+	if err != nil {
+		t.Fatalf("only %d of %d Caches became Ready", r.count(phase), *caches)
+	}
+}
+
+func (r *readiness) readyAt(name string, phase int) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ready[name][phase]
+}
+
+// observedAt is when the Cache's status first reported generation gen or later.
+func (r *readiness) observedAt(name string, gen int64) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first time.Time
+	for g, at := range r.observed[name] {
+		if g >= gen && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
+func quantile(ds []time.Duration, q float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[int(q*float64(len(s)-1))].Seconds()
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Date: time.Now().UTC().Format(time.RFC3339)}
+	m.CPUModel, m.MemoryGiB = cpuAndMemory()
+	return m
+}

@@ -1,0 +1,183 @@
+//go:build bench
+
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"example.com/cache-operator/internal/testenv"
+)
+
+// Result is everything one benchmark run measured.
+type Result struct {
+	Machine      Machine           `json:"machine"`
+	Caches       int               `json:"caches"`
+	Replicas     int               `json:"replicas"`
+	ScaleTo      int               `json:"scaleTo"`
+	Nodes        int               `json:"nodes"`
+	OperatorArgs []string          `json:"operatorArgs"`
+	Create       CreatePhase       `json:"create"`
+	Steady       SteadyPhase       `json:"steady"`
+	Scale        ScalePhase        `json:"scale"`
+	Restart      RestartPhase      `json:"restart"`
+	Delete       DeletePhase       `json:"delete"`
+	Memory       map[string]Memory `json:"memoryPeakByPhase"`
+	Timeline     []Sample          `json:"timeline"`
+}
+
+type Machine struct {
+	CPUs      int     `json:"cpus"`
+	CPUModel  string  `json:"cpuModel"`
+	MemoryGiB float64 `json:"memoryGiB"`
+	GoVersion string  `json:"goVersion"`
+	Date      string  `json:"date"`
+}
+
+type CreatePhase struct {
+	AllReadySeconds float64            `json:"allReadySeconds"`
+	ReadyP50Seconds float64            `json:"readyP50Seconds"`
+	ReadyP99Seconds float64            `json:"readyP99Seconds"`
+	Requests        map[string]float64 `json:"requestsPerCache"`
+}
+
+type SteadyPhase struct {
+	Seconds    float64        `json:"seconds"`
+	Writes     map[string]int `json:"writes"`
+	Reconciles float64        `json:"reconciles"`
+}
+
+type ScalePhase struct {
+	AllReadySeconds    float64            `json:"allReadySeconds"`
+	ObservedP50Seconds float64            `json:"observedGenerationP50Seconds"`
+	ObservedP99Seconds float64            `json:"observedGenerationP99Seconds"`
+	Requests           map[string]float64 `json:"requestsPerCache"`
+}
+
+type RestartPhase struct {
+	DrainedSeconds float64        `json:"drainedSeconds"`
+	Writes         map[string]int `json:"writes"`
+}
+
+type DeletePhase struct {
+	AllGoneSeconds float64            `json:"allGoneSeconds"`
+	RecordsLeft    int                `json:"catalogueRecordsLeft"`
+	Requests       map[string]float64 `json:"requestsPerCache"`
+}
+
+type Memory struct {
+	RSSMiB  float64 `json:"rssMiB"`
+	HeapMiB float64 `json:"goHeapMiB"`
+}
+
+type Sample struct {
+	Seconds float64 `json:"t"`
+	Phase   string  `json:"phase"`
+	Ready   int     `json:"ready"`
+}
+
+func total[V int | float64](m map[string]V) V {
+	var n V
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// write stores the result as benchmark-N.json, benchmark-N.md and benchmark-N.svg.
+func (r *Result) write(dir string) error {
+	if dir == "" {
+		dir = filepath.Join(testenv.Root(), "docs")
+	}
+	base := filepath.Join(dir, fmt.Sprintf("benchmark-%d", r.Caches))
+	j, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".json", append(j, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".svg", []byte(r.svg()), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(base+".md", []byte(r.markdown(filepath.Base(base)+".svg")), 0o644)
+}
+
+func (r *Result) markdown(chart string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("## %d Caches (%d → %d replicas)\n\n", r.Caches, r.Replicas, r.ScaleTo)
+	p("Machine: %d × %s, %.0f GiB, %s, %s. Local kwokctl cluster, QPS limits off, %d simulated nodes. Operator flags: `%s`.\n\n",
+		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, strings.Join(r.OperatorArgs, " "))
+	p("| measure | value |\n|---|---|\n")
+	p("| create: all Ready (observedGeneration = generation) | %.1f s |\n", r.Create.AllReadySeconds)
+	p("| create → Ready per Cache, p50 / p99 | %.2f s / %.2f s |\n", r.Create.ReadyP50Seconds, r.Create.ReadyP99Seconds)
+	p("| create: operator requests per Cache | %.2f (%s) |\n", total(r.Create.Requests), breakdown(r.Create.Requests))
+	p("| steady state (%.0f s): writes / reconciles | %d / %.0f |\n", r.Steady.Seconds, total(r.Steady.Writes), r.Steady.Reconciles)
+	p("| scale: spec change → observedGeneration, p50 / p99 | %.2f s / %.2f s |\n", r.Scale.ObservedP50Seconds, r.Scale.ObservedP99Seconds)
+	p("| scale: all Ready | %.1f s |\n", r.Scale.AllReadySeconds)
+	p("| scale: operator requests per Cache | %.2f (%s) |\n", total(r.Scale.Requests), breakdown(r.Scale.Requests))
+	p("| restart: queue drained after start | %.1f s |\n", r.Restart.DrainedSeconds)
+	p("| restart: writes | %d |\n", total(r.Restart.Writes))
+	p("| delete: all gone | %.1f s |\n", r.Delete.AllGoneSeconds)
+	p("| delete: catalogue records left | %d |\n", r.Delete.RecordsLeft)
+	p("| delete: operator requests per Cache | %.2f (%s) |\n", total(r.Delete.Requests), breakdown(r.Delete.Requests))
+	var rss, heap float64
+	for _, m := range r.Memory {
+		rss, heap = max(rss, m.RSSMiB), max(heap, m.HeapMiB)
+	}
+	p("| operator peak RSS / Go heap | %.0f MiB / %.0f MiB |\n\n", rss, heap)
+	p("![Ready Caches over time](%s)\n", chart)
+	return b.String()
+}
+
+func breakdown(m map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// svg draws the Ready Caches (during deletion: the Caches left) over time, one colour a phase.
+func (r *Result) svg() string {
+	const w, h, pad = 800.0, 300.0, 40.0
+	end := 1.0
+	if n := len(r.Timeline); n > 0 {
+		end = max(end, r.Timeline[n-1].Seconds)
+	}
+	x := func(s float64) float64 { return pad + s/end*(w-2*pad) }
+	y := func(n int) float64 { return h - pad - float64(n)/float64(max(r.Caches, 1))*(h-2*pad) }
+	colours := map[string]string{"create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728"}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="%.0f" y="16">Ready Caches over time (%d Caches; during deletion: Caches left)</text>`+"\n", pad, r.Caches)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", pad, h-pad, w-pad, h-pad)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", pad, pad, pad, h-pad)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%d</text><text x="4" y="%.0f">0</text>`+"\n", 4.0, pad+4, r.Caches, h-pad)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f s</text>`+"\n", w-pad, h-pad+16, end)
+	var points []string
+	phase := ""
+	flush := func() {
+		if len(points) > 0 {
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", colours[phase], strings.Join(points, " "))
+		}
+	}
+	for _, s := range r.Timeline {
+		if s.Phase != phase {
+			flush()
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ccc" stroke-dasharray="3"/><text x="%.1f" y="%.0f" fill="%s">%s</text>`+"\n",
+				x(s.Seconds), pad, x(s.Seconds), h-pad, x(s.Seconds)+2, pad+12, colours[s.Phase], s.Phase)
+			phase, points = s.Phase, nil
+		}
+		points = append(points, fmt.Sprintf("%.1f,%.1f", x(s.Seconds), y(s.Ready)))
+	}
+	flush()
+	b.WriteString("</svg>\n")
+	return b.String()
+}
