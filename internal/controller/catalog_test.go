@@ -155,7 +155,10 @@ func TestCatalogueFollowsTheCacheAndUnchangedPassesWriteNothing(t *testing.T) {
 	}
 }
 
-func TestDeletionDeregistersThenReleasesTheCache(t *testing.T) {
+// registeredByAManager starts an etcd and a manager with the catalogue on it, creates a Cache
+// and waits until its three records are there.
+func registeredByAManager(t *testing.T) (*testenv.Etcd, string) {
+	t.Helper()
 	etcd := testenv.StartEtcd(t)
 	cat, _ := newCatalog(t, etcd.Endpoint)
 	ns := newNamespace(t)
@@ -165,6 +168,11 @@ func TestDeletionDeregistersThenReleasesTheCache(t *testing.T) {
 		got := records(t, etcd, ns)
 		return len(got) == 3, fmt.Sprint(got)
 	})
+	return etcd, ns
+}
+
+func TestDeletionDeregistersThenReleasesTheCache(t *testing.T) {
+	etcd, ns := registeredByAManager(t)
 
 	deleteCache(t, ns)
 
@@ -210,15 +218,7 @@ func TestCrashBetweenDeregisteringAndReleasingConverges(t *testing.T) {
 }
 
 func TestCatalogueDownDuringDeletionKeepsTheCacheAndSaysWhy(t *testing.T) {
-	etcd := testenv.StartEtcd(t)
-	cat, _ := newCatalog(t, etcd.Endpoint)
-	ns := newNamespace(t)
-	startManager(t, ns, cat)
-	newCache(t, ns)
-	waitFor(t, "three records", func() (bool, string) {
-		got := records(t, etcd, ns)
-		return len(got) == 3, fmt.Sprint(got)
-	})
+	etcd, ns := registeredByAManager(t)
 	errorsBefore := counterValue(t, "cache_operator_catalog_operation_errors_total", "deregister")
 
 	etcd.Stop(t)
