@@ -140,6 +140,7 @@ func (b *bench) phase(name string, run func()) {
 	b.timeline.setPhase(name)
 	b.memory.setPhase(name)
 	run()
+	b.timeline.mark() // so that a phase without changes still shows as a line
 }
 
 // parallel runs f for each Cache index, *concurrency at a time.
@@ -249,6 +250,7 @@ func (b *bench) restart(t *testing.T) RestartPhase {
 }
 
 func (b *bench) deleteAll(t *testing.T) DeletePhase {
+	b.timeline.setRemaining(*caches)
 	start := time.Now()
 	parallel(t, func(i int) error {
 		return b.admin.Delete(context.Background(), &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}})

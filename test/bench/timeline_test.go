@@ -32,6 +32,12 @@ func (tl *timeline) setPhase(p string) {
 	tl.addLocked()
 }
 
+func (tl *timeline) mark() {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.addLocked()
+}
+
 func (tl *timeline) readyChanged(phase int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
