@@ -39,14 +39,14 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev1.Cache) (*
 	nodes := catalog.StatefulSetNodes(key, cache.Spec.Replicas, r.ClusterDomain, resources.Port)
 	changed, err := r.Catalog.Sync(ctx, key, nodes)
 	if err != nil {
-		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventRegistrationFailed, "Register",
-			"Listing the cache in the catalogue failed: %v", err)
+		msg := fmt.Sprintf("Listing the cache in the catalogue failed: %v", err)
+		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventRegistrationFailed, "Register", "%s", msg)
 		return &metav1.Condition{
 			Type:               cachev1.ConditionRegistered,
 			Status:             metav1.ConditionFalse,
 			Reason:             cachev1.ReasonCatalogUnavailable,
 			ObservedGeneration: cache.Generation,
-			Message:            fmt.Sprintf("Listing the cache in the catalogue failed: %v", err),
+			Message:            msg,
 		}, fmt.Errorf("registering in the catalogue: %w", err)
 	}
 	if changed {
@@ -61,9 +61,9 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev1.Cache) (*
 	}, nil
 }
 
-// ensureFinalizer adds the finalizer when the operator runs with a catalogue. It patches rather
-// than updates, and with the resourceVersion it read, so that it can neither overwrite the spec
-// nor drop a finalizer someone else added meanwhile.
+// ensureFinalizer adds the finalizer when the operator runs with a catalogue. A merge patch
+// replaces the whole finalizers list, so it carries the resourceVersion it read: a finalizer
+// someone else added meanwhile makes it fail with a conflict instead of being dropped.
 func (r *CacheReconciler) ensureFinalizer(ctx context.Context, cache *cachev1.Cache) error {
 	if r.Catalog == nil {
 		return nil
@@ -108,15 +108,15 @@ func (r *CacheReconciler) deregister(ctx context.Context, cache *cachev1.Cache) 
 	if err == nil {
 		return nil
 	}
-	r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventDeregistrationFailed, "Deregister",
-		"Removing the cache from the catalogue failed: %v", err)
+	msg := fmt.Sprintf("Removing the cache from the catalogue failed: %v", err)
+	r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventDeregistrationFailed, "Deregister", "%s", msg)
 	cond := metav1.Condition{
 		Type:               cachev1.ConditionRegistered,
 		Status:             metav1.ConditionFalse,
 		Reason:             cachev1.ReasonCatalogUnavailable,
 		ObservedGeneration: cache.Generation,
-		Message: fmt.Sprintf("Removing the cache from the catalogue failed: %v. The Cache stays Terminating until "+
-			"this succeeds; to leave the record behind instead, annotate it %s=true", err, cachev1.AnnotationAbandonCatalogRecord),
+		Message: fmt.Sprintf("%s. The Cache stays Terminating until this succeeds; to leave the record behind "+
+			"instead, annotate it %s=true", msg, cachev1.AnnotationAbandonCatalogRecord),
 	}
 	if serr := r.writeCondition(ctx, cache, cond); serr != nil {
 		return errors.Join(fmt.Errorf("deregistering: %w", err), serr)
