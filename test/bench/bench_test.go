@@ -43,20 +43,23 @@ var (
 	steady      = flag.Duration("steady", 60*time.Second, "length of the steady-state phase")
 	concurrency = flag.Int("concurrency", 16, "parallel client requests when creating, scaling and deleting")
 	outDir      = flag.String("out", "", "directory for benchmark.json, benchmark.md and benchmark.svg (default docs/)")
+	workers     = flag.Int("workers", 8, "the operator's --max-concurrent-reconciles")
 )
 
 const namespace = "bench"
 
 // operatorArgs are the flags of the measured operator; reported with the results.
-var operatorArgs = []string{
-	"--leader-election-namespace", localcluster.OperatorNamespace,
-	"--kube-api-qps", "500", "--kube-api-burst", "1000",
-	"--max-concurrent-reconciles", "8",
+func operatorArgs() []string {
+	return []string{
+		"--leader-election-namespace", localcluster.OperatorNamespace,
+		"--kube-api-qps", "500", "--kube-api-burst", "1000",
+		"--max-concurrent-reconciles", fmt.Sprint(*workers),
+	}
 }
 
 func TestBenchmark(t *testing.T) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs, Machine: machine()}
+	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine()}
 	b := setUp(t, r)
 
 	b.phase("create", func() { r.Create = b.createAll(t) })
@@ -126,7 +129,7 @@ func setUp(t *testing.T, r *Result) *bench {
 	}
 	b.audit = &auditLog{path: filepath.Join(b.cluster.Logs(), "audit.log")}
 	b.etcd = testenv.StartEtcd(t)
-	b.args = append(slices.Clone(operatorArgs), "--catalog-endpoints", b.etcd.Endpoint)
+	b.args = append(operatorArgs(), "--catalog-endpoints", b.etcd.Endpoint)
 
 	b.timeline = &timeline{start: time.Now()}
 	b.ready = watchReadiness(t, cfg, b.timeline)
