@@ -2,8 +2,6 @@ package v1_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -12,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
@@ -23,24 +22,13 @@ import (
 var k8s, typed client.Client
 
 func TestMain(m *testing.M) {
-	env, err := testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	k8s, err = client.New(env.Config, client.Options{})
-	if err == nil {
-		typed, err = client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	testenv.Main(m, func(cfg *rest.Config) (err error) {
+		if k8s, err = client.New(cfg, client.Options{}); err != nil {
+			return err
+		}
+		typed, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+		return err
+	})
 }
 
 // cacheObject is a Cache as a user would write it in YAML, so that a test can send what the Go

@@ -23,6 +23,7 @@ import (
 // Cache's status.
 type CacheReconciler struct {
 	client.Client
+	// Recorder records the events that tell a user about catalogue failures.
 	Recorder events.EventRecorder
 
 	// ImageRepository is the repository of the Valkey image; the Cache's version is the tag.

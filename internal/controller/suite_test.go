@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -42,22 +40,11 @@ var (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	env, err := testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	restConfig = env.Config
-	k8s, err = client.NewWithWatch(restConfig, client.Options{Scheme: NewScheme()})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	testenv.Main(m, func(cfg *rest.Config) (err error) {
+		restConfig = cfg
+		k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: NewScheme()})
+		return err
+	})
 }
 
 func newNamespace(t *testing.T) string {
@@ -130,20 +117,10 @@ func startManager(t *testing.T, namespace string, cat catalog.Catalog) {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test with cond's last explanation after a
-// generous timeout. Tests wait on conditions, never on fixed sleeps.
+// waitFor waits for cond with a timeout generous for a loaded machine.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) {
-			ok, why := cond()
-			last = why
-			return ok, nil
-		})
-	if err != nil {
-		t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
-	}
+	testenv.WaitFor(t, 30*time.Second, what, cond)
 }
 
 // countingWrites wraps c so that every request that would change something stored is counted.

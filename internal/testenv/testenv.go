@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"testing"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -45,4 +47,23 @@ func Start() (*envtest.Environment, error) {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
 	return env, nil
+}
+
+// Main runs a test package against a fresh API server: it starts one, lets setup make the
+// package's clients from its config, runs the tests, stops the server and exits with the tests'
+// status. Call it from TestMain.
+func Main(m *testing.M, setup func(*rest.Config) error) {
+	env, err := Start()
+	if err == nil {
+		err = setup(env.Config)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
 }

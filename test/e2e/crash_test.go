@@ -100,7 +100,7 @@ func TestCrashStormConverges(t *testing.T) {
 	}
 	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while the last operator runs
 
-	waitFor(t, 3*time.Minute, "exactly the live Caches to remain", func() (bool, string) {
+	testenv.WaitFor(t, 3*time.Minute, "exactly the live Caches to remain", func() (bool, string) {
 		var list cachev1.CacheList
 		if err := admin.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -129,7 +129,7 @@ func assertChildrenAndRecords(t *testing.T, etcd *testenv.Etcd, namespace string
 	for name := range alive {
 		want[name] = 1
 	}
-	waitFor(t, time.Minute, "one StatefulSet and Service per live Cache", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "one StatefulSet and Service per live Cache", func() (bool, string) {
 		sets, svcs := children(t, namespace)
 		return maps.Equal(sets, want) && maps.Equal(svcs, want), fmt.Sprintf("StatefulSets %v, Services %v", sets, svcs)
 	})
@@ -142,7 +142,7 @@ func assertChildrenAndRecords(t *testing.T, etcd *testenv.Etcd, namespace string
 	c := etcd.Client(t)
 	defer c.Close() //nolint:errcheck
 	nsDir := "/skydns/internal/example/caches/" + namespace + "/"
-	waitFor(t, 30*time.Second, "the catalogue to list exactly the live Caches", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "the catalogue to list exactly the live Caches", func() (bool, string) {
 		got := testenv.KeyValues(t, c, nsDir)
 		return maps.Equal(got, wantRecords), fmt.Sprintf("%d records, want %d", len(got), len(wantRecords))
 	})

@@ -12,27 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
-)
 
-// waitFor polls cond until it holds, failing the test with cond's last explanation after
-// timeout. Tests wait on conditions, never on fixed sleeps.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true,
-		func(context.Context) (bool, error) {
-			ok, why := cond()
-			last = why
-			return ok, nil
-		})
-	if err != nil {
-		t.Fatalf("timed out after %s waiting for %s; last seen: %s", timeout, what, last)
-	}
-}
+	"example.com/cache-operator/internal/testenv"
+)
 
 // newNamespace creates a namespace for one test. When the test ends, its Caches are deleted
 // and waited for while the test's operator still runs (cleanups run last-registered first, so
@@ -58,7 +43,7 @@ func deleteAllCaches(t *testing.T, namespace string) {
 	if err := admin.DeleteAllOf(ctx, &cachev1.Cache{}, client.InNamespace(namespace)); err != nil {
 		t.Errorf("deleting the Caches of %s: %v", namespace, err)
 	}
-	waitFor(t, time.Minute, "the Caches of "+namespace+" to be gone", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "the Caches of "+namespace+" to be gone", func() (bool, string) {
 		var list cachev1.CacheList
 		if err := admin.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 			return false, err.Error()
@@ -102,7 +87,7 @@ func settled(c *cachev1.Cache) (bool, string) {
 // waitSettled waits until every Cache of the namespace is Ready for its current generation.
 func waitSettled(t *testing.T, namespace string, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "every Cache in "+namespace+" to be Ready", func() (bool, string) {
+	testenv.WaitFor(t, timeout, "every Cache in "+namespace+" to be Ready", func() (bool, string) {
 		var list cachev1.CacheList
 		if err := admin.List(context.Background(), &list, client.InNamespace(namespace)); err != nil {
 			return false, err.Error()

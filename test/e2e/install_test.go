@@ -35,7 +35,7 @@ func TestDefaultInstallIsAcceptedAndPodsAreRestricted(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cluster.Kubectl(ctx, "delete", "deployment/cache-operator", "--namespace", localcluster.OperatorNamespace)
 	})
-	waitFor(t, 2*time.Minute, "the operator Deployment to be available", func() (bool, string) {
+	testenv.WaitFor(t, 2*time.Minute, "the operator Deployment to be available", func() (bool, string) {
 		var d appsv1.Deployment
 		if err := admin.Get(ctx, client.ObjectKey{Namespace: localcluster.OperatorNamespace, Name: "cache-operator"}, &d); err != nil {
 			return false, err.Error()
@@ -83,7 +83,7 @@ func TestMetricsEndpointServesOnlyTheMetricsReader(t *testing.T) {
 		defer resp.Body.Close() //nolint:errcheck
 		return resp.StatusCode, resp.Status
 	}
-	waitFor(t, time.Minute, "the metrics endpoint to serve", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "the metrics endpoint to serve", func() (bool, string) {
 		code, status := scrape("")
 		return code != 0, status
 	})
@@ -98,7 +98,7 @@ func TestMetricsEndpointServesOnlyTheMetricsReader(t *testing.T) {
 		{"a ServiceAccount bound to the metrics-reader role", token("prometheus"), http.StatusOK},
 	} {
 		// RBAC changes reach the authorizer within moments; wait rather than race it.
-		waitFor(t, 30*time.Second, fmt.Sprintf("a scrape with %s to get %d", tc.who, tc.want), func() (bool, string) {
+		testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("a scrape with %s to get %d", tc.who, tc.want), func() (bool, string) {
 			code, status := scrape(tc.token)
 			return code == tc.want, status
 		})

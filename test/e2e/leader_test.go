@@ -15,7 +15,7 @@ import (
 // waitLeader waits until o holds the Lease.
 func waitLeader(t *testing.T, o *testenv.Operator) {
 	t.Helper()
-	waitFor(t, 2*leaseDuration+10*time.Second, "operator "+o.Name+" to lead", func() (bool, string) {
+	testenv.WaitFor(t, 2*leaseDuration+10*time.Second, "operator "+o.Name+" to lead", func() (bool, string) {
 		return isLeader(t, o), "not leading"
 	})
 }
@@ -29,7 +29,7 @@ func reconciles(t *testing.T, o *testenv.Operator) float64 {
 func handover(t *testing.T, key client.ObjectKey, replicas int, since time.Time) time.Duration {
 	t.Helper()
 	gen := patchCache(t, key, fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)).Generation
-	waitFor(t, 2*time.Minute, "the change to be reconciled", func() (bool, string) {
+	testenv.WaitFor(t, 2*time.Minute, "the change to be reconciled", func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {
 			return false, err.Error()
@@ -69,7 +69,7 @@ func TestLeaderElectionWithTwoReplicas(t *testing.T) {
 	// SIGTERM: the leader releases the Lease on its way out; no waiting for it to expire.
 	c := startOperator(t, "c", "")
 	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while an operator runs
-	waitFor(t, time.Minute, "operator c to be up", func() (bool, string) { return c.Metrics(t) != nil, "no metrics yet" })
+	testenv.WaitFor(t, time.Minute, "operator c to be up", func() (bool, string) { return c.Metrics(t) != nil, "no metrics yet" })
 	terminated := time.Now()
 	b.Stop(t, syscall.SIGTERM)
 	took = handover(t, key, 5, terminated)
@@ -82,7 +82,7 @@ func TestLeaderElectionWithTwoReplicas(t *testing.T) {
 	// A leader frozen past its renew deadline (SIGSTOP) loses the Lease to the standby and,
 	// once it runs again, exits rather than go on as a second writer.
 	d := startOperator(t, "d", "")
-	waitFor(t, time.Minute, "operator d to be up", func() (bool, string) { return d.Metrics(t) != nil, "no metrics yet" })
+	testenv.WaitFor(t, time.Minute, "operator d to be up", func() (bool, string) { return d.Metrics(t) != nil, "no metrics yet" })
 	c.Signal(syscall.SIGSTOP)
 	waitLeader(t, d)
 	c.Signal(syscall.SIGCONT)

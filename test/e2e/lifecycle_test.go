@@ -104,7 +104,7 @@ func TestWorkedExampleScaleThreeToFive(t *testing.T) {
 	if after.Generation != gen {
 		t.Errorf("generation went from %d to %d, want one step", before.Generation, after.Generation)
 	}
-	waitFor(t, 30*time.Second, "Ready for the 5-replica spec", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "Ready for the 5-replica spec", func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {
 			return false, err.Error()
@@ -170,7 +170,7 @@ func TestVersionBumpRollsEveryPodHighestOrdinalFirst(t *testing.T) {
 	}()
 
 	gen := patchCache(t, key, `{"spec":{"version":"8.1.2"}}`).Generation
-	waitFor(t, 2*time.Minute, "every pod on 8.1.2 and the Cache Ready", func() (bool, string) {
+	testenv.WaitFor(t, 2*time.Minute, "every pod on 8.1.2 and the Cache Ready", func() (bool, string) {
 		var list corev1.PodList
 		if err := admin.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -217,7 +217,7 @@ func TestDeletionRemovesChildrenRecordsAndFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waitFor(t, time.Minute, "the Cache, its children and its pods to be gone", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "the Cache, its children and its pods to be gone", func() (bool, string) {
 		_, err := getCache(t, key)
 		sets, svcs := children(t, ns)
 		var pods corev1.PodList

@@ -55,7 +55,7 @@ func TestMissingPermissionSurfaces(t *testing.T) {
 	}
 	patchCache(t, key, `{"spec":{"replicas":5}}`)
 
-	waitFor(t, time.Minute, "Ready=False ReconcileFailed naming the Forbidden error", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "Ready=False ReconcileFailed naming the Forbidden error", func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {
 			return false, err.Error()
@@ -65,7 +65,7 @@ func TestMissingPermissionSurfaces(t *testing.T) {
 			strings.Contains(ready.Message, "forbidden")
 		return ok, fmt.Sprintf("%s/%s %q", ready.Status, ready.Reason, ready.Message)
 	})
-	waitFor(t, 30*time.Second, "an error-level log line and the reconcile error metric", func() (bool, string) {
+	testenv.WaitFor(t, 30*time.Second, "an error-level log line and the reconcile error metric", func() (bool, string) {
 		errorLogged := slices.ContainsFunc(strings.Split(o.Logs(t), "\n"), func(line string) bool {
 			return strings.Contains(line, `"level":"error"`) && strings.Contains(line, "forbidden")
 		})

@@ -13,7 +13,7 @@ import (
 // minReconciles times and has nothing queued.
 func waitIdle(t *testing.T, o *testenv.Operator, minReconciles float64) {
 	t.Helper()
-	waitFor(t, time.Minute, "operator "+o.Name+" to drain its queue", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "operator "+o.Name+" to drain its queue", func() (bool, string) {
 		m := o.Metrics(t)
 		if m == nil {
 			return false, "metrics endpoint not up"
