@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -76,9 +77,11 @@ func TestBenchmark(t *testing.T) {
 
 // bench is the running benchmark: the cluster, the operator, and what is recorded.
 type bench struct {
-	cluster    *localcluster.Cluster
-	admin      client.Client
-	operator   *testenv.Operator
+	cluster *localcluster.Cluster
+	admin   client.Client
+	// operator is the running operator process; the memory sampler reads it while the
+	// restart phase replaces it.
+	operator   atomic.Pointer[testenv.Operator]
 	binary     string
 	kubeconfig string
 	etcd       *testenv.Etcd
@@ -133,9 +136,9 @@ func setUp(t *testing.T, r *Result) *bench {
 
 	b.timeline = &timeline{start: time.Now()}
 	b.ready = watchReadiness(t, cfg, b.timeline)
-	b.operator = testenv.StartOperator(t, b.binary, "bench-0", b.kubeconfig, b.args...)
+	b.operator.Store(testenv.StartOperator(t, b.binary, "bench-0", b.kubeconfig, b.args...))
 	b.memory = &memorySampler{}
-	b.memory.run(t, func() *testenv.Operator { return b.operator })
+	b.memory.run(t, b.operator.Load)
 	return b
 }
 
@@ -200,10 +203,10 @@ func (b *bench) createAll(t *testing.T) CreatePhase {
 
 func (b *bench) steadyState(t *testing.T) SteadyPhase {
 	reconciles := func() float64 {
-		return testenv.Sum(b.operator.Metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": "cache"})
+		return testenv.Sum(b.operator.Load().Metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": "cache"})
 	}
 	// Let the reconciles that the last status writes triggered finish first.
-	waitIdle(t, b.operator, 0)
+	waitIdle(t, b.operator.Load(), 0)
 	before, start := reconciles(), time.Now()
 	done := time.NewTimer(*steady)
 	<-done.C
@@ -241,10 +244,10 @@ func (b *bench) scaleAll(t *testing.T) ScalePhase {
 }
 
 func (b *bench) restart(t *testing.T) RestartPhase {
-	b.operator.Stop(t, syscall.SIGTERM)
+	b.operator.Load().Stop(t, syscall.SIGTERM)
 	start := time.Now()
-	b.operator = testenv.StartOperator(t, b.binary, "bench-1", b.kubeconfig, b.args...)
-	waitIdle(t, b.operator, float64(*caches))
+	b.operator.Store(testenv.StartOperator(t, b.binary, "bench-1", b.kubeconfig, b.args...))
+	waitIdle(t, b.operator.Load(), float64(*caches))
 	end := time.Now()
 	return RestartPhase{
 		DrainedSeconds: end.Sub(start).Seconds(),
