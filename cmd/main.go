@@ -102,6 +102,7 @@ func main() {
 
 	r := &controller.CacheReconciler{
 		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
 		Recorder:        mgr.GetEventRecorder("cache-operator"),
 		ImageRepository: imageRepository,
 		ClusterDomain:   clusterDomain,

@@ -23,6 +23,9 @@ import (
 // Cache's status.
 type CacheReconciler struct {
 	client.Client
+	// APIReader reads from the API server, bypassing the informer cache: for the whole
+	// StatefulSet before an update, since the cache keeps it without its pod template.
+	APIReader client.Reader
 	// Recorder records the events that tell a user about catalogue failures.
 	Recorder events.EventRecorder
 

@@ -123,6 +123,32 @@ func TestDeletedChildIsRecreated(t *testing.T) {
 	})
 }
 
+// The informer holds StatefulSets without their pod template; a hand edit of an owned field
+// inside the template must still be seen and undone, and other edits left alone.
+func TestHandEditOfThePodTemplateIsUndone(t *testing.T) {
+	ns := newNamespace(t)
+	startManager(t, ns, nil)
+	newCache(t, ns)
+	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+
+	// kubectl set image statefulset/orders-cache valkey=valkey/valkey:7.2.0, plus a sidecar.
+	sts := getStatefulSet(t, ns)
+	sts.Spec.Template.Spec.Containers[0].Image = "valkey/valkey:7.2.0"
+	sts.Spec.Template.Spec.Containers = append(sts.Spec.Template.Spec.Containers, corev1.Container{Name: "log-shipper", Image: "shipper:2"})
+	if err := k8s.Update(context.Background(), sts); err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, "the Valkey image restored", func() (bool, string) {
+		containers := getStatefulSet(t, ns).Spec.Template.Spec.Containers
+		images := make([]string, 0, len(containers))
+		for _, c := range containers {
+			images = append(images, c.Image)
+		}
+		return slices.Equal(images, []string{"valkey/valkey:8.1.1", "shipper:2"}), fmt.Sprintf("images %v", images)
+	})
+}
+
 func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)

@@ -28,26 +28,50 @@ func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev1.Cac
 	return sts, nil
 }
 
+// ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod
+// template (see CacheOptions), whether anything needs writing. Only an update, rare next to the
+// passes that find nothing to do, reads the whole stored object first.
 func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev1.Cache) (*appsv1.StatefulSet, error) {
 	desired := resources.StatefulSet(cache, r.ImageRepository)
+	cached := &appsv1.StatefulSet{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(desired), cached)
+	if err == nil && resources.StatefulSetUpToDate(cached, desired) && metav1.IsControlledBy(cached, cache) {
+		return cached, nil
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return nil, err
+	}
+	c := r.Client
+	if err == nil {
+		c = storedReads{Client: r.Client, reader: r.APIReader}
+	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	err := r.ensureChild(ctx, cache, sts, func() { resources.MergeStatefulSet(sts, desired) })
-	return sts, err
+	return sts, r.ensureChild(ctx, c, cache, sts, func() { resources.MergeStatefulSet(sts, desired) })
 }
 
 func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev1.Cache) error {
 	desired := resources.Service(cache)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	return r.ensureChild(ctx, cache, svc, func() { resources.MergeService(svc, desired) })
+	return r.ensureChild(ctx, r.Client, cache, svc, func() { resources.MergeService(svc, desired) })
+}
+
+// storedReads is a client whose reads go to the API server rather than the informer cache.
+type storedReads struct {
+	client.Client
+	reader client.Reader
+}
+
+func (c storedReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return c.reader.Get(ctx, key, obj, opts...)
 }
 
 // ensureChild creates child, or updates it when merging the owned fields changed any of them,
-// and makes the Cache its controller so the garbage collector removes it with the Cache. The
-// read comes from the informer cache and may be stale: the child's name is the Cache's, so a
+// and makes the Cache its controller so the garbage collector removes it with the Cache. It
+// reads and writes through c. A read from the informer cache may be stale: the child's name is the Cache's, so a
 // create that races with an earlier one fails with AlreadyExists instead of making a second
 // child, and an update from a stale copy fails with a conflict; both go back to the queue.
-func (r *CacheReconciler) ensureChild(ctx context.Context, cache *cachev1.Cache, child client.Object, merge func()) error {
-	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, child, func() error {
+func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cache *cachev1.Cache, child client.Object, merge func()) error {
+	op, err := controllerutil.CreateOrUpdate(ctx, c, child, func() error {
 		merge()
 		return controllerutil.SetControllerReference(cache, child, r.Scheme())
 	})

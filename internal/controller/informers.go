@@ -11,17 +11,25 @@ import (
 )
 
 // CacheOptions keeps the manager's informers down to what the reconciler reads, which is most
-// of the operator's memory on a large cluster: no managedFields on any cached object, and only
-// the StatefulSets and Services that carry the operator's managed-by label rather than every
-// one in the cluster. A child whose label someone removed is invisible to the reconciler; its
-// next create fails with AlreadyExists, which shows up as reconcile errors, not as a duplicate.
+// of the operator's memory on a large cluster: no managedFields on any cached object; only the
+// StatefulSets and Services that carry the operator's managed-by label rather than every one in
+// the cluster; and StatefulSets without their pod template, of which the reconciler only needs
+// a digest (resources.StripPodTemplate). A child whose label someone removed is invisible to
+// the reconciler; its next create fails with AlreadyExists, which shows up as reconcile errors,
+// not as a duplicate.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
+	stripManagedFields := cache.TransformStripManagedFields()
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultTransform: stripManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
-			&appsv1.StatefulSet{}: {Label: managed},
-			&corev1.Service{}:     {Label: managed},
+			&appsv1.StatefulSet{}: {Label: managed, Transform: func(in any) (any, error) {
+				if sts, ok := in.(*appsv1.StatefulSet); ok {
+					resources.StripPodTemplate(sts)
+				}
+				return stripManagedFields(in)
+			}},
+			&corev1.Service{}: {Label: managed},
 		},
 	}
 }

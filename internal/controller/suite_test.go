@@ -69,11 +69,13 @@ func newCache(t *testing.T, namespace string) *cachev1.Cache {
 	return c
 }
 
-// newReconciler is a reconciler as cmd/main.go builds it, on client c, with the catalogue cat
-// (nil: none) and an event recorder that keeps events in memory.
+// newReconciler is a reconciler as cmd/main.go builds it, on client c (for reads through the
+// cache and around it), with the catalogue cat (nil: none) and an event recorder that keeps
+// events in memory.
 func newReconciler(c client.Client, cat catalog.Catalog) *CacheReconciler {
 	return &CacheReconciler{
 		Client:          c,
+		APIReader:       c,
 		Recorder:        events.NewFakeRecorder(100),
 		ImageRepository: resources.DefaultImageRepository,
 		Catalog:         cat,
@@ -102,6 +104,7 @@ func startManager(t *testing.T, namespace string, cat catalog.Catalog) {
 		t.Fatal(err)
 	}
 	r := newReconciler(mgr.GetClient(), cat)
+	r.APIReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder("cache-operator")
 	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)

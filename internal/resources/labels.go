@@ -36,6 +36,9 @@ func Labels(cache *cachev1.Cache) map[string]string {
 	return l
 }
 
+// podLabelKeys are the keys of podLabels: the pod labels the operator owns.
+var podLabelKeys = []string{LabelName, LabelInstance, LabelManagedBy, LabelVersion}
+
 // podLabels are the labels of a Cache's pods: the object labels plus the Valkey version.
 func podLabels(cache *cachev1.Cache) map[string]string {
 	l := Labels(cache)

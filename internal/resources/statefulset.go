@@ -1,11 +1,15 @@
 package resources
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -102,26 +106,93 @@ func MergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 	}
 }
 
+// StatefulSetUpToDate reports whether MergeStatefulSet(sts, desired) would leave sts as it is,
+// so that there is nothing to write. sts may be a stored StatefulSet or one whose pod template
+// StripPodTemplate replaced by its digest.
+func StatefulSetUpToDate(sts, desired *appsv1.StatefulSet) bool {
+	if OwnedTemplateDigest(&sts.Spec.Template) != OwnedTemplateDigest(&desired.Spec.Template) {
+		return false
+	}
+	// The templates agree on every owned field; compare the rest the way the merge sees it.
+	merged := sts.DeepCopy()
+	MergeStatefulSet(merged, desired)
+	merged.Spec.Template = sts.Spec.Template
+	return equality.Semantic.DeepEqual(merged, sts)
+}
+
+// templateDigestAnnotation holds a stripped pod template's digest. It exists only on the
+// operator's cached copies and is never sent to the API server: a template without containers
+// would not pass validation anyway.
+const templateDigestAnnotation = "cache.example.com/owned-template-digest"
+
+// StripPodTemplate replaces a StatefulSet's pod template by the digest of its owned fields.
+// The pod template is most of a StatefulSet's size, and the reconciler only needs to know
+// whether its owned fields match (StatefulSetUpToDate); so the informer keeps StatefulSets
+// stripped, and an update starts from a fresh read of the whole object.
+func StripPodTemplate(sts *appsv1.StatefulSet) {
+	digest := OwnedTemplateDigest(&sts.Spec.Template)
+	sts.Spec.Template = corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{templateDigestAnnotation: digest}},
+	}
+}
+
+// OwnedTemplateDigest is a digest of the pod template fields MergeStatefulSet owns: two
+// templates have the same digest exactly when merging one's owned fields into the other
+// changes nothing. A template stripped by StripPodTemplate gives the digest it kept.
+func OwnedTemplateDigest(template *corev1.PodTemplateSpec) string {
+	if digest, ok := template.Annotations[templateDigestAnnotation]; ok && len(template.Spec.Containers) == 0 {
+		return digest
+	}
+	owned := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
+	for _, key := range podLabelKeys {
+		if value, ok := template.Labels[key]; ok {
+			owned.Labels[key] = value
+		}
+	}
+	owned.Spec.SecurityContext = template.Spec.SecurityContext
+	owned.Spec.Affinity = template.Spec.Affinity
+	for i := range template.Spec.Containers {
+		if c := &template.Spec.Containers[i]; c.Name == ContainerName {
+			valkey := corev1.Container{Name: c.Name}
+			setOwnedContainerFields(&valkey, c)
+			owned.Spec.Containers = append(owned.Spec.Containers, valkey)
+		}
+	}
+	for _, v := range template.Spec.Volumes {
+		if v.Name == dataVolume {
+			owned.Spec.Volumes = append(owned.Spec.Volumes, v)
+		}
+	}
+	// JSON of API types is deterministic: struct fields in order, map keys sorted, quantities
+	// in canonical form. Marshalling them cannot fail.
+	encoded, _ := json.Marshal(owned)
+	sum := sha256.Sum256(encoded)
+	return hex.EncodeToString(sum[:])
+}
+
 // mergeContainer sets the owned fields of the container named like want, adding it if missing.
-// Fields the API server defaults (image pull policy, termination message path and policy) are
-// not owned, so they keep the server's values.
 func mergeContainer(containers *[]corev1.Container, want *corev1.Container) {
 	for i := range *containers {
-		c := &(*containers)[i]
-		if c.Name != want.Name {
-			continue
+		if c := &(*containers)[i]; c.Name == want.Name {
+			setOwnedContainerFields(c, want)
+			return
 		}
-		c.Image = want.Image
-		c.Args = want.Args
-		c.Ports = want.Ports
-		c.Resources = want.Resources
-		c.ReadinessProbe = want.ReadinessProbe
-		c.LivenessProbe = want.LivenessProbe
-		c.SecurityContext = want.SecurityContext
-		c.VolumeMounts = want.VolumeMounts
-		return
 	}
 	*containers = append(*containers, *want)
+}
+
+// setOwnedContainerFields copies the fields of the Valkey container that the operator owns.
+// Fields the API server defaults (image pull policy, termination message path and policy) are
+// not owned, so they keep the server's values.
+func setOwnedContainerFields(dst, src *corev1.Container) {
+	dst.Image = src.Image
+	dst.Args = src.Args
+	dst.Ports = src.Ports
+	dst.Resources = src.Resources
+	dst.ReadinessProbe = src.ReadinessProbe
+	dst.LivenessProbe = src.LivenessProbe
+	dst.SecurityContext = src.SecurityContext
+	dst.VolumeMounts = src.VolumeMounts
 }
 
 func upsertByName[T any](items *[]T, want T, name func(T) string) {

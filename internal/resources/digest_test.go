@@ -1,0 +1,105 @@
+package resources
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// The informer keeps StatefulSets stripped of their pod template, so StatefulSetUpToDate must
+// reach the same verdict from a stripped copy as MergeStatefulSet does from the whole object:
+// a change to an owned field is seen, a change to anything else is not.
+func TestStatefulSetUpToDateAgreesWithTheMergeWhetherStrippedOrNot(t *testing.T) {
+	valkey := func(sts *appsv1.StatefulSet) *corev1.Container { return &sts.Spec.Template.Spec.Containers[0] }
+	pod := func(sts *appsv1.StatefulSet) *corev1.PodSpec { return &sts.Spec.Template.Spec }
+	cases := []struct {
+		change string
+		owned  bool
+		apply  func(*appsv1.StatefulSet)
+	}{
+		{"nothing", false, func(*appsv1.StatefulSet) {}},
+		{"replicas", true, func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To[int32](1) }},
+		{"a StatefulSet label removed", true, func(s *appsv1.StatefulSet) { delete(s.Labels, LabelManagedBy) }},
+		{"image", true, func(s *appsv1.StatefulSet) { valkey(s).Image = "valkey/valkey:7.2.0" }},
+		{"args", true, func(s *appsv1.StatefulSet) { valkey(s).Args = valkey(s).Args[:2] }},
+		{"port", true, func(s *appsv1.StatefulSet) { valkey(s).Ports[0].ContainerPort = 7000 }},
+		{"memory limit", true, func(s *appsv1.StatefulSet) {
+			valkey(s).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
+		}},
+		{"readiness probe period", true, func(s *appsv1.StatefulSet) { valkey(s).ReadinessProbe.PeriodSeconds = 30 }},
+		{"liveness probe port", true, func(s *appsv1.StatefulSet) {
+			valkey(s).LivenessProbe.TCPSocket.Port = intstr.FromInt32(6380)
+		}},
+		{"container security context", true, func(s *appsv1.StatefulSet) {
+			valkey(s).SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
+		}},
+		{"volume mount", true, func(s *appsv1.StatefulSet) { valkey(s).VolumeMounts[0].MountPath = "/tmp" }},
+		{"Valkey container renamed", true, func(s *appsv1.StatefulSet) { valkey(s).Name = "cache" }},
+		{"pod security context", true, func(s *appsv1.StatefulSet) { pod(s).SecurityContext.RunAsUser = ptr.To[int64](0) }},
+		{"affinity", true, func(s *appsv1.StatefulSet) { pod(s).Affinity = nil }},
+		{"data volume", true, func(s *appsv1.StatefulSet) {
+			pod(s).Volumes[0].EmptyDir = nil
+			pod(s).Volumes[0].HostPath = &corev1.HostPathVolumeSource{Path: "/var/lib/valkey"}
+		}},
+		{"pod version label", true, func(s *appsv1.StatefulSet) { s.Spec.Template.Labels[LabelVersion] = "7.2.0" }},
+		{"pod instance label removed", true, func(s *appsv1.StatefulSet) { delete(s.Spec.Template.Labels, LabelInstance) }},
+		{"a foreign StatefulSet label", false, func(s *appsv1.StatefulSet) { s.Labels["cost-center"] = "42" }},
+		{"a foreign pod label", false, func(s *appsv1.StatefulSet) { s.Spec.Template.Labels["sidecar.istio.io/inject"] = "false" }},
+		{"a pod annotation", false, func(s *appsv1.StatefulSet) { s.Spec.Template.Annotations["note"] = "kept" }},
+		{"image pull policy", false, func(s *appsv1.StatefulSet) { valkey(s).ImagePullPolicy = corev1.PullAlways }},
+		{"termination message path", false, func(s *appsv1.StatefulSet) { valkey(s).TerminationMessagePath = "/tmp/log" }},
+		{"another sidecar", false, func(s *appsv1.StatefulSet) {
+			pod(s).Containers = append(pod(s).Containers, corev1.Container{Name: "log-shipper", Image: "shipper:2"})
+		}},
+		{"another volume", false, func(s *appsv1.StatefulSet) {
+			pod(s).Volumes = append(pod(s).Volumes, corev1.Volume{Name: "tls"})
+		}},
+		{"update strategy", false, func(s *appsv1.StatefulSet) { s.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To[int32](1) }},
+	}
+	desired := StatefulSet(testCache(), DefaultImageRepository)
+	for _, tc := range cases {
+		t.Run(tc.change, func(t *testing.T) {
+			stored := serverDefaulted(desired)
+			tc.apply(stored)
+			merged := stored.DeepCopy()
+			MergeStatefulSet(merged, desired)
+			mergeChanges := !equality.Semantic.DeepEqual(merged, stored)
+			if mergeChanges != tc.owned {
+				t.Fatalf("the merge changes the StatefulSet: %v; this case expects %v", mergeChanges, tc.owned)
+			}
+
+			if got := StatefulSetUpToDate(stored, desired); got != !tc.owned {
+				t.Errorf("StatefulSetUpToDate of the stored object = %v, want %v", got, !tc.owned)
+			}
+			stripped := stored.DeepCopy()
+			StripPodTemplate(stripped)
+			if got := StatefulSetUpToDate(stripped, desired); got != !tc.owned {
+				t.Errorf("StatefulSetUpToDate of the stripped object = %v, want %v", got, !tc.owned)
+			}
+		})
+	}
+}
+
+func TestStripPodTemplateKeepsOnlyTheDigest(t *testing.T) {
+	stored := serverDefaulted(StatefulSet(testCache(), DefaultImageRepository))
+	want := stored.DeepCopy()
+	StripPodTemplate(stored)
+
+	template := stored.Spec.Template
+	if len(template.Spec.Containers) != 0 || len(template.Spec.Volumes) != 0 || len(template.Labels) != 0 ||
+		template.Spec.Affinity != nil || template.Spec.SecurityContext != nil {
+		t.Errorf("stripped template still holds %+v", template)
+	}
+	if got := OwnedTemplateDigest(&template); got != OwnedTemplateDigest(&want.Spec.Template) {
+		t.Errorf("digest after stripping = %s, want %s", got, OwnedTemplateDigest(&want.Spec.Template))
+	}
+	want.Spec.Template = stored.Spec.Template
+	if !equality.Semantic.DeepEqual(want, stored) {
+		t.Error("stripping changed more than the pod template")
+	}
+}
