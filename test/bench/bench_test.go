@@ -45,6 +45,7 @@ var (
 	concurrency = flag.Int("concurrency", 16, "parallel client requests when creating, scaling and deleting")
 	outDir      = flag.String("out", "", "directory for benchmark.json, benchmark.md and benchmark.svg (default docs/)")
 	workers     = flag.Int("workers", 8, "the operator's --max-concurrent-reconciles")
+	timeout     = flag.Duration("phase-timeout", 30*time.Minute, "how long a phase may take to converge")
 )
 
 const namespace = "bench"
@@ -188,7 +189,7 @@ func (b *bench) createAll(t *testing.T) CreatePhase {
 		created[i] = time.Now()
 		return b.admin.Create(context.Background(), c)
 	})
-	b.ready.waitAll(t, 1, 30*time.Minute)
+	b.ready.waitAll(t, 1, *timeout)
 	end := time.Now()
 	var latencies []time.Duration
 	for i := range *caches {
@@ -230,7 +231,7 @@ func (b *bench) scaleAll(t *testing.T) ScalePhase {
 		generations[i] = c.Generation
 		return err
 	})
-	b.ready.waitAll(t, 2, 30*time.Minute)
+	b.ready.waitAll(t, 2, *timeout)
 	end := time.Now()
 	var observed []time.Duration
 	for i := range *caches {
@@ -261,7 +262,7 @@ func (b *bench) deleteAll(t *testing.T) DeletePhase {
 	parallel(t, func(i int) error {
 		return b.admin.Delete(context.Background(), &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}})
 	})
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Minute, true,
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, *timeout, true,
 		func(ctx context.Context) (bool, error) {
 			var list metav1.PartialObjectMetadataList
 			list.SetGroupVersionKind(cachev1.GroupVersion.WithKind("CacheList"))
@@ -288,7 +289,7 @@ func (b *bench) deleteAll(t *testing.T) DeletePhase {
 // nothing queued or in progress.
 func waitIdle(t *testing.T, o *testenv.Operator, minReconciles float64) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Minute, true,
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, *timeout, true,
 		func(context.Context) (bool, error) {
 			m := o.Metrics(t)
 			cache := map[string]string{"controller": "cache"}
