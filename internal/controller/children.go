@@ -67,9 +67,10 @@ func (c storedReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 
 // ensureChild creates child, or updates it when merging the owned fields changed any of them,
 // and makes the Cache its controller so the garbage collector removes it with the Cache. It
-// reads and writes through c. A read from the informer cache may be stale: the child's name is the Cache's, so a
-// create that races with an earlier one fails with AlreadyExists instead of making a second
-// child, and an update from a stale copy fails with a conflict; both go back to the queue.
+// reads and writes through c. A read from the informer cache may be stale: the child's name is
+// the Cache's, so a create that races with an earlier one fails with AlreadyExists instead of
+// making a second child, and an update from a stale copy fails with a conflict; both go back to
+// the queue.
 func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cache *cachev1.Cache, child client.Object, merge func()) error {
 	op, err := controllerutil.CreateOrUpdate(ctx, c, child, func() error {
 		merge()
