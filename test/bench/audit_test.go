@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -24,7 +25,10 @@ rules:
 - level: None
 `
 
-type auditLog struct{ path string }
+// auditLog reads the API server's audit log: audit.log in dir, and the files the API server
+// rotates it into every 100 MB (audit-<time>.log), which a run of 10,000 Caches fills several
+// times over.
+type auditLog struct{ dir string }
 
 type auditEvent struct {
 	Verb      string `json:"verb"`
@@ -41,12 +45,25 @@ type requestCounts map[string]int
 // requests counts the operator's requests received in [from, to].
 func (a *auditLog) requests(t *testing.T, from, to time.Time) requestCounts {
 	t.Helper()
-	f, err := os.Open(a.path)
+	files, err := filepath.Glob(filepath.Join(a.dir, "audit*.log"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no audit log in %s: %v", a.dir, err)
+	}
+	counts := requestCounts{}
+	for _, file := range files {
+		if err := countFile(file, from, to, counts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return counts
+}
+
+func countFile(path string, from, to time.Time, counts requestCounts) error {
+	f, err := os.Open(path)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer f.Close() //nolint:errcheck
-	counts := requestCounts{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -60,7 +77,7 @@ func (a *auditLog) requests(t *testing.T, from, to time.Time) requestCounts {
 		}
 		counts[e.Verb+" "+resource]++
 	}
-	return counts
+	return sc.Err()
 }
 
 var writeVerbs = []string{"create", "update", "patch", "delete", "deletecollection"}

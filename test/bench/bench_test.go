@@ -131,7 +131,7 @@ func setUp(t *testing.T, r *Result) *bench {
 	if b.admin, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
 		t.Fatal(err)
 	}
-	b.audit = &auditLog{path: filepath.Join(b.cluster.Logs(), "audit.log")}
+	b.audit = &auditLog{dir: b.cluster.Logs()}
 	b.etcd = testenv.StartEtcd(t)
 	b.args = append(operatorArgs(), "--catalog-endpoints", b.etcd.Endpoint)
 
