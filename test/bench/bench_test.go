@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,7 +91,7 @@ type bench struct {
 	audit      *auditLog
 	ready      *readiness
 	timeline   *timeline
-	memory     *memorySampler
+	memory     *operatorSampler
 	args       []string
 }
 
@@ -138,7 +140,7 @@ func setUp(t *testing.T, r *Result) *bench {
 	b.timeline = &timeline{start: time.Now()}
 	b.ready = watchReadiness(t, cfg, b.timeline)
 	b.operator.Store(testenv.StartOperator(t, b.binary, "bench-0", b.kubeconfig, b.args...))
-	b.memory = &memorySampler{}
+	b.memory = &operatorSampler{timeline: b.timeline}
 	b.memory.run(t, b.operator.Load)
 	return b
 }
@@ -303,17 +305,20 @@ func waitIdle(t *testing.T, o *testenv.Operator, minReconciles float64) {
 }
 
 // readiness follows every Cache through an informer: when it first reached each phase's
-// generation with Ready=True, and when its status first observed a generation.
+// generation with Ready=True, and when its status first observed a generation. It also follows
+// the StatefulSets, to tell the operator's lag from the StatefulSet controller's.
 type readiness struct {
 	mu       sync.Mutex
 	ready    map[string]map[int]time.Time // name → phase (1 create, 2 scale) → first Ready
 	observed map[string]map[int64]time.Time
+	stsReady map[string]map[int]bool // name → phase → every replica of the phase's spec ready
 	timeline *timeline
 }
 
 func watchReadiness(t *testing.T, cfg *rest.Config, tl *timeline) *readiness {
 	t.Helper()
-	r := &readiness{ready: map[string]map[int]time.Time{}, observed: map[string]map[int64]time.Time{}, timeline: tl}
+	r := &readiness{ready: map[string]map[int]time.Time{}, observed: map[string]map[int64]time.Time{},
+		stsReady: map[string]map[int]bool{}, timeline: tl}
 	informers, err := cache.New(cfg, cache.Options{Scheme: controller.NewScheme(),
 		DefaultNamespaces: map[string]cache.Config{namespace: {}}})
 	if err != nil {
@@ -332,6 +337,20 @@ func watchReadiness(t *testing.T, cfg *rest.Config, tl *timeline) *readiness {
 	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stsInformer, err := informers.GetInformer(context.Background(), &appsv1.StatefulSet{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordStatefulSet := func(obj any) {
+		if sts, ok := obj.(*appsv1.StatefulSet); ok {
+			r.updateStatefulSet(sts)
+		}
+	}
+	if _, err := stsInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: recordStatefulSet, UpdateFunc: func(_, obj any) { recordStatefulSet(obj) },
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -356,13 +375,35 @@ func (r *readiness) update(c *cachev1.Cache, now time.Time) {
 	if cond == nil || cond.Status != metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
 		return
 	}
-	phase := 1
-	if c.Spec.Replicas == int32(*scaleTo) && *scaleTo != *replicas {
-		phase = 2
-	}
+	phase := phaseOf(c.Spec.Replicas)
 	if _, seen := r.ready[c.Name][phase]; !seen {
 		r.ready[c.Name][phase] = now
 		r.timeline.readyChanged(phase)
+	}
+}
+
+// phaseOf is the phase whose spec has n replicas.
+func phaseOf(n int32) int {
+	if n == int32(*scaleTo) && *scaleTo != *replicas {
+		return 2
+	}
+	return 1
+}
+
+func (r *readiness) updateStatefulSet(sts *appsv1.StatefulSet) {
+	want := ptr.Deref(sts.Spec.Replicas, 1)
+	if sts.Status.ObservedGeneration != sts.Generation || sts.Status.ReadyReplicas != want || sts.Status.UpdatedReplicas != want {
+		return
+	}
+	phase := phaseOf(want)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stsReady[sts.Name] == nil {
+		r.stsReady[sts.Name] = map[int]bool{}
+	}
+	if !r.stsReady[sts.Name][phase] {
+		r.stsReady[sts.Name][phase] = true
+		r.timeline.statefulSetReadyChanged(phase)
 	}
 }
 

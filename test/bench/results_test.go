@@ -76,9 +76,11 @@ type Memory struct {
 }
 
 type Sample struct {
-	Seconds float64 `json:"t"`
-	Phase   string  `json:"phase"`
-	Ready   int     `json:"ready"`
+	Seconds           float64 `json:"t"`
+	Phase             string  `json:"phase"`
+	Ready             int     `json:"ready"`
+	StatefulSetsReady int     `json:"statefulSetsReady"`
+	OperatorQueue     int     `json:"operatorQueue"`
 }
 
 func total[V int | float64](m map[string]V) V {
@@ -144,7 +146,9 @@ func breakdown(m map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// svg draws the Ready Caches (during deletion: the Caches left) over time, one colour a phase.
+// svg draws, one colour a phase, the Ready Caches (during deletion: the Caches left) as a thick
+// line, the StatefulSets with every replica ready as a dashed one, and the operator's queue
+// depth as a thin one, all over time.
 func (r *Result) svg() string {
 	const w, h, pad = 800.0, 300.0, 40.0
 	end := 1.0
@@ -156,16 +160,28 @@ func (r *Result) svg() string {
 	colours := map[string]string{"create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728"}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
-	fmt.Fprintf(&b, `<text x="%.0f" y="16">Ready Caches over time (%d Caches; during deletion: Caches left)</text>`+"\n", pad, r.Caches)
+	fmt.Fprintf(&b, `<text x="%.0f" y="16">%d Caches: Ready (thick; during deletion: left), StatefulSets ready (dashed), operator queue (thin)</text>`+"\n", pad, r.Caches)
 	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", pad, h-pad, w-pad, h-pad)
 	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", pad, pad, pad, h-pad)
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%d</text><text x="4" y="%.0f">0</text>`+"\n", 4.0, pad+4, r.Caches, h-pad)
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f s</text>`+"\n", w-pad, h-pad+16, end)
-	var points []string
+	lines := []struct {
+		style         string
+		value         func(Sample) int
+		whileDeleting bool
+	}{
+		{`stroke-width="2"`, func(s Sample) int { return s.Ready }, true},
+		{`stroke-width="1.5" stroke-dasharray="6 3"`, func(s Sample) int { return s.StatefulSetsReady }, false},
+		{`stroke-width="0.7"`, func(s Sample) int { return s.OperatorQueue }, true},
+	}
+	points := make([][]string, len(lines))
 	phase := ""
 	flush := func() {
-		if len(points) > 0 {
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", colours[phase], strings.Join(points, " "))
+		for i, line := range lines {
+			if len(points[i]) > 0 && (phase != "delete" || line.whileDeleting) {
+				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" %s points="%s"/>`+"\n", colours[phase], line.style, strings.Join(points[i], " "))
+			}
+			points[i] = nil
 		}
 	}
 	for _, s := range r.Timeline {
@@ -173,9 +189,11 @@ func (r *Result) svg() string {
 			flush()
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ccc" stroke-dasharray="3"/><text x="%.1f" y="%.0f" fill="%s">%s</text>`+"\n",
 				x(s.Seconds), pad, x(s.Seconds), h-pad, x(s.Seconds)+2, pad+12, colours[s.Phase], s.Phase)
-			phase, points = s.Phase, nil
+			phase = s.Phase
 		}
-		points = append(points, fmt.Sprintf("%.1f,%.1f", x(s.Seconds), y(s.Ready)))
+		for i, line := range lines {
+			points[i] = append(points[i], fmt.Sprintf("%.1f,%.1f", x(s.Seconds), y(line.value(s))))
+		}
 	}
 	flush()
 	b.WriteString("</svg>\n")

@@ -15,12 +15,16 @@ import (
 	"example.com/cache-operator/internal/testenv"
 )
 
-// timeline records how many Caches are Ready (for the spec of the current phase) over time.
+// timeline records over time how many Caches are Ready and how many of their StatefulSets
+// have every replica ready, for the spec of the current phase, and the operator's queue depth:
+// when Caches lag behind their StatefulSets, the operator is what holds them.
 type timeline struct {
 	mu        sync.Mutex
 	start     time.Time
 	phase     string
 	readyN    map[int]int
+	stsReadyN map[int]int
+	queue     int
 	remaining int
 	points    []Sample
 }
@@ -48,6 +52,25 @@ func (tl *timeline) readyChanged(phase int) {
 	tl.addLocked()
 }
 
+func (tl *timeline) statefulSetReadyChanged(phase int) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.stsReadyN == nil {
+		tl.stsReadyN = map[int]int{}
+	}
+	tl.stsReadyN[phase]++
+	tl.addLocked()
+}
+
+func (tl *timeline) setQueue(depth int) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if depth != tl.queue {
+		tl.queue = depth
+		tl.addLocked()
+	}
+}
+
 func (tl *timeline) setRemaining(n int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -55,17 +78,20 @@ func (tl *timeline) setRemaining(n int) {
 	tl.addLocked()
 }
 
-// addLocked appends the current state: Ready Caches of the phase's spec (created with the
-// first spec, scaled with the second), and during deletion the Caches still there.
+// addLocked appends the current state: Ready Caches and ready StatefulSets of the phase's spec
+// (created with the first spec, scaled with the second), during deletion the Caches still
+// there, and the operator's queue depth.
 func (tl *timeline) addLocked() {
-	n := tl.readyN[1]
-	switch tl.phase {
-	case "scale", "restart":
-		n = tl.readyN[2]
-	case "delete":
-		n = tl.remaining
+	spec := 1
+	if tl.phase == "scale" || tl.phase == "restart" {
+		spec = 2
 	}
-	tl.points = append(tl.points, Sample{Seconds: time.Since(tl.start).Seconds(), Phase: tl.phase, Ready: n})
+	sample := Sample{Seconds: time.Since(tl.start).Seconds(), Phase: tl.phase, Ready: tl.readyN[spec],
+		StatefulSetsReady: tl.stsReadyN[spec], OperatorQueue: tl.queue}
+	if tl.phase == "delete" {
+		sample.Ready, sample.StatefulSetsReady = tl.remaining, 0
+	}
+	tl.points = append(tl.points, sample)
 }
 
 func (tl *timeline) samples() []Sample {
@@ -74,21 +100,22 @@ func (tl *timeline) samples() []Sample {
 	return tl.points
 }
 
-// memorySampler scrapes the operator's RSS and Go heap every half second and keeps each
-// phase's peak.
-type memorySampler struct {
-	mu    sync.Mutex
-	phase string
-	peak  map[string]Memory
+// operatorSampler scrapes the operator every half second: it keeps each phase's peak RSS and
+// Go heap, and passes the queue depth to the timeline.
+type operatorSampler struct {
+	mu       sync.Mutex
+	phase    string
+	peak     map[string]Memory
+	timeline *timeline
 }
 
-func (m *memorySampler) setPhase(p string) {
+func (m *operatorSampler) setPhase(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.phase = p
 }
 
-func (m *memorySampler) run(t *testing.T, current func() *testenv.Operator) {
+func (m *operatorSampler) run(t *testing.T, current func() *testenv.Operator) {
 	m.peak = map[string]Memory{}
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -109,6 +136,7 @@ func (m *memorySampler) run(t *testing.T, current func() *testenv.Operator) {
 			}
 			rss := testenv.Sum(families, "process_resident_memory_bytes", nil) / (1 << 20)
 			heap := testenv.Sum(families, "go_memstats_heap_alloc_bytes", nil) / (1 << 20)
+			m.timeline.setQueue(int(testenv.Sum(families, "workqueue_depth", map[string]string{"name": "cache"})))
 			m.mu.Lock()
 			p := m.peak[m.phase]
 			p.RSSMiB, p.HeapMiB = max(p.RSSMiB, rss), max(p.HeapMiB, heap)
@@ -118,7 +146,7 @@ func (m *memorySampler) run(t *testing.T, current func() *testenv.Operator) {
 	}()
 }
 
-func (m *memorySampler) peaks() map[string]Memory {
+func (m *operatorSampler) peaks() map[string]Memory {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.peak
