@@ -137,7 +137,8 @@ func setUp(t *testing.T, r *Result) *bench {
 	b.etcd = testenv.StartEtcd(t)
 	b.args = append(operatorArgs(), "--catalog-endpoints", b.etcd.Endpoint)
 
-	b.timeline = &timeline{start: time.Now()}
+	// Until the delete phase lists them, every Cache is left to delete.
+	b.timeline = &timeline{start: time.Now(), remaining: *caches}
 	b.ready = watchReadiness(t, cfg, b.timeline)
 	b.operator.Store(testenv.StartOperator(t, b.binary, "bench-0", b.kubeconfig, b.args...))
 	b.memory = &operatorSampler{timeline: b.timeline}
@@ -259,7 +260,6 @@ func (b *bench) restart(t *testing.T) RestartPhase {
 }
 
 func (b *bench) deleteAll(t *testing.T) DeletePhase {
-	b.timeline.setRemaining(*caches)
 	start := time.Now()
 	parallel(t, func(i int) error {
 		return b.admin.Delete(context.Background(), &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}})
