@@ -137,8 +137,7 @@ func setUp(t *testing.T, r *Result) *bench {
 	b.etcd = testenv.StartEtcd(t)
 	b.args = append(operatorArgs(), "--catalog-endpoints", b.etcd.Endpoint)
 
-	// Until the delete phase lists them, every Cache is left to delete.
-	b.timeline = &timeline{start: time.Now(), remaining: *caches}
+	b.timeline = newTimeline(*caches)
 	b.ready = watchReadiness(t, cfg, b.timeline)
 	b.operator.Store(testenv.StartOperator(t, b.binary, "bench-0", b.kubeconfig, b.args...))
 	b.memory = &operatorSampler{timeline: b.timeline}

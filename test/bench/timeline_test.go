@@ -29,6 +29,12 @@ type timeline struct {
 	points    []Sample
 }
 
+// newTimeline starts a timeline of n Caches, all of them left to delete until the delete phase
+// lists them.
+func newTimeline(n int) *timeline {
+	return &timeline{start: time.Now(), readyN: map[int]int{}, stsReadyN: map[int]int{}, remaining: n}
+}
+
 func (tl *timeline) setPhase(p string) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -45,9 +51,6 @@ func (tl *timeline) mark() {
 func (tl *timeline) readyChanged(phase int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	if tl.readyN == nil {
-		tl.readyN = map[int]int{}
-	}
 	tl.readyN[phase]++
 	tl.addLocked()
 }
@@ -55,9 +58,6 @@ func (tl *timeline) readyChanged(phase int) {
 func (tl *timeline) statefulSetReadyChanged(phase int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	if tl.stsReadyN == nil {
-		tl.stsReadyN = map[int]int{}
-	}
 	tl.stsReadyN[phase]++
 	tl.addLocked()
 }
