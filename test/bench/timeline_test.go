@@ -35,33 +35,23 @@ func newTimeline(n int) *timeline {
 	return &timeline{start: time.Now(), readyN: map[int]int{}, stsReadyN: map[int]int{}, remaining: n}
 }
 
-func (tl *timeline) setPhase(p string) {
+// record makes a change and appends the state it leads to.
+func (tl *timeline) record(change func()) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	tl.phase = p
+	change()
 	tl.addLocked()
 }
 
-func (tl *timeline) mark() {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	tl.addLocked()
-}
-
-func (tl *timeline) readyChanged(phase int) {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	tl.readyN[phase]++
-	tl.addLocked()
-}
-
+func (tl *timeline) setPhase(p string)      { tl.record(func() { tl.phase = p }) }
+func (tl *timeline) mark()                  { tl.record(func() {}) }
+func (tl *timeline) readyChanged(phase int) { tl.record(func() { tl.readyN[phase]++ }) }
 func (tl *timeline) statefulSetReadyChanged(phase int) {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	tl.stsReadyN[phase]++
-	tl.addLocked()
+	tl.record(func() { tl.stsReadyN[phase]++ })
 }
+func (tl *timeline) setRemaining(n int) { tl.record(func() { tl.remaining = n }) }
 
+// setQueue records the operator's queue depth, sampled twice a second, only when it changes.
 func (tl *timeline) setQueue(depth int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -69,13 +59,6 @@ func (tl *timeline) setQueue(depth int) {
 		tl.queue = depth
 		tl.addLocked()
 	}
-}
-
-func (tl *timeline) setRemaining(n int) {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	tl.remaining = n
-	tl.addLocked()
 }
 
 // addLocked appends the current state: Ready Caches and ready StatefulSets of the phase's spec
