@@ -16,7 +16,7 @@ run: build ## Run the operator; with no KUBECONFIG, on a local kwokctl cluster i
 
 .PHONY: test
 test: verify lint ## Run every test: unit, envtest (a real etcd and kube-apiserver) and end to end (kwokctl).
-	hack/toolchain.sh etcd kubernetes coredns kwok promtool helm
+	hack/toolchain.sh etcd kubernetes coredns kwok promtool helm valkey
 	go test ./... -count=1 -timeout 30m
 
 .PHONY: manifests

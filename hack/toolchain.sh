@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the binaries the project runs (a local Kubernetes control plane, kwok, CoreDNS, promtool,
-# helm, golangci-lint) from the Go module proxy at pinned versions, caches them outside the
-# checkout keyed by component and version, and links them into $LOCALBIN.
+# helm, golangci-lint) from the Go module proxy at pinned versions, fetches Valkey from Debian's
+# packages, caches them outside the checkout keyed by component and version, and links them into
+# $LOCALBIN.
 #
 #   hack/toolchain.sh [component...]     (default: every component)
 #
@@ -22,8 +23,13 @@ COREDNS_VERSION=v1.14.3
 PROMETHEUS_VERSION=v0.316.0
 HELM_VERSION=v3.22.0
 GOLANGCI_LINT_VERSION=v2.15.0
+# Debian package versions: Valkey from the backports suite of the machine's Debian release, its
+# libraries from the release itself.
+VALKEY_VERSION=8.0.1+dfsg1-1~bpo12+1
+JEMALLOC_VERSION=5.3.0-1
+LZF_VERSION=3.6-3
 
-all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint)
+all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint valkey)
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
 
@@ -36,6 +42,7 @@ version_of() {
 	promtool) echo "$PROMETHEUS_VERSION" ;;
 	helm) echo "$HELM_VERSION" ;;
 	golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
+	valkey) echo "$VALKEY_VERSION" ;;
 	*)
 		log "unknown component '$1' (known: ${all_components[*]})"
 		exit 2
@@ -69,7 +76,54 @@ build_into() {
 	promtool) go_install "$out" github.com/prometheus/prometheus/cmd/promtool@"$PROMETHEUS_VERSION" ;;
 	helm) go_install "$out" helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
 	golangci-lint) go_install "$out" github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
+	valkey) fetch_valkey "$out" ;;
 	esac
+}
+
+# fetch_valkey DIR unpacks Debian's valkey-server and valkey-tools, and the libraries they link,
+# into DIR/.root, and writes DIR/valkey-server and DIR/valkey-cli: wrappers that run them with
+# those libraries. apt runs with a sources list, package lists and cache of its own under DIR,
+# so the machine's apt configuration and state are left as they are.
+fetch_valkey() {
+	local out=$1
+	if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+		log "valkey comes from Debian's packages, and this machine has no apt-get and dpkg-deb"
+		exit 1
+	fi
+	local codename uri apt=$out/.apt
+	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+	# The archive the machine already uses for its release, as apt itself reports it.
+	uri=$(apt-get indextargets --format '$(RELEASE) $(REPO_URI)' | awk -v r="$codename" '$1 == r {print $2; exit}')
+	if [[ -z $codename || -z $uri ]]; then
+		log "no Debian archive for release '$codename' is configured in apt's sources on this machine"
+		exit 1
+	fi
+	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/sources.list.d" "$out/.root"
+	printf 'deb %s %s main\n' "$uri" "$codename" "$uri" "$codename-backports" >"$apt/sources.list"
+	local opts=(-q -o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/sources.list.d"
+		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
+	apt-get "${opts[@]}" update >&2
+	(cd "$apt" && apt-get "${opts[@]}" download >&2 \
+		"valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" \
+		"libjemalloc2=$JEMALLOC_VERSION" "liblzf1=$LZF_VERSION")
+	local deb
+	for deb in "$apt"/*.deb; do
+		dpkg-deb -x "$deb" "$out/.root"
+	done
+	rm -rf "$apt"
+	local libdir
+	libdir=$(cd "$out/.root" && dirname usr/lib/*/libjemalloc.so.2)
+	local bin
+	for bin in valkey-server valkey-cli; do
+		cat >"$out/$bin" <<-EOF
+			#!/bin/sh
+			# $bin $VALKEY_VERSION from Debian, unpacked beside this wrapper by hack/toolchain.sh.
+			root=\$(dirname "\$(readlink -f "\$0")")/.root
+			LD_LIBRARY_PATH=\$root/$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$root/usr/bin/$bin" "\$@"
+		EOF
+		chmod +x "$out/$bin"
+	done
+	"$out/valkey-server" --version >&2
 }
 
 go_install() {
