@@ -2,18 +2,25 @@
 // binaries (hack/toolchain.sh): a real etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler, with kwok playing the kubelet of simulated nodes. It needs no container
 // runtime and starts in seconds. `make run`, the end-to-end tests and the benchmark share it.
+//
+// Pods get addresses on the loopback interface (PodCIDR), so that a real server behind a pod
+// (package podrunner) can listen on the pod's IP and nothing ever sends traffic off the machine.
 package localcluster
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -26,7 +33,15 @@ type Cluster struct {
 	Workdir string
 	// BinDir holds the toolchain's binaries: etcd, kube-*, kubectl, kwok, kwokctl.
 	BinDir string
+	// RealValkey leaves the Valkey pods to a pod runner (package podrunner), which runs them as
+	// real servers and reports their readiness; otherwise kwok marks them Running and Ready
+	// with nothing behind them, which is what a benchmark of thousands of Caches needs.
+	RealValkey bool
 }
+
+// PodCIDR is where kwok takes pod IPs from: a loopback range, which needs no set-up, since every
+// address of 127.0.0.0/8 is on the loopback interface.
+const PodCIDR = "127.64.0.0/16"
 
 // DefaultWorkdir keeps local clusters in the user's cache, outside any checkout.
 func DefaultWorkdir() (string, error) {
@@ -56,6 +71,18 @@ func (c *Cluster) Exists() bool {
 // Create creates and starts the cluster with the given number of simulated nodes. Extra
 // arguments go to `kwokctl create cluster`, such as --kube-audit-policy FILE.
 func (c *Cluster) Create(ctx context.Context, nodes int, extraArgs ...string) error {
+	if err := c.create(ctx, extraArgs); err != nil {
+		return err
+	}
+	if c.RealValkey {
+		if err := c.leaveValkeyPodsToRunner(ctx); err != nil {
+			return err
+		}
+	}
+	return c.addNodes(ctx, nodes)
+}
+
+func (c *Cluster) create(ctx context.Context, extraArgs []string) error {
 	args := []string{"create", "cluster",
 		"--runtime", "binary",
 		"--etcd-binary", c.bin("etcd"),
@@ -66,12 +93,12 @@ func (c *Cluster) Create(ctx context.Context, nodes int, extraArgs ...string) er
 		// Client rate limits in the control plane would make it, not the operator, the
 		// bottleneck of anything we measure.
 		"--disable-qps-limits",
+		// kwok's own option, not a configuration file: a KwokConfiguration that sets only the
+		// CIDR takes every other option's default away, and the kwok controller exits.
+		"--extra-args", "kwok-controller=cidr=" + PodCIDR,
 		"--wait", "2m",
 	}
-	if err := c.kwokctl(ctx, append(args, extraArgs...)...); err != nil {
-		return err
-	}
-	return c.ScaleNodes(ctx, nodes)
+	return c.kwokctl(ctx, append(args, extraArgs...)...)
 }
 
 // Start starts the processes of a cluster that exists but is not running.
@@ -79,18 +106,57 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return c.kwokctl(ctx, "start", "cluster", "--wait", "2m")
 }
 
+// Stop stops the processes of the cluster and keeps what it stored.
+func (c *Cluster) Stop(ctx context.Context) error {
+	return c.kwokctl(ctx, "stop", "cluster")
+}
+
 // Running reports whether the cluster's API server answers.
 func (c *Cluster) Running(ctx context.Context) bool {
 	return c.Kubectl(ctx, "get", "--raw", "/readyz") == nil
 }
 
-// ScaleNodes sets the number of simulated nodes.
-func (c *Cluster) ScaleNodes(ctx context.Context, nodes int) error {
-	return c.kwokctl(ctx, "scale", "node", "--replicas", strconv.Itoa(nodes))
+// nodeAllocatable is what each simulated node offers: what `kwokctl scale node` gives its
+// nodes, so that pods spread over nodes as they did before the nodes were made here.
+var nodeAllocatable = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("32"),
+	corev1.ResourceMemory: resource.MustParse("256Gi"),
+	corev1.ResourcePods:   resource.MustParse("110"),
 }
 
-// Delete stops the cluster and removes everything it stored.
+// addNodes adds simulated nodes kwok-node-0 to kwok-node-<n-1>. They are made here rather than
+// by `kwokctl scale node`, whose nodes carry a private-range podCIDR that kwok would take pod IPs
+// from instead of PodCIDR. kwok marks them ready.
+func (c *Cluster) addNodes(ctx context.Context, n int) error {
+	list := corev1.List{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
+	for i := range n {
+		name := fmt.Sprintf("kwok-node-%d", i)
+		node := &corev1.Node{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name,
+				// kwok manages the nodes that carry this annotation.
+				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+				Labels: map[string]string{
+					corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64", "type": "kwok",
+				},
+			},
+			Status: corev1.NodeStatus{Allocatable: nodeAllocatable, Capacity: nodeAllocatable},
+		}
+		list.Items = append(list.Items, runtime.RawExtension{Object: node})
+	}
+	manifest, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	return c.kubectlStdin(ctx, string(manifest), "apply", "--server-side", "-f", "-")
+}
+
+// Delete stops the cluster and its pod runner and removes everything they stored.
 func (c *Cluster) Delete(ctx context.Context) error {
+	if err := c.stopPodRunner(ctx); err != nil {
+		return err
+	}
 	return c.kwokctl(ctx, "delete", "cluster")
 }
 
