@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # make run: runs the operator out of cluster. With KUBECONFIG set it uses that cluster; without,
-# it starts (or reuses) a local kwokctl cluster built from the toolchain and installs the CRDs.
+# it starts (or reuses) a local kwokctl cluster built from the toolchain, installs the CRDs and
+# runs the cluster's Valkey pods as real valkey-server processes on their loopback pod IPs.
 # Extra operator flags can be given in ARGS, e.g. make run ARGS=--zap-log-level=debug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ -z ${KUBECONFIG:-} ]]; then
-	hack/toolchain.sh etcd kubernetes kwok
+	hack/toolchain.sh etcd kubernetes kwok valkey
 	KUBECONFIG=$(go run ./hack/localcluster up)
 	export KUBECONFIG
+	# kwok plays the kubelet but runs no containers: the pod runner runs the cache pods' servers
+	# until this script ends, and stops them then.
+	go build -o bin/localcluster ./hack/localcluster
+	bin/localcluster run-pods &
+	runner=$!
+	trap 'kill $runner 2>/dev/null; wait $runner' EXIT
 	echo "Local cluster is up. In another terminal:" >&2
 	echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/bin:\$PATH" >&2
 else
@@ -17,4 +24,4 @@ else
 fi
 
 # Out of a cluster the manager cannot infer a namespace for its leader election Lease.
-exec bin/cache-operator --leader-election-namespace=default ${ARGS:-}
+bin/cache-operator --leader-election-namespace=default ${ARGS:-}

@@ -1,28 +1,37 @@
 // Command localcluster manages the local kwokctl cluster that `make run` uses.
 //
-//	go run ./hack/localcluster up     start it (creating it if needed), install the CRDs and print its kubeconfig path
+//	go run ./hack/localcluster up           start it (creating it if needed), install the CRDs and print its kubeconfig path
 //	go run ./hack/localcluster kubeconfig   print its kubeconfig path
-//	go run ./hack/localcluster down   delete it
+//	go run ./hack/localcluster run-pods     run its Valkey pods as real servers until interrupted
+//	go run ./hack/localcluster down         delete it
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"example.com/cache-operator/internal/localcluster"
+	"example.com/cache-operator/internal/podrunner"
 )
 
 const nodes = 3
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|down")
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|run-pods|down")
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1]); err != nil {
 		fmt.Fprintln(os.Stderr, "localcluster:", err)
@@ -39,7 +48,7 @@ func run(ctx context.Context, command string) error {
 	if err != nil {
 		return err
 	}
-	c := &localcluster.Cluster{Name: "cache-operator", Workdir: workdir, BinDir: filepath.Join(root, "bin")}
+	c := &localcluster.Cluster{Name: "cache-operator", Workdir: workdir, BinDir: filepath.Join(root, "bin"), RealValkey: true}
 
 	switch command {
 	case "up":
@@ -62,11 +71,43 @@ func run(ctx context.Context, command string) error {
 	case "kubeconfig":
 		fmt.Println(c.Kubeconfig())
 		return nil
+	case "run-pods":
+		return runPods(ctx, c)
 	case "down":
 		if !c.Exists() {
 			return nil
 		}
 		return c.Delete(ctx)
 	}
-	return fmt.Errorf("unknown command %q: want up, kubeconfig or down", command)
+	return fmt.Errorf("unknown command %q: want up, kubeconfig, run-pods or down", command)
+}
+
+// runPods runs the cluster's Valkey pods as real valkey-server processes on their pod IPs until
+// ctx is done, and then stops them all. One runner at a time may run a cluster's pods.
+func runPods(ctx context.Context, c *localcluster.Cluster) error {
+	unlock, err := c.LockPodRunner()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New())
+	runner := &podrunner.Runner{
+		Client:  clientset,
+		BinDir:  c.BinDir,
+		Workdir: c.PodsDir(),
+		Log:     ctrl.Log.WithName("podrunner"),
+	}
+	fmt.Fprintln(os.Stderr, "Running the Valkey pods of local cluster", c.Name, "as real servers")
+	if err := runner.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }

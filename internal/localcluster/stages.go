@@ -1,0 +1,162 @@
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"sigs.k8s.io/yaml"
+
+	"example.com/cache-operator/internal/resources"
+)
+
+// valkeyPodLabelPath is, as kwok's stage selectors address it, the label that marks the pods a
+// cluster with RealValkey leaves to the pod runner: every pod that runs Valkey.
+var valkeyPodLabelPath = fmt.Sprintf(".metadata.labels[%q]", resources.LabelName)
+
+// valkeyPodStart is the stage through which kwok starts a Valkey pod on one of its nodes: it
+// gives the pod its IP and marks the container started, but not ready. Readiness is the pod
+// runner's to report, from the pod's own probe against a real server; and so is the end of a
+// deletion, after the server has stopped.
+var valkeyPodStart = map[string]any{
+	"apiVersion": "kwok.x-k8s.io/v1alpha1",
+	"kind":       "Stage",
+	"metadata":   map[string]any{"name": "valkey-pod-start"},
+	"spec": map[string]any{
+		"resourceRef": map[string]any{"apiGroup": "v1", "kind": "Pod"},
+		"selector": map[string]any{"matchExpressions": []any{
+			map[string]any{"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+			map[string]any{"key": ".status.phase", "operator": "In", "values": []any{"Pending"}},
+			map[string]any{"key": valkeyPodLabelPath, "operator": "In", "values": []any{resources.AppName}},
+		}},
+		"next": map[string]any{"statusTemplate": `{{ $now := Now }}
+conditions:
+- {type: Initialized, status: "True", lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }}}
+- {type: Ready, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }}}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: false
+  started: true
+  restartCount: 0
+  state: {running: {startedAt: {{ $now | Quote }}}}
+{{ end }}
+{{ with NodeIPsWith .spec.nodeName }}
+hostIP: {{ index . 0 | Quote }}
+hostIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+{{ with PodIPsWith .spec.nodeName false ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+podIP: {{ index . 0 | Quote }}
+podIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+`},
+	},
+}
+
+// stagesLeftToRunner are kwok's default pod stages that must pass over Valkey pods: the one
+// that marks a pod Running and Ready, and the one that deletes a terminating pod at once.
+var stagesLeftToRunner = []string{"pod-ready", "pod-delete"}
+
+// leaveValkeyPodsToRunner rewrites the stages in the kwok configuration that kwokctl wrote at
+// creation (its defaults, for this kwok version) so that kwok's defaults pass over Valkey pods
+// and valkeyPodStart starts them instead, then restarts the cluster for kwok to load them. kwok
+// takes stages from its configuration file or from Stage objects, never both, and kwokctl
+// writes its default stages into that file only when it is given none; so editing the file it
+// wrote keeps every other default as kwok ships it.
+func (c *Cluster) leaveValkeyPodsToRunner(ctx context.Context) error {
+	path := filepath.Join(c.Workdir, "clusters", c.Name, "kwok.yaml")
+	config, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	config, err = withValkeyPodStages(config)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := os.WriteFile(path, config, 0o600); err != nil {
+		return err
+	}
+	if err := c.Stop(ctx); err != nil {
+		return err
+	}
+	return c.Start(ctx)
+}
+
+// withValkeyPodStages returns the kwok configuration with a selector term that excludes Valkey
+// pods added to each of stagesLeftToRunner, and valkeyPodStart appended.
+func withValkeyPodStages(config []byte) ([]byte, error) {
+	var out bytes.Buffer
+	excluded := map[string]bool{}
+	for _, doc := range bytes.Split(config, []byte("\n---\n")) {
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			return nil, err
+		}
+		if name := stageName(obj); name != "" && slices.Contains(stagesLeftToRunner, name) {
+			if err := excludeValkeyPods(obj); err != nil {
+				return nil, fmt.Errorf("stage %s: %w", name, err)
+			}
+			excluded[name] = true
+		}
+		if err := appendDocument(&out, obj); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range stagesLeftToRunner {
+		if !excluded[name] {
+			return nil, fmt.Errorf("kwok's default stage %s is not there: this kwok version's stages differ from those the pod runner was written against", name)
+		}
+	}
+	if err := appendDocument(&out, valkeyPodStart); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+func stageName(obj map[string]any) string {
+	if obj["kind"] != "Stage" {
+		return ""
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	return name
+}
+
+func excludeValkeyPods(stage map[string]any) error {
+	spec, _ := stage["spec"].(map[string]any)
+	selector, _ := spec["selector"].(map[string]any)
+	if selector == nil {
+		return fmt.Errorf("no selector")
+	}
+	terms, _ := selector["matchExpressions"].([]any)
+	selector["matchExpressions"] = append(terms, map[string]any{
+		"key": valkeyPodLabelPath, "operator": "NotIn", "values": []any{resources.AppName},
+	})
+	return nil
+}
+
+func appendDocument(out *bytes.Buffer, obj map[string]any) error {
+	doc, err := yaml.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	out.WriteString("---\n")
+	out.Write(doc)
+	return nil
+}

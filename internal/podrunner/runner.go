@@ -1,0 +1,205 @@
+// Package podrunner stands in for the kubelet's container runtime on a local cluster whose Valkey
+// pods kwok leaves to it (localcluster.Cluster.RealValkey). For each Valkey pod that kwok has
+// started on one of its nodes, it runs the container's own command line as a real valkey-server
+// process on the pod's loopback IP, runs the pod's readiness probe and reports the result in the
+// pod's status, and stops the process the way the kubelet would when the pod is deleted. So the
+// operator's pod template meets a real server: arguments a real server rejects fail the pod.
+//
+// What differs from a kubelet, on purpose:
+//   - a server that exits fails its pod (phase Failed), which the StatefulSet controller then
+//     replaces with a new, empty one: the runner does not restart containers in place, so a
+//     crash looks like the loss of the node the pod ran on;
+//   - the first readiness probe runs as soon as the server accepts connections rather than at
+//     some point within the first period, so that tests do not wait out a period per pod;
+//   - liveness probes are not run.
+package podrunner
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"example.com/cache-operator/internal/resources"
+)
+
+// Runner runs the Valkey pods of one cluster. Run it once; it keeps no state outside its own
+// process and Workdir, and stops everything it started when Run returns.
+type Runner struct {
+	// Client reads the pods and reports their status, as a kubelet's credentials would.
+	Client kubernetes.Interface
+	// BinDir holds valkey-server and valkey-cli (hack/toolchain.sh valkey). Pods run only
+	// those.
+	BinDir string
+	// Workdir holds a directory per pod: the server's data directory, standing in for the
+	// pod's emptyDir, and its log.
+	Workdir string
+	// Log receives what happens to each pod.
+	Log logr.Logger
+
+	mu sync.Mutex
+	// servers are the pods' processes by pod UID, from start until the pod is gone; a pod
+	// whose server has exited keeps its entry, so that its server is never started again.
+	servers  map[types.UID]*server
+	startups []time.Duration
+	work     sync.WaitGroup
+}
+
+// Run runs Valkey pods until ctx is done, then kills every server it started, waits for them
+// to exit and removes their directories.
+func (r *Runner) Run(ctx context.Context) error {
+	r.servers = map[types.UID]*server{}
+	factory := informers.NewSharedInformerFactoryWithOptions(r.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = resources.LabelName + "=" + resources.AppName
+		}))
+	pods := factory.Core().V1().Pods().Informer()
+	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.sync(ctx, obj.(*corev1.Pod)) },
+		UpdateFunc: func(_, obj any) { r.sync(ctx, obj.(*corev1.Pod)) },
+		DeleteFunc: func(obj any) {
+			if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = gone.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				r.forget(pod.UID)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+
+	r.mu.Lock()
+	servers := slices.Collect(maps.Values(r.servers))
+	r.mu.Unlock()
+	for _, s := range servers {
+		s.kill()
+		<-s.exited
+	}
+	r.work.Wait()
+	return os.RemoveAll(r.Workdir)
+}
+
+// Crash kills the server of the named pod with SIGKILL, as a machine's sudden loss would: the
+// pod then fails and its StatefulSet replaces it.
+func (r *Runner) Crash(namespace, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.servers {
+		if s.pod.Namespace == namespace && s.pod.Name == name && s.running() {
+			s.kill()
+			return nil
+		}
+	}
+	return fmt.Errorf("no server runs for pod %s/%s", namespace, name)
+}
+
+// StartupSummary says what starting a pod has cost so far: the time from starting its server
+// to reporting the pod Ready, over the pods that became ready.
+func (r *Runner) StartupSummary() string {
+	r.mu.Lock()
+	startups := slices.Clone(r.startups)
+	r.mu.Unlock()
+	if len(startups) == 0 {
+		return "no pod became ready"
+	}
+	slices.Sort(startups)
+	at := func(q float64) time.Duration { return startups[int(q*float64(len(startups)-1))] }
+	return fmt.Sprintf("%d pods from server start to Ready: p50 %s, p90 %s, max %s",
+		len(startups), at(0.5), at(0.9), startups[len(startups)-1])
+}
+
+// sync acts on one pod's current state: start the server of a pod kwok has started, stop the
+// server of a pod being deleted.
+func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, known := r.servers[pod.UID]
+	switch {
+	case pod.DeletionTimestamp != nil:
+		if !known {
+			// Never started (or started by an earlier runner, whose servers died with it).
+			s = &server{pod: podKey(pod), uid: pod.UID, exited: closedChannel()}
+			r.servers[pod.UID] = s
+		}
+		if !s.terminating {
+			s.terminating = true
+			r.goWork(func() { r.terminate(ctx, s, gracePeriod(pod)) })
+		}
+	case !known && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "":
+		s, err := r.start(pod)
+		if err != nil {
+			r.Log.Error(err, "Could not start the pod's server", "pod", podKey(pod))
+			s = &server{pod: podKey(pod), uid: pod.UID, exited: closedChannel(), exitErr: err}
+		}
+		r.servers[pod.UID] = s
+		r.goWork(func() { r.supervise(ctx, s, pod) })
+	}
+}
+
+// forget drops a pod that is gone from the API, killing its server if something deleted the
+// pod without waiting for it (a forced deletion).
+func (r *Runner) forget(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.servers[uid]; ok {
+		s.kill()
+		delete(r.servers, uid)
+	}
+}
+
+func (r *Runner) goWork(f func()) {
+	r.work.Add(1)
+	go func() {
+		defer r.work.Done()
+		f()
+	}()
+}
+
+func (r *Runner) recordStartup(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.startups = append(r.startups, d)
+}
+
+func (r *Runner) podDir(uid types.UID) string {
+	return filepath.Join(r.Workdir, string(uid))
+}
+
+func podKey(pod *corev1.Pod) types.NamespacedName {
+	return types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+}
+
+// gracePeriod is how long a deleted pod's server has between SIGTERM and SIGKILL: what the
+// deletion asked for, else what the pod says, else Kubernetes' default.
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
+}
+
+func closedChannel() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}

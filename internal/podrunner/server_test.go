@@ -1,0 +1,113 @@
+package podrunner
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev1 "example.com/cache-operator/api/v1"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/testenv"
+)
+
+// These tests run the operator's pod template on real valkey-server processes, without a
+// cluster: the command line, the memory settings and the readiness probe as a real container
+// runtime would meet them.
+
+// cachePod is the pod that the operator's StatefulSet for a Cache of the given memory makes,
+// started on a loopback IP of the test's own.
+func cachePod(memory string) *corev1.Pod {
+	cache := &cachev1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
+		Spec:       cachev1.CacheSpec{Replicas: 1, Version: "8.1.1", Memory: resource.MustParse(memory)},
+	}
+	template := resources.StatefulSet(cache, resources.DefaultImageRepository).Spec.Template
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache-0", Namespace: "default", UID: "uid-0", Labels: template.Labels},
+		Spec:       template.Spec,
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: testenv.LoopbackIP()},
+	}
+}
+
+// startServer starts the pod's server as the runner would and stops it when the test ends.
+func startServer(t *testing.T, pod *corev1.Pod) *server {
+	t.Helper()
+	r := &Runner{BinDir: testenv.BinDir(), Workdir: t.TempDir(), Log: testr.New(t)}
+	s, err := r.start(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kill(); <-s.exited })
+	return s
+}
+
+func TestCachePodServesWithItsMemorySettingsAndPassesItsProbe(t *testing.T) {
+	pod := cachePod("64Mi")
+	s := startServer(t, pod)
+	r := &Runner{BinDir: testenv.BinDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.waitAccepting(ctx)
+	if ok, err := r.probe(ctx, s, pod.Spec.Containers[0].ReadinessProbe); !ok {
+		t.Fatalf("the pod's readiness probe fails against its running server: %v", err)
+	}
+
+	client := testenv.Valkey(t, s.ip, int(s.port))
+	if got, want := testenv.ValkeyConfig(t, client, "maxmemory"), strconv.FormatInt(48<<20, 10); got != want {
+		t.Errorf("maxmemory is %s, want %s (3/4 of 64Mi)", got, want)
+	}
+	if got := testenv.ValkeyConfig(t, client, "maxmemory-policy"); got != resources.EvictionPolicy {
+		t.Errorf("maxmemory-policy is %s, want %s", got, resources.EvictionPolicy)
+	}
+	if err := client.Do(ctx, client.B().Set().Key("greeting").Value("hello").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := client.Do(ctx, client.B().Get().Key("greeting").Build()).ToString(); err != nil || got != "hello" {
+		t.Errorf("GET greeting = %q, %v; want hello", got, err)
+	}
+}
+
+// A cache must evict rather than refuse writes: writing half as much again as maxmemory holds
+// evicts keys, and every write succeeds.
+func TestCachePodEvictsInsteadOfRefusingWrites(t *testing.T) {
+	s := startServer(t, cachePod("64Mi"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.waitAccepting(ctx)
+	client := testenv.Valkey(t, s.ip, int(s.port))
+
+	value := strings.Repeat("x", 64<<10)
+	const writes = 48 << 20 / (64 << 10) * 3 / 2
+	for i := range writes {
+		if err := client.Do(ctx, client.B().Set().Key(fmt.Sprintf("key-%d", i)).Value(value).Build()).Error(); err != nil {
+			t.Fatalf("write %d of %d was refused: %v", i, writes, err)
+		}
+	}
+	if evicted, _ := strconv.Atoi(testenv.ValkeyInfo(t, client, "stats", "evicted_keys")); evicted == 0 {
+		t.Errorf("writing %d MiB into a cache of 48 MiB evicted no key", writes*64>>10)
+	}
+}
+
+// A command line that a real server rejects must fail the pod, not pass unnoticed.
+func TestServerRejectsABadCommandLine(t *testing.T) {
+	pod := cachePod("64Mi")
+	c := &pod.Spec.Containers[0]
+	c.Args = append(c.Args, "--maxmemory-policy", "allkeys-lur")
+	s := startServer(t, pod)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("valkey-server runs with maxmemory-policy allkeys-lur")
+	}
+	if code := exitCode(s.exitErr); code == 0 {
+		t.Errorf("valkey-server exited with status 0 on a bad argument")
+	}
+}

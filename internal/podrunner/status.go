@@ -1,0 +1,117 @@
+package podrunner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// The runner reports a pod's status the way the kubelet does: a strategic merge patch of the
+// status that also names the pod's UID, which the API server refuses to change, so that a report
+// about a deleted pod never lands on its replacement of the same name.
+
+// reportReady sets the pod's Ready and ContainersReady conditions and its container's ready flag.
+func (r *Runner) reportReady(ctx context.Context, s *server, ready bool) error {
+	status, reason := corev1.ConditionFalse, "ContainersNotReady"
+	if ready {
+		status, reason = corev1.ConditionTrue, ""
+	}
+	now := metav1.Now()
+	return r.patchStatus(ctx, s, map[string]any{
+		"conditions": []map[string]any{
+			condition(corev1.ContainersReady, status, reason, now),
+			condition(corev1.PodReady, status, reason, now),
+		},
+		"containerStatuses": []corev1.ContainerStatus{s.containerStatus(ready, corev1.ContainerState{
+			Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(s.started)},
+		})},
+	})
+}
+
+// reportFailed marks the pod Failed with its container terminated, as the kubelet does when a
+// pod's containers have stopped for good. The StatefulSet controller replaces a failed pod.
+func (r *Runner) reportFailed(ctx context.Context, s *server) error {
+	now := metav1.Now()
+	return r.patchStatus(ctx, s, map[string]any{
+		"phase": corev1.PodFailed,
+		"conditions": []map[string]any{
+			condition(corev1.ContainersReady, corev1.ConditionFalse, "PodFailed", now),
+			condition(corev1.PodReady, corev1.ConditionFalse, "PodFailed", now),
+		},
+		"containerStatuses": []corev1.ContainerStatus{s.containerStatus(false, corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{
+				ExitCode:   exitCode(s.exitErr),
+				Reason:     "Error",
+				StartedAt:  metav1.NewTime(s.started),
+				FinishedAt: now,
+			},
+		})},
+	})
+}
+
+// exitCode is a container's exit code as the kubelet reports it: 128 plus the signal's number
+// for a process that a signal ended.
+func exitCode(err error) int32 {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return 0
+	}
+	if status, ok := exit.Sys().(syscall.WaitStatus); ok && status.Signaled() {
+		return 128 + int32(status.Signal())
+	}
+	return int32(exit.ExitCode())
+}
+
+// containerStatus is the whole status of the pod's container: the list of container statuses is
+// replaced, not merged, by a patch.
+func (s *server) containerStatus(ready bool, state corev1.ContainerState) corev1.ContainerStatus {
+	return corev1.ContainerStatus{
+		Name:    s.containerName,
+		Image:   s.image,
+		Ready:   ready,
+		Started: ptr.To(state.Running != nil),
+		State:   state,
+	}
+}
+
+func condition(t corev1.PodConditionType, status corev1.ConditionStatus, reason string, now metav1.Time) map[string]any {
+	c := map[string]any{"type": t, "status": status, "lastTransitionTime": now, "reason": nil}
+	if reason != "" {
+		c["reason"] = reason
+	}
+	return c
+}
+
+func (r *Runner) patchStatus(ctx context.Context, s *server, status map[string]any) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": s.uid},
+		"status":   status,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = r.Client.CoreV1().Pods(s.pod.Namespace).Patch(ctx, s.pod.Name, types.StrategicMergePatchType,
+		patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// completeDeletion deletes the pod for good once its server has stopped, as the kubelet does:
+// with no grace period left, and only the pod this server ran for.
+func (r *Runner) completeDeletion(ctx context.Context, s *server) error {
+	err := r.Client.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &s.uid},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone already, or a new pod of the same name
+	}
+	return err
+}
