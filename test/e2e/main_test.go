@@ -1,7 +1,8 @@
 // Package e2e tests the operator as a whole on a real control plane: a kwokctl cluster built
 // from the toolchain, with the real StatefulSet controller, scheduler and garbage collector and
 // kwok playing the kubelet. The operator runs as its real binary, in processes the tests start
-// and kill, under its own ServiceAccount so that only the generated RBAC applies.
+// and kill, under its own ServiceAccount so that only the generated RBAC applies. Behind every
+// cache pod runs a real valkey-server (package podrunner), on the pod's loopback IP.
 package e2e
 
 import (
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +22,7 @@ import (
 
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/localcluster"
+	"example.com/cache-operator/internal/podrunner"
 	"example.com/cache-operator/internal/testenv"
 )
 
@@ -31,6 +35,8 @@ var (
 	operatorBinary string
 	// operatorKubeconfig authenticates as the operator's ServiceAccount.
 	operatorKubeconfig string
+	// runner runs the cache pods' servers.
+	runner *podrunner.Runner
 )
 
 func TestMain(m *testing.M) {
@@ -52,9 +58,10 @@ func run(m *testing.M) int {
 	}
 
 	cluster = &localcluster.Cluster{
-		Name:    fmt.Sprintf("e2e-%d", os.Getpid()),
-		Workdir: workdir,
-		BinDir:  testenv.BinDir(),
+		Name:       fmt.Sprintf("e2e-%d", os.Getpid()),
+		Workdir:    workdir,
+		BinDir:     testenv.BinDir(),
+		RealValkey: true,
 	}
 	// Removed however the tests end; a failed create may have left parts behind too.
 	defer func() {
@@ -80,7 +87,32 @@ func run(m *testing.M) int {
 	if admin, err = client.NewWithWatch(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
 		return fail(err)
 	}
+	stopRunner, err := startRunner(cfg, filepath.Join(workdir, "pods"))
+	if err != nil {
+		return fail(err)
+	}
+	defer stopRunner()
 	return m.Run()
+}
+
+// startRunner starts the pod runner; the function it returns stops it, which kills every server
+// it started, and reports what starting a pod cost.
+func startRunner(cfg *rest.Config, workdir string) (stop func(), err error) {
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	runner = &podrunner.Runner{Client: clientset, BinDir: testenv.BinDir(), Workdir: workdir, Log: ctrl.Log.WithName("podrunner")}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "pod runner:", err)
+		}
+		fmt.Fprintln(os.Stderr, "pod runner:", runner.StartupSummary())
+	}, nil
 }
 
 func fail(err error) int {
