@@ -33,7 +33,8 @@ func (c *Cluster) LockPodRunner() (unlock func(), err error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("another process runs the pods of cluster %s: %w", c.Name, err)
 	}
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())), 0)
 	}
 	if err != nil {
