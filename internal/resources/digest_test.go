@@ -1,6 +1,8 @@
 package resources
 
 import (
+	"fmt"
+	"reflect"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -102,4 +104,52 @@ func TestStripPodTemplateKeepsOnlyTheDigest(t *testing.T) {
 	if !equality.Semantic.DeepEqual(want, stored) {
 		t.Error("stripping changed more than the pod template")
 	}
+}
+
+// Every pod template field that the builder sets must be an owned field, which the digest the
+// informer keeps covers: a field left out would never be rolled out, since the reconciler would
+// see no difference.
+func TestEveryTemplateFieldTheBuilderSetsCountsInTheDigest(t *testing.T) {
+	desired := StatefulSet(testCache(), DefaultImageRepository).Spec.Template
+	digest := OwnedTemplateDigest(&desired)
+	counts := func(what string, clear func(*corev1.PodTemplateSpec)) {
+		t.Helper()
+		changed := desired.DeepCopy()
+		clear(changed)
+		if OwnedTemplateDigest(changed) == digest {
+			t.Errorf("the builder sets %s, but the digest of owned fields does not change without it", what)
+		}
+	}
+	for key := range desired.Labels {
+		counts("pod label "+key, func(p *corev1.PodTemplateSpec) { delete(p.Labels, key) })
+	}
+	for _, field := range setFields(desired.Spec) {
+		if field == "Containers" {
+			continue // field by field below
+		}
+		counts("spec."+field, func(p *corev1.PodTemplateSpec) { clearField(&p.Spec, field) })
+	}
+	for i, c := range desired.Spec.Containers {
+		for _, field := range setFields(c) {
+			counts(fmt.Sprintf("containers[%s].%s", c.Name, field), func(p *corev1.PodTemplateSpec) {
+				clearField(&p.Spec.Containers[i], field)
+			})
+		}
+	}
+}
+
+// setFields are the names of the struct's fields that are not zero.
+func setFields(s any) []string {
+	v := reflect.ValueOf(s)
+	var names []string
+	for i := range v.NumField() {
+		if !v.Field(i).IsZero() {
+			names = append(names, v.Type().Field(i).Name)
+		}
+	}
+	return names
+}
+
+func clearField(ptr any, name string) {
+	reflect.ValueOf(ptr).Elem().FieldByName(name).SetZero()
 }

@@ -1,15 +1,11 @@
 package resources
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -93,84 +89,35 @@ func MergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 	}
 	dst.Spec.Replicas = desired.Spec.Replicas
 
-	want := &desired.Spec.Template
-	pod := &dst.Spec.Template
-	mergeLabels(&pod.Labels, want.Labels)
-	pod.Spec.SecurityContext = want.Spec.SecurityContext
-	pod.Spec.Affinity = want.Spec.Affinity
-	for i := range want.Spec.Containers {
-		mergeContainer(&pod.Spec.Containers, &want.Spec.Containers[i])
-	}
-	for _, v := range want.Spec.Volumes {
-		upsertByName(&pod.Spec.Volumes, v, func(v corev1.Volume) string { return v.Name })
-	}
+	mergeOwnedTemplate(&dst.Spec.Template, &desired.Spec.Template)
 }
 
-// StatefulSetUpToDate reports whether MergeStatefulSet(sts, desired) would leave sts as it is,
-// so that there is nothing to write. sts may be a stored StatefulSet or one whose pod template
-// StripPodTemplate replaced by its digest.
-func StatefulSetUpToDate(sts, desired *appsv1.StatefulSet) bool {
-	if OwnedTemplateDigest(&sts.Spec.Template) != OwnedTemplateDigest(&desired.Spec.Template) {
-		return false
-	}
-	// The templates agree on every owned field; compare the rest the way the merge sees it.
-	merged := sts.DeepCopy()
-	MergeStatefulSet(merged, desired)
-	merged.Spec.Template = sts.Spec.Template
-	return equality.Semantic.DeepEqual(merged, sts)
-}
-
-// templateDigestAnnotation holds a stripped pod template's digest. It exists only on the
-// operator's cached copies and is never sent to the API server: a template without containers
-// would not pass validation anyway.
-const templateDigestAnnotation = "cache.example.com/owned-template-digest"
-
-// StripPodTemplate replaces a StatefulSet's pod template by the digest of its owned fields.
-// The pod template is most of a StatefulSet's size, and the reconciler only needs to know
-// whether its owned fields match (StatefulSetUpToDate); so the informer keeps StatefulSets
-// stripped, and an update starts from a fresh read of the whole object.
-func StripPodTemplate(sts *appsv1.StatefulSet) {
-	digest := OwnedTemplateDigest(&sts.Spec.Template)
-	sts.Spec.Template = corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{templateDigestAnnotation: digest}},
-	}
-}
-
-// OwnedTemplateDigest is a digest of the pod template fields MergeStatefulSet owns: two
-// templates have the same digest exactly when merging one's owned fields into the other
-// changes nothing. A template stripped by StripPodTemplate gives the digest it kept.
-func OwnedTemplateDigest(template *corev1.PodTemplateSpec) string {
-	if digest, ok := template.Annotations[templateDigestAnnotation]; ok && len(template.Spec.Containers) == 0 {
-		return digest
-	}
-	owned := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
+// mergeOwnedTemplate copies into dst the pod template fields that the operator owns, as src has
+// them, and leaves every other field of dst alone. It is the one list of those fields: the merge
+// applies it to a stored template, and the digest the informer keeps of a template
+// (OwnedTemplateDigest) applies it to an empty one.
+func mergeOwnedTemplate(dst, src *corev1.PodTemplateSpec) {
 	for _, key := range podLabelKeys {
-		if value, ok := template.Labels[key]; ok {
-			owned.Labels[key] = value
+		if value, ok := src.Labels[key]; ok {
+			mergeLabels(&dst.Labels, map[string]string{key: value})
 		}
 	}
-	owned.Spec.SecurityContext = template.Spec.SecurityContext
-	owned.Spec.Affinity = template.Spec.Affinity
-	for i := range template.Spec.Containers {
-		if c := &template.Spec.Containers[i]; c.Name == ContainerName {
-			valkey := corev1.Container{Name: c.Name}
-			setOwnedContainerFields(&valkey, c)
-			owned.Spec.Containers = append(owned.Spec.Containers, valkey)
+	dst.Spec.SecurityContext = src.Spec.SecurityContext
+	dst.Spec.Affinity = src.Spec.Affinity
+	for i := range src.Spec.Containers {
+		if c := &src.Spec.Containers[i]; c.Name == ContainerName {
+			mergeContainer(&dst.Spec.Containers, c)
 		}
 	}
-	for _, v := range template.Spec.Volumes {
+	for _, v := range src.Spec.Volumes {
 		if v.Name == dataVolume {
-			owned.Spec.Volumes = append(owned.Spec.Volumes, v)
+			upsertByName(&dst.Spec.Volumes, v, func(v corev1.Volume) string { return v.Name })
 		}
 	}
-	// JSON of API types is deterministic: struct fields in order, map keys sorted, quantities
-	// in canonical form. Marshalling them cannot fail.
-	encoded, _ := json.Marshal(owned)
-	sum := sha256.Sum256(encoded)
-	return hex.EncodeToString(sum[:])
 }
 
-// mergeContainer sets the owned fields of the container named like want, adding it if missing.
+// mergeContainer sets the owned fields of the container named like want, adding it with only
+// those if missing (the API server defaults the rest).
 func mergeContainer(containers *[]corev1.Container, want *corev1.Container) {
 	for i := range *containers {
 		if c := &(*containers)[i]; c.Name == want.Name {
@@ -178,7 +125,9 @@ func mergeContainer(containers *[]corev1.Container, want *corev1.Container) {
 			return
 		}
 	}
-	*containers = append(*containers, *want)
+	c := corev1.Container{Name: want.Name}
+	setOwnedContainerFields(&c, want)
+	*containers = append(*containers, c)
 }
 
 // setOwnedContainerFields copies the fields of the Valkey container that the operator owns.

@@ -1,0 +1,58 @@
+package resources
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// StatefulSetUpToDate reports whether MergeStatefulSet(sts, desired) would leave sts as it is,
+// so that there is nothing to write. sts may be a stored StatefulSet or one whose pod template
+// StripPodTemplate replaced by its digest.
+func StatefulSetUpToDate(sts, desired *appsv1.StatefulSet) bool {
+	if OwnedTemplateDigest(&sts.Spec.Template) != OwnedTemplateDigest(&desired.Spec.Template) {
+		return false
+	}
+	// The templates agree on every owned field; compare the rest the way the merge sees it.
+	merged := sts.DeepCopy()
+	MergeStatefulSet(merged, desired)
+	merged.Spec.Template = sts.Spec.Template
+	return equality.Semantic.DeepEqual(merged, sts)
+}
+
+// templateDigestAnnotation holds a stripped pod template's digest. It exists only on the
+// operator's cached copies and is never sent to the API server: a template without containers
+// would not pass validation anyway.
+const templateDigestAnnotation = "cache.example.com/owned-template-digest"
+
+// StripPodTemplate replaces a StatefulSet's pod template by the digest of its owned fields.
+// The pod template is most of a StatefulSet's size, and the reconciler only needs to know
+// whether its owned fields match (StatefulSetUpToDate); so the informer keeps StatefulSets
+// stripped, and an update starts from a fresh read of the whole object.
+func StripPodTemplate(sts *appsv1.StatefulSet) {
+	digest := OwnedTemplateDigest(&sts.Spec.Template)
+	sts.Spec.Template = corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{templateDigestAnnotation: digest}},
+	}
+}
+
+// OwnedTemplateDigest is a digest of the pod template fields the operator owns: two templates
+// have the same digest exactly when merging one's owned fields into the other changes nothing. A
+// template stripped by StripPodTemplate gives the digest it kept.
+func OwnedTemplateDigest(template *corev1.PodTemplateSpec) string {
+	if digest, ok := template.Annotations[templateDigestAnnotation]; ok && len(template.Spec.Containers) == 0 {
+		return digest
+	}
+	var owned corev1.PodTemplateSpec
+	mergeOwnedTemplate(&owned, template)
+	// JSON of API types is deterministic: struct fields in order, map keys sorted, quantities
+	// in canonical form. Marshalling them cannot fail.
+	encoded, _ := json.Marshal(owned)
+	sum := sha256.Sum256(encoded)
+	return hex.EncodeToString(sum[:])
+}
