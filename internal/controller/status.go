@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -49,6 +50,10 @@ func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev1.Cach
 		ObservedGeneration: cache.Generation,
 		Message:            err.Error(),
 	}
+	if conflict := (*NameConflictError)(nil); errors.As(err, &conflict) {
+		cond.Reason = cachev1.ReasonNameConflict
+		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, cachev1.ReasonNameConflict, "Create", "%s", conflict.Error())
+	}
 	if serr := r.writeCondition(ctx, cache, cond); serr != nil {
 		return errors.Join(err, fmt.Errorf("reporting the failure in status: %w", serr))
 	}
@@ -85,6 +90,9 @@ func readyCondition(cache *cachev1.Cache, sts *appsv1.StatefulSet) metav1.Condit
 		Reason:             cachev1.ReasonProgressing,
 		ObservedGeneration: cache.Generation,
 		Message:            fmt.Sprintf("%d/%d replicas ready", st.ReadyReplicas, want),
+	}
+	if st.Replicas > want {
+		cond.Message = fmt.Sprintf("removing nodes: %d running, scaling down to %d", st.Replicas, want)
 	}
 	if st.UpdateRevision != st.CurrentRevision {
 		cond.Message += fmt.Sprintf(", %d/%d updated to the current spec", st.UpdatedReplicas, want)

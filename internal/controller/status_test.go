@@ -43,7 +43,7 @@ func TestReadyCondition(t *testing.T) {
 	}, {
 		name: "scaling down, extra pods still there", want: 2, generation: 2,
 		status:     appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3},
-		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "3/2 replicas ready",
+		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "removing nodes: 3 running, scaling down to 2",
 	}, {
 		name: "StatefulSet controller has not seen our last change yet", want: 3, generation: 2,
 		status:     appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3},
