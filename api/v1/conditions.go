@@ -18,6 +18,11 @@ const (
 	// API server's error (a Forbidden one points at the operator's RBAC). It is retried with
 	// backoff.
 	ReasonReconcileFailed = "ReconcileFailed"
+
+	// ReasonNameConflict means a StatefulSet or Service with the Cache's name exists and is not
+	// the Cache's, so the operator cannot make its own; the message names it. The Cache stays
+	// not ready until that object is removed or renamed, or the Cache is.
+	ReasonNameConflict = "NameConflict"
 )
 
 // Registered reports whether the Cache is listed in the external service catalogue, where

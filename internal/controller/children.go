@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -29,7 +31,7 @@ func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev1.Cac
 }
 
 // ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod
-// template (see CacheOptions), whether anything needs writing. Only an update, rare next to the
+// template (see InformerOptions), whether anything needs writing. Only an update, rare next to the
 // passes that find nothing to do, reads the whole stored object first.
 func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev1.Cache) (*appsv1.StatefulSet, error) {
 	desired := resources.StatefulSet(cache, r.ImageRepository)
@@ -71,14 +73,63 @@ func (c storedReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 // the Cache's, so a create that races with an earlier one fails with AlreadyExists instead of
 // making a second child, and an update from a stale copy fails with a conflict; both go back to
 // the queue.
+//
+// A create fails with AlreadyExists for good when the informer cannot see the object of that
+// name: one that is not the Cache's, or the Cache's own child whose managed-by label someone
+// removed. A read of the stored object tells them apart: the Cache's own is adopted back (the
+// merge restores its label); any other is a NameConflictError.
 func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cache *cachev1.Cache, child client.Object, merge func()) error {
+	err := r.createOrUpdate(ctx, c, cache, child, merge)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	stored := child.DeepCopyObject().(client.Object)
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(child), stored); err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(stored, cache) {
+		return r.nameConflict(stored)
+	}
+	return r.createOrUpdate(ctx, storedReads{Client: r.Client, reader: r.APIReader}, cache, child, merge)
+}
+
+func (r *CacheReconciler) createOrUpdate(ctx context.Context, c client.Client, cache *cachev1.Cache, child client.Object, merge func()) error {
 	op, err := controllerutil.CreateOrUpdate(ctx, c, child, func() error {
 		merge()
 		return controllerutil.SetControllerReference(cache, child, r.Scheme())
 	})
+	if alreadyOwned := (*controllerutil.AlreadyOwnedError)(nil); errors.As(err, &alreadyOwned) {
+		return r.nameConflict(child)
+	}
 	if op != controllerutil.OperationResultNone {
-		gvk, _ := r.GroupVersionKindFor(child)
-		log.FromContext(ctx).Info("Wrote child", "kind", gvk.Kind, "name", child.GetName(), "operation", op)
+		log.FromContext(ctx).Info("Wrote child", "kind", r.kind(child), "name", child.GetName(), "operation", op)
 	}
 	return err
+}
+
+// NameConflictError is a child the operator cannot make because another object has its name.
+type NameConflictError struct {
+	Kind, Namespace, Name, Owner string
+}
+
+func (e *NameConflictError) Error() string {
+	owner := "no controller"
+	if e.Owner != "" {
+		owner = "controller " + e.Owner
+	}
+	return fmt.Sprintf("a %s named %s already exists in namespace %s and is not this Cache's (it has %s): "+
+		"delete or rename it, or give the Cache another name", e.Kind, e.Name, e.Namespace, owner)
+}
+
+func (r *CacheReconciler) nameConflict(obj client.Object) error {
+	e := &NameConflictError{Kind: r.kind(obj), Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	if owner := metav1.GetControllerOf(obj); owner != nil {
+		e.Owner = owner.Kind + "/" + owner.Name
+	}
+	return e
+}
+
+func (r *CacheReconciler) kind(obj client.Object) string {
+	gvk, _ := r.GroupVersionKindFor(obj)
+	return gvk.Kind
 }
