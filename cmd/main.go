@@ -81,7 +81,7 @@ func main() {
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 controller.NewScheme(),
-		Cache:                  controller.CacheOptions(),
+		Cache:                  controller.InformerOptions(),
 		Metrics:                metricsOptions(metricsAddr, metricsSecure, metricsCertDir),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,

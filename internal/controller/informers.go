@@ -10,14 +10,14 @@ import (
 	"example.com/cache-operator/internal/resources"
 )
 
-// CacheOptions keeps the manager's informers down to what the reconciler reads, which is most
+// InformerOptions keeps the manager's informers down to what the reconciler reads, which is most
 // of the operator's memory on a large cluster: no managedFields on any cached object; only the
 // StatefulSets and Services that carry the operator's managed-by label rather than every one in
 // the cluster; and StatefulSets without their pod template, of which the reconciler only needs
 // a digest (resources.StripPodTemplate). A child whose label someone removed is invisible to
 // the reconciler; its next create fails with AlreadyExists, which shows up as reconcile errors,
 // not as a duplicate.
-func CacheOptions() cache.Options {
+func InformerOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
 	stripManagedFields := cache.TransformStripManagedFields()
 	return cache.Options{

@@ -116,7 +116,7 @@ func isGone(t *testing.T, namespace string) bool {
 	return apierrors.IsNotFound(err)
 }
 
-func TestCatalogueFollowsTheCacheAndUnchangedPassesWriteNothing(t *testing.T) {
+func TestCatalogFollowsTheCacheAndUnchangedPassesWriteNothing(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	cat, etcdWrites := newCatalog(t, etcd.Endpoint)
 	ns := newNamespace(t)
@@ -217,7 +217,7 @@ func TestCrashBetweenDeregisteringAndReleasingConverges(t *testing.T) {
 	}
 }
 
-func TestCatalogueDownDuringDeletionKeepsTheCacheAndSaysWhy(t *testing.T) {
+func TestCatalogDownDuringDeletionKeepsTheCacheAndSaysWhy(t *testing.T) {
 	etcd, ns := registeredByAManager(t)
 	errorsBefore := counterValue(t, "cache_operator_catalog_operation_errors_total", "deregister")
 
@@ -265,7 +265,7 @@ func TestCatalogueDownDuringDeletionKeepsTheCacheAndSaysWhy(t *testing.T) {
 	}
 }
 
-func TestAbandonAnnotationReleasesACacheWhoseCatalogueIsGone(t *testing.T) {
+func TestAbandonAnnotationReleasesACacheWhoseCatalogIsGone(t *testing.T) {
 	// A catalogue that never answers: nothing listens on this endpoint.
 	gone, _ := newCatalog(t, "http://127.0.0.1:1")
 	ns := newNamespace(t)
@@ -297,7 +297,7 @@ func TestAbandonAnnotationReleasesACacheWhoseCatalogueIsGone(t *testing.T) {
 	}
 }
 
-func TestWithoutACatalogueThereIsNoFinalizer(t *testing.T) {
+func TestWithoutACatalogThereIsNoFinalizer(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {

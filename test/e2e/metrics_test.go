@@ -9,22 +9,30 @@ import (
 	"testing"
 	"time"
 
+	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/testenv"
 )
 
 // metricName matches the names of the metrics our alerts and dashboard read.
 var metricName = regexp.MustCompile(`\b(?:cache_operator|controller_runtime|workqueue|rest_client|leader_election|process|go)_[a-z0-9_]+`)
 
-// Every metric the alerts and the dashboard query is one the running operator exports: a
-// renamed or dropped metric would otherwise leave an alert that can never fire.
+// controllerLabel matches a selection on the controller label, in YAML or in JSON.
+var controllerLabel = regexp.MustCompile(`controller=\\?"([^"\\]+)\\?"`)
+
+// Every metric the alerts and the dashboard query is one the running operator exports, and every
+// controller they select on is one it runs: a renamed or dropped metric or controller would
+// otherwise leave an alert that can never fire.
 func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
-	var used []string
+	var used, controllers []string
 	for _, file := range []string{"config/prometheus/alerts.yaml", "config/grafana/cache-operator-dashboard.json"} {
 		b, err := os.ReadFile(filepath.Join(testenv.Root(), file))
 		if err != nil {
 			t.Fatal(err)
 		}
 		used = append(used, metricName.FindAllString(string(b), -1)...)
+		for _, m := range controllerLabel.FindAllStringSubmatch(string(b), -1) {
+			controllers = append(controllers, m[1])
+		}
 	}
 	slices.Sort(used)
 	used = slices.Compact(used)
@@ -44,6 +52,14 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 		}
 		if families[name] == nil && families[base] == nil {
 			t.Errorf("%s is queried but the operator does not export it", name)
+		}
+	}
+	if len(controllers) == 0 {
+		t.Fatal("the alerts and the dashboard select on no controller label; this test's pattern is out of date")
+	}
+	for _, name := range controllers {
+		if testenv.Sum(families, "controller_runtime_reconcile_total", map[string]string{"controller": name}) == 0 {
+			t.Errorf("controller %q is selected on but the operator reconciles under no such name (it is %q)", name, controller.ControllerName)
 		}
 	}
 }
