@@ -8,16 +8,33 @@ CONTROLLER_GEN := go tool controller-gen
 
 .PHONY: help
 help: ## List the targets.
-	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -F':.*## ' '/^[a-z0-9-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
 run: build ## Run the operator; with no KUBECONFIG, on a local kwokctl cluster it starts itself.
 	hack/run.sh
 
+# Test tiers. Unit tests need nothing but Go: a plain `go test ./...` runs them. The tiers that
+# need the toolchain are selected by build tags: integration (a real etcd and kube-apiserver,
+# CoreDNS, promtool, valkey-server) and e2e (the operator on a local kwokctl cluster).
 .PHONY: test
-test: verify lint ## Run every test: unit, envtest (a real etcd and kube-apiserver) and end to end (kwokctl).
+test: verify lint ## Run every test tier: unit, integration and end to end. CI runs this.
 	hack/toolchain.sh etcd kubernetes coredns kwok promtool helm valkey
-	go test ./... -count=1 -timeout 30m
+	go test -tags integration,e2e ./... -count=1 -timeout 30m
+
+.PHONY: test-unit
+test-unit: ## Run the unit tests only (no toolchain needed).
+	go test ./... -count=1
+
+.PHONY: test-integration
+test-integration: ## Run the unit and integration tests.
+	hack/toolchain.sh etcd kubernetes coredns promtool valkey
+	go test -tags integration ./... -count=1 -timeout 20m
+
+.PHONY: test-e2e
+test-e2e: ## Run the end-to-end tests.
+	hack/toolchain.sh etcd kubernetes kwok helm valkey
+	go test -tags e2e ./test/e2e -count=1 -timeout 30m
 
 .PHONY: manifests
 manifests: ## Generate the CRD and the RBAC role from the kubebuilder markers (also into the Helm chart).

@@ -67,3 +67,11 @@ func Main(m *testing.M, setup func(*rest.Config) error) {
 	}
 	os.Exit(code)
 }
+
+// SkipTier skips the test that stands in, in a plain `go test ./...`, for a package's tests of a
+// tier that needs the toolchain and is selected by a build tag (integration or e2e), and says how
+// to run them.
+func SkipTier(t *testing.T, tag string) {
+	t.Helper()
+	t.Skipf("the %s tests need the toolchain: run `make test-%s`, or `go test -tags %s` after `make tools`", tag, tag, tag)
+}

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package alerts tests the operator's Prometheus alerts with promtool, built by the toolchain.
 package alerts
 

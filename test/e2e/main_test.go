@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package e2e tests the operator as a whole on a real control plane: a kwokctl cluster built
 // from the toolchain, with the real StatefulSet controller, scheduler and garbage collector and
 // kwok playing the kubelet. The operator runs as its real binary, in processes the tests start

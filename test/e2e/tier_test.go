@@ -1,0 +1,11 @@
+//go:build !e2e
+
+package e2e
+
+import (
+	"testing"
+
+	"example.com/cache-operator/internal/testenv"
+)
+
+func TestEndToEndTierNotSelected(t *testing.T) { testenv.SkipTier(t, "e2e") }
