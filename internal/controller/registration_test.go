@@ -251,9 +251,9 @@ func TestCatalogDownDuringDeletionKeepsTheCacheAndSaysWhy(t *testing.T) {
 	if after := counterValue(t, "cache_operator_catalog_operation_errors_total", "deregister"); after <= errorsBefore {
 		t.Errorf("deregister errors went from %v to %v, want an increase", errorsBefore, after)
 	}
-	terminating, oldest := terminatingMetrics(t)
-	if terminating < 1 || oldest <= 0 {
-		t.Errorf("cache_operator_caches_terminating = %v, oldest age = %v; want the stuck Cache counted", terminating, oldest)
+	terminating, oldest := terminatingMetrics(t, ns)
+	if terminating != 1 || oldest <= 0 {
+		t.Errorf("cache_operator_caches_terminating = %v, oldest age = %v; want the one stuck Cache counted", terminating, oldest)
 	}
 	if isGone(t, ns) {
 		t.Fatal("the Cache was deleted although its record could not be removed")
@@ -361,11 +361,12 @@ func labelValue(m *dto.Metric, name string) string {
 	return ""
 }
 
-// terminatingMetrics collects the Caches metrics from the API server's view of every namespace.
-func terminatingMetrics(t *testing.T) (count, oldestAge float64) {
+// terminatingMetrics collects the Caches metrics from the API server's view of one namespace: the
+// test's own, so that other tests' Caches are not counted.
+func terminatingMetrics(t *testing.T, namespace string) (count, oldestAge float64) {
 	t.Helper()
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(metrics.NewCachesCollector(k8s))
+	registry.MustRegister(metrics.NewCachesCollector(client.NewNamespacedClient(k8s, namespace)))
 	families, err := registry.Gather()
 	if err != nil {
 		t.Fatal(err)
