@@ -123,23 +123,33 @@ func (o *Operator) Logs(t testing.TB) string {
 // PID is the process's ID.
 func (o *Operator) PID() int { return o.cmd.Process.Pid }
 
-// Metrics scrapes the operator's metrics endpoint. It returns nil while the endpoint is not up.
+// Metrics scrapes the operator's metrics endpoint. It returns nil while the endpoint is not up,
+// and fails the test on metrics it cannot parse. Call it from the test's goroutine only.
 func (o *Operator) Metrics(t testing.TB) map[string]*dto.MetricFamily {
 	t.Helper()
+	families, err := o.Scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return families
+}
+
+// Scrape is Metrics for any goroutine: it returns the parse error rather than failing the test.
+func (o *Operator) Scrape() (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.MetricsAddr+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil
+		return nil, nil // not up (yet, or any more)
 	}
 	defer resp.Body.Close() //nolint:errcheck
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		t.Fatalf("parsing the metrics of operator %s: %v", o.Name, err)
+		return nil, fmt.Errorf("parsing the metrics of operator %s: %w", o.Name, err)
 	}
-	return families
+	return families, nil
 }
 
 // Sum adds up the samples of a counter or gauge whose labels include every given one.
