@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -53,14 +54,19 @@ func TestKillBetweenCreatingTheStatefulSetAndWritingStatus(t *testing.T) {
 	assertChildrenAndRecords(t, etcd, ns, map[string]int32{"orders-cache": 3})
 }
 
+var stormSeed = flag.Uint64("storm-seed", 0, "seed of the crash storm's random steps; 0 takes one from the clock (the test logs the seed it used)")
+
 // A storm of creates, scales and deletes over 20 Caches, with the operator SIGKILLed and
 // restarted at random moments, must end converged: every Cache Ready, one StatefulSet and
 // Service per Cache and none for a deleted one, no stuck finalizer, and exactly the live
 // Caches' records in the catalogue.
 func TestCrashStormConverges(t *testing.T) {
 	const caches, steps, kills = 20, 50, 4
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("random seed %d", seed)
+	seed := *stormSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("random seed %d: replay with -args -storm-seed=%d", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
 
 	etcd := testenv.StartEtcd(t)
