@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -125,13 +127,13 @@ func objects(t *testing.T, stream string) []unstructured.Unstructured {
 	}
 }
 
-func identities(objs []unstructured.Unstructured) []string {
-	var ids []string
+// byIdentity indexes objects by kind, namespace and name.
+func byIdentity(objs []unstructured.Unstructured) map[string]unstructured.Unstructured {
+	index := map[string]unstructured.Unstructured{}
 	for _, o := range objs {
-		ids = append(ids, fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName()))
+		index[fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())] = o
 	}
-	slices.Sort(ids)
-	return ids
+	return index
 }
 
 func helmTemplate(t *testing.T, args ...string) string {
@@ -155,8 +157,14 @@ func TestHelmChartInstallsWhatKustomizeInstalls(t *testing.T) {
 	}
 	rendered := helmTemplate(t, "--include-crds", "--set", "createNamespace=true")
 
-	if k, h := identities(objects(t, kustomized)), identities(objects(t, rendered)); !slices.Equal(k, h) {
-		t.Errorf("kustomize installs\n%s\nthe Helm chart\n%s", strings.Join(k, "\n"), strings.Join(h, "\n"))
+	k, h := byIdentity(objects(t, kustomized)), byIdentity(objects(t, rendered))
+	if ks, hs := slices.Sorted(maps.Keys(k)), slices.Sorted(maps.Keys(h)); !slices.Equal(ks, hs) {
+		t.Errorf("kustomize installs\n%s\nthe Helm chart\n%s", strings.Join(ks, "\n"), strings.Join(hs, "\n"))
+	}
+	for id, want := range k {
+		if got, ok := h[id]; ok && !reflect.DeepEqual(want.Object, got.Object) {
+			t.Errorf("%s differs between kustomize and the Helm chart at its defaults:\n%s", id, cmp.Diff(want.Object, got.Object))
+		}
 	}
 	chart := filepath.Join(t.TempDir(), "chart.yaml")
 	if err := os.WriteFile(chart, []byte(rendered), 0o600); err != nil {
