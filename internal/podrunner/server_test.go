@@ -35,7 +35,7 @@ func cachePod(memory string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache-0", Namespace: "default", UID: "uid-0", Labels: template.Labels},
 		Spec:       template.Spec,
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: testenv.LoopbackIP()},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: testenv.LoopbackIPs(1)[0]},
 	}
 }
 

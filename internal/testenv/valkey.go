@@ -1,27 +1,71 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"os"
-	"strings"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	valkeyadmin "example.com/cache-operator/internal/valkey"
 )
 
 // loopback is the only network tests may send traffic to.
 var loopback = &net.IPNet{IP: net.IPv4(127, 0, 0, 0), Mask: net.CIDRMask(8, 32)}
 
-// LoopbackIP is an address of the loopback interface for a test's own servers, outside the
-// local cluster's pod range and different for each test process, so that concurrent test
-// packages never collide.
-func LoopbackIP() string {
+// LoopbackIPs are n addresses of the loopback interface for a test's own servers: outside the
+// local cluster's pod range (127.64.0.0/16) and different for each test process, so that
+// concurrent test packages never collide.
+func LoopbackIPs(n int) []string {
 	pid := os.Getpid()
-	return fmt.Sprintf("127.65.%d.%d", pid>>8&0xff, pid&0xff|1)
+	ips := make([]string, n)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("127.%d.%d.%d", 65+(pid>>8)%64, pid&0xff, i+1)
+	}
+	return ips
+}
+
+// StartValkey starts the toolchain's valkey-server on ip:port with the given extra arguments,
+// in a data directory of its own, and waits until it accepts connections. The server is killed
+// when the test ends.
+func StartValkey(t testing.TB, ip string, port int, args ...string) {
+	t.Helper()
+	dir := t.TempDir()
+	log, err := os.Create(filepath.Join(dir, "valkey.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"--bind", ip, "--bind-source-addr", ip, "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no"}, args...)
+	cmd := exec.Command(filepath.Join(BinDir(), "valkey-server"), args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting valkey-server: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = log.Close(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	WaitFor(t, 30*time.Second, "valkey-server on "+addr+" to accept connections", func() (bool, string) {
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(log.Name())
+			t.Fatalf("valkey-server on %s exited:\n%s", addr, b)
+		default:
+		}
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = conn.Close()
+		return true, ""
+	})
 }
 
 // Valkey connects to the Valkey server at ip:port, which must be on the loopback interface:
@@ -54,14 +98,11 @@ func ValkeyInfo(t testing.TB, client valkey.Client, section, field string) strin
 	if err != nil {
 		t.Fatalf("INFO %s: %v", section, err)
 	}
-	lines := bufio.NewScanner(strings.NewReader(info))
-	for lines.Scan() {
-		if value, ok := strings.CutPrefix(strings.TrimSpace(lines.Text()), field+":"); ok {
-			return value
-		}
+	value := valkeyadmin.InfoField(info, field)
+	if value == "" {
+		t.Fatalf("INFO %s has no %s:\n%s", section, field, info)
 	}
-	t.Fatalf("INFO %s has no %s:\n%s", section, field, info)
-	return ""
+	return value
 }
 
 // ValkeyConfig is the value of one configuration parameter of the server.

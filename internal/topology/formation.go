@@ -1,0 +1,299 @@
+// Package topology decides, from what the servers of a Cluster-mode Cache report about
+// themselves, the next bounded step towards the cluster the spec asks for. It is pure: no client,
+// no clock, no memory between calls; it judges by Valkey's own state, never by pod ordinals,
+// since after a failover the primary of a shard may be any pod.
+package topology
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"example.com/cache-operator/internal/valkey"
+)
+
+// Member is one pod of the Cache and what its server says.
+type Member struct {
+	Pod  string
+	IP   string
+	Port int
+	// Nodes is CLUSTER NODES as this member's server reports it; nil when it could not be
+	// asked.
+	Nodes []valkey.ClusterNode
+}
+
+// self is the member's own entry: what it says about itself is authoritative for its ID, its
+// role and the slots it serves.
+func (m *Member) self() (valkey.ClusterNode, bool) {
+	return valkey.Myself(m.Nodes)
+}
+
+// Want is the cluster the spec asks for.
+type Want struct {
+	Shards, ReplicasPerShard int
+}
+
+// Action is one admin command to one member's server.
+type Action struct {
+	// On is the pod whose server gets the command.
+	On string
+	// Meet, when set, is the address of a server for On to shake hands with.
+	Meet *Address
+	// AddSlots, when set, are unassigned slots for On to serve.
+	AddSlots []valkey.SlotRange
+	// Replicate, when set, is the node ID of the primary On is to replicate.
+	Replicate string
+}
+
+// Address is where a server listens.
+type Address struct {
+	IP   string
+	Port int
+}
+
+func (a Action) String() string {
+	switch {
+	case a.Meet != nil:
+		return fmt.Sprintf("%s: CLUSTER MEET %s %d", a.On, a.Meet.IP, a.Meet.Port)
+	case a.AddSlots != nil:
+		ranges := make([]string, len(a.AddSlots))
+		for i, r := range a.AddSlots {
+			ranges[i] = r.String()
+		}
+		return fmt.Sprintf("%s: CLUSTER ADDSLOTSRANGE %s", a.On, strings.Join(ranges, " "))
+	default:
+		return fmt.Sprintf("%s: CLUSTER REPLICATE %s", a.On, a.Replicate)
+	}
+}
+
+// Plan is the outcome of one look at the cluster: actions to take now, all independent of each
+// other, or else what the cluster is waiting for (Waiting), or neither when it is formed.
+type Plan struct {
+	Actions []Action
+	Waiting string
+}
+
+// Formed reports whether the cluster needs nothing more.
+func (p Plan) Formed() bool { return len(p.Actions) == 0 && p.Waiting == "" }
+
+// Form plans the next step of forming the cluster from the members: every server meets the
+// others; the slots that no server serves are spread over primaries, so that a fresh cluster of
+// S shards gets 16384/S slots each (give or take one); the remaining servers replicate the
+// primaries with the fewest replicas. Each step is decided from the servers' state alone, so it
+// is resumed, not repeated, after a crash at any point.
+func Form(want Want, members []Member) Plan {
+	members = slices.Clone(members)
+	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Pod, b.Pod) })
+	if n := want.Shards * (1 + want.ReplicasPerShard); len(members) < n {
+		return Plan{Waiting: fmt.Sprintf("%d/%d nodes are running", len(members), n)}
+	}
+	var unreachable []string
+	for i := range members {
+		if _, ok := members[i].self(); !ok {
+			unreachable = append(unreachable, members[i].Pod)
+		}
+	}
+	if len(unreachable) > 0 {
+		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
+	}
+	if p, done := meet(members); !done {
+		return p
+	}
+	if p, done := assignSlots(want, members); !done {
+		return p
+	}
+	return attachReplicas(want, members)
+}
+
+// meet has one member, the one that knows most of the others, meet every member it does not
+// know; then it waits until every member knows every other one.
+func meet(members []Member) (Plan, bool) {
+	seed := &members[0]
+	for i := range members {
+		if len(known(&members[i], members)) > len(known(seed, members)) {
+			seed = &members[i]
+		}
+	}
+	seen := known(seed, members)
+	var actions []Action
+	for i := range members {
+		m := &members[i]
+		if m.Pod != seed.Pod && !seen[m.Pod] && !inHandshakeWith(seed, m) {
+			actions = append(actions, Action{On: seed.Pod, Meet: &Address{IP: m.IP, Port: m.Port}})
+		}
+	}
+	if len(actions) > 0 {
+		return Plan{Actions: actions}, false
+	}
+	for i := range members {
+		seen := known(&members[i], members)
+		for j := range members {
+			if i != j && !seen[members[j].Pod] {
+				return Plan{Waiting: fmt.Sprintf("the cluster bus handshake of %s with %s", members[i].Pod, members[j].Pod)}, false
+			}
+		}
+	}
+	return Plan{}, true
+}
+
+// known are the members that m's server knows by their node ID, handshake completed.
+func known(m *Member, members []Member) map[string]bool {
+	ids := map[string]bool{}
+	for _, n := range m.Nodes {
+		if !n.Handshake {
+			ids[n.ID] = true
+		}
+	}
+	seen := map[string]bool{}
+	for i := range members {
+		if self, _ := members[i].self(); ids[self.ID] {
+			seen[members[i].Pod] = true
+		}
+	}
+	return seen
+}
+
+// inHandshakeWith reports whether m's server is shaking hands with other's address already.
+func inHandshakeWith(m, other *Member) bool {
+	return slices.ContainsFunc(m.Nodes, func(n valkey.ClusterNode) bool {
+		return n.Handshake && n.IP == other.IP && n.Port == other.Port
+	})
+}
+
+// assignSlots spreads the slots no member serves over primaries: the members that serve none
+// and replicate nothing, up to the wanted number of primaries, or else the primary serving the
+// fewest. Which slots are served comes from each server's own entry, the only authority on
+// them, so no slot is ever given to two servers.
+func assignSlots(want Want, members []Member) (Plan, bool) {
+	served := make([]bool, valkey.SlotCount)
+	primaries := 0
+	var empty []*Member
+	for i := range members {
+		self, _ := members[i].self()
+		for _, r := range self.Slots {
+			for s := r.Start; s <= r.End; s++ {
+				served[s] = true
+			}
+		}
+		for s := range self.Migrating {
+			served[s] = true
+		}
+		switch {
+		case len(self.Slots) > 0 || len(self.Migrating) > 0:
+			primaries++
+		case self.PrimaryID == "":
+			empty = append(empty, &members[i])
+		}
+	}
+	unassigned := rangesOf(served, false)
+	if len(unassigned) == 0 {
+		return Plan{}, true
+	}
+	owners := empty[:min(len(empty), max(want.Shards-primaries, 0))]
+	if len(owners) == 0 {
+		owners = []*Member{fewestSlots(members)}
+	}
+	var actions []Action
+	for i, part := range split(unassigned, len(owners)) {
+		actions = append(actions, Action{On: owners[i].Pod, AddSlots: part})
+	}
+	return Plan{Actions: actions}, false
+}
+
+func fewestSlots(members []Member) *Member {
+	var best *Member
+	bestCount := valkey.SlotCount + 1
+	for i := range members {
+		self, _ := members[i].self()
+		if self.PrimaryID == "" && self.SlotsServed() < bestCount {
+			best, bestCount = &members[i], self.SlotsServed()
+		}
+	}
+	return best
+}
+
+// rangesOf is the ranges of slots whose entry in slots is value.
+func rangesOf(slots []bool, value bool) []valkey.SlotRange {
+	var ranges []valkey.SlotRange
+	for s := 0; s < len(slots); s++ {
+		if slots[s] != value {
+			continue
+		}
+		start := s
+		for s+1 < len(slots) && slots[s+1] == value {
+			s++
+		}
+		ranges = append(ranges, valkey.SlotRange{Start: start, End: s})
+	}
+	return ranges
+}
+
+// split cuts ranges, in order, into n parts whose slot counts differ by at most one.
+func split(ranges []valkey.SlotRange, n int) [][]valkey.SlotRange {
+	total := 0
+	for _, r := range ranges {
+		total += r.Len()
+	}
+	parts := make([][]valkey.SlotRange, n)
+	part, left := 0, total/n+boolInt(total%n > 0)
+	for _, r := range ranges {
+		for r.Len() > 0 {
+			take := min(r.Len(), left)
+			parts[part] = append(parts[part], valkey.SlotRange{Start: r.Start, End: r.Start + take - 1})
+			r.Start += take
+			left -= take
+			if left == 0 && part+1 < n {
+				part++
+				left = total/n + boolInt(part < total%n)
+			}
+		}
+	}
+	return parts
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// attachReplicas has every member that neither serves slots nor replicates replicate the
+// primary with the fewest replicas, as long as one has fewer than wanted.
+func attachReplicas(want Want, members []Member) Plan {
+	replicas := map[string]int{}
+	var primaries []string
+	var spare []string
+	for i := range members {
+		self, _ := members[i].self()
+		switch {
+		case self.PrimaryID != "":
+			replicas[self.PrimaryID]++
+		case self.SlotsServed() > 0:
+			primaries = append(primaries, self.ID)
+		default:
+			spare = append(spare, members[i].Pod)
+		}
+	}
+	if len(primaries) == 0 {
+		return Plan{Waiting: "no server serves slots yet"}
+	}
+	var actions []Action
+	for _, pod := range spare {
+		primary := slices.MinFunc(primaries, func(a, b string) int { return replicas[a] - replicas[b] })
+		if replicas[primary] >= want.ReplicasPerShard {
+			break
+		}
+		replicas[primary]++
+		actions = append(actions, Action{On: pod, Replicate: primary})
+	}
+	if len(actions) > 0 {
+		return Plan{Actions: actions}
+	}
+	for _, id := range primaries {
+		if replicas[id] < want.ReplicasPerShard {
+			return Plan{Waiting: fmt.Sprintf("primary %s has %d of %d replicas", id, replicas[id], want.ReplicasPerShard)}
+		}
+	}
+	return Plan{}
+}

@@ -1,0 +1,123 @@
+//go:build integration
+
+package topology
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+
+	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// observe asks every server for its view of the cluster, as a reconcile would; a server that
+// does not answer is a member with no view.
+func observe(t *testing.T, ips []string) []Member {
+	t.Helper()
+	var members []Member
+	for i, ip := range ips {
+		m := Member{Pod: fmt.Sprintf("pod-%d", i), IP: ip, Port: 6379}
+		if s, err := valkey.Connect(ip, 6379); err == nil {
+			m.Nodes, _ = s.ClusterNodes(context.Background())
+			s.Close()
+		}
+		members = append(members, m)
+	}
+	return members
+}
+
+// act runs one planned action on its server.
+func act(t *testing.T, members []Member, a Action) {
+	t.Helper()
+	var m Member
+	for _, m = range members {
+		if m.Pod == a.On {
+			break
+		}
+	}
+	s, err := valkey.Connect(m.IP, m.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	switch {
+	case a.Meet != nil:
+		err = s.Meet(ctx, a.Meet.IP, a.Meet.Port)
+	case a.AddSlots != nil:
+		err = s.AddSlots(ctx, a.AddSlots)
+	default:
+		err = s.Replicate(ctx, a.Replicate)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+}
+
+// Real servers, formed by the planner the way the reconciler drives it (observe, plan, act on
+// one step, look again), end as a cluster that serves every slot and takes keys through any
+// node.
+func TestFormationOnRealServers(t *testing.T) {
+	for _, want := range []Want{{Shards: 3, ReplicasPerShard: 1}, {Shards: 1, ReplicasPerShard: 0}} {
+		t.Run(fmt.Sprintf("%d shards × %d replicas", want.Shards, want.ReplicasPerShard), func(t *testing.T) {
+			ips := testenv.LoopbackIPs(want.Shards * (1 + want.ReplicasPerShard))
+			for _, ip := range ips {
+				testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes")
+			}
+			steps := 0
+			testenv.WaitFor(t, time.Minute, "the cluster to form", func() (bool, string) {
+				members := observe(t, ips)
+				plan := Form(want, members)
+				for _, a := range plan.Actions {
+					act(t, members, a)
+				}
+				if len(plan.Actions) > 0 {
+					steps++
+				}
+				return plan.Formed() && clusterStateOK(t, ips), plan.Waiting
+			})
+			t.Logf("formed in %d steps", steps)
+
+			client, err := valkeygo.NewClient(valkeygo.ClientOption{InitAddress: []string{ips[len(ips)-1] + ":6379"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			ctx := context.Background()
+			for i := range 1000 {
+				key := fmt.Sprintf("key-%d", i)
+				if err := client.Do(ctx, client.B().Set().Key(key).Value(key).Build()).Error(); err != nil {
+					t.Fatalf("SET %s through the cluster: %v", key, err)
+				}
+			}
+			for i := range 1000 {
+				key := fmt.Sprintf("key-%d", i)
+				if got, err := client.Do(ctx, client.B().Get().Key(key).Build()).ToString(); err != nil || got != key {
+					t.Fatalf("GET %s through the cluster = %q, %v", key, got, err)
+				}
+			}
+		})
+	}
+}
+
+// clusterStateOK reports whether every server says cluster_state:ok.
+func clusterStateOK(t *testing.T, ips []string) bool {
+	t.Helper()
+	for _, ip := range ips {
+		s, err := valkey.Connect(ip, 6379)
+		if err != nil {
+			return false
+		}
+		state, err := s.ClusterState(context.Background())
+		s.Close()
+		if err != nil || !strings.EqualFold(state, "ok") {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,189 @@
+package topology
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"example.com/cache-operator/internal/valkey"
+)
+
+// server describes one member for a test: its pod, what it says of itself, and which other pods
+// its server knows.
+type server struct {
+	pod     string
+	slots   []valkey.SlotRange
+	replica string // pod of its primary
+	knows   []string
+	down    bool
+}
+
+func id(pod string) string { return "id-" + pod }
+
+func ip(pod string) string { return "127.64.0." + strings.TrimPrefix(pod, "pod-") }
+
+// world builds the members: each server's CLUSTER NODES has itself and the servers it knows,
+// each as it describes itself.
+func world(servers ...server) []Member {
+	byPod := map[string]server{}
+	for _, s := range servers {
+		byPod[s.pod] = s
+	}
+	entry := func(s server, myself bool) valkey.ClusterNode {
+		n := valkey.ClusterNode{ID: id(s.pod), IP: ip(s.pod), Port: 6379, Myself: myself, Connected: true,
+			Slots: s.slots, Primary: s.replica == ""}
+		if s.replica != "" {
+			n.PrimaryID = id(s.replica)
+		}
+		return n
+	}
+	var members []Member
+	for _, s := range servers {
+		m := Member{Pod: s.pod, IP: ip(s.pod), Port: 6379}
+		if !s.down {
+			m.Nodes = []valkey.ClusterNode{entry(s, true)}
+			for _, other := range s.knows {
+				m.Nodes = append(m.Nodes, entry(byPod[other], false))
+			}
+		}
+		members = append(members, m)
+	}
+	return members
+}
+
+func pods(n int) []string {
+	var p []string
+	for i := range n {
+		p = append(p, fmt.Sprintf("pod-%d", i))
+	}
+	return p
+}
+
+// all makes every server know every other.
+func all(servers ...server) []server {
+	names := make([]string, len(servers))
+	for i, s := range servers {
+		names[i] = s.pod
+	}
+	for i := range servers {
+		servers[i].knows = slices.DeleteFunc(slices.Clone(names), func(p string) bool { return p == servers[i].pod })
+	}
+	return servers
+}
+
+func fresh(n int) []server {
+	var s []server
+	for _, p := range pods(n) {
+		s = append(s, server{pod: p})
+	}
+	return s
+}
+
+func r(start, end int) valkey.SlotRange { return valkey.SlotRange{Start: start, End: end} }
+
+func actions(p Plan) []string {
+	var out []string
+	for _, a := range p.Actions {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+func TestFormationPlansOneStepAtATime(t *testing.T) {
+	want := Want{Shards: 3, ReplicasPerShard: 1}
+	formed := all(
+		server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 5461)}},
+		server{pod: "pod-1", slots: []valkey.SlotRange{r(5462, 10922)}},
+		server{pod: "pod-2", slots: []valkey.SlotRange{r(10923, 16383)}},
+		server{pod: "pod-3", replica: "pod-0"},
+		server{pod: "pod-4", replica: "pod-1"},
+		server{pod: "pod-5", replica: "pod-2"},
+	)
+	for _, tc := range []struct {
+		name        string
+		members     []Member
+		wantActions []string
+		waiting     string
+	}{{
+		name:    "too few pods yet",
+		members: world(fresh(4)...),
+		waiting: "4/6 nodes are running",
+	}, {
+		name:    "a server that cannot be asked",
+		members: world(append(fresh(5), server{pod: "pod-5", down: true})...),
+		waiting: "cannot ask pod-5",
+	}, {
+		name:    "fresh servers: one meets all the others",
+		members: world(fresh(6)...),
+		wantActions: []string{
+			"pod-0: CLUSTER MEET 127.64.0.1 6379", "pod-0: CLUSTER MEET 127.64.0.2 6379", "pod-0: CLUSTER MEET 127.64.0.3 6379",
+			"pod-0: CLUSTER MEET 127.64.0.4 6379", "pod-0: CLUSTER MEET 127.64.0.5 6379",
+		},
+	}, {
+		name: "the seed is whoever knows most, and meets only whom it does not know",
+		members: world(server{pod: "pod-0"}, server{pod: "pod-1"}, server{pod: "pod-2", knows: []string{"pod-3", "pod-4"}},
+			server{pod: "pod-3"}, server{pod: "pod-4"}, server{pod: "pod-5"}),
+		wantActions: []string{
+			"pod-2: CLUSTER MEET 127.64.0.0 6379", "pod-2: CLUSTER MEET 127.64.0.1 6379", "pod-2: CLUSTER MEET 127.64.0.5 6379",
+		},
+	}, {
+		name: "met by the seed, not yet by everyone",
+		members: world(server{pod: "pod-0", knows: pods(6)[1:]}, server{pod: "pod-1"}, server{pod: "pod-2"},
+			server{pod: "pod-3"}, server{pod: "pod-4"}, server{pod: "pod-5"}),
+		waiting: "the cluster bus handshake of pod-1 with pod-0",
+	}, {
+		name:        "all met, no slots: a third of them each to three primaries",
+		members:     world(all(fresh(6)...)...),
+		wantActions: []string{"pod-0: CLUSTER ADDSLOTSRANGE 0-5461", "pod-1: CLUSTER ADDSLOTSRANGE 5462-10922", "pod-2: CLUSTER ADDSLOTSRANGE 10923-16383"},
+	}, {
+		name: "a crash after the first primary got its slots: the rest go to two more",
+		members: world(all(server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 5461)}},
+			server{pod: "pod-1"}, server{pod: "pod-2"}, server{pod: "pod-3"}, server{pod: "pod-4"}, server{pod: "pod-5"})...),
+		wantActions: []string{"pod-1: CLUSTER ADDSLOTSRANGE 5462-10922", "pod-2: CLUSTER ADDSLOTSRANGE 10923-16383"},
+	}, {
+		name: "slots served: each spare server replicates a primary without one",
+		members: world(all(formed[0], formed[1], formed[2],
+			server{pod: "pod-3"}, server{pod: "pod-4", replica: "pod-1"}, server{pod: "pod-5"})...),
+		wantActions: []string{"pod-3: CLUSTER REPLICATE id-pod-0", "pod-5: CLUSTER REPLICATE id-pod-2"},
+	}, {
+		name:    "formed",
+		members: world(formed...),
+	}, {
+		name: "formed after a failover: a primary on any pod",
+		members: world(all(
+			server{pod: "pod-3", slots: []valkey.SlotRange{r(0, 5461)}}, server{pod: "pod-0", replica: "pod-3"},
+			formed[1], formed[2], formed[4], formed[5])...),
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Form(want, tc.members)
+			if got := actions(plan); !slices.Equal(got, tc.wantActions) {
+				t.Errorf("actions\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.wantActions, "\n"))
+			}
+			if !strings.HasPrefix(plan.Waiting, tc.waiting) || (tc.waiting == "") != (plan.Waiting == "") {
+				t.Errorf("waiting for %q, want %q", plan.Waiting, tc.waiting)
+			}
+		})
+	}
+}
+
+func TestSplitGivesEveryPartTheSameCountGiveOrTakeOne(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 7, 9, 16} {
+		parts := split([]valkey.SlotRange{r(0, 16383)}, n)
+		lo, hi, total, next := valkey.SlotCount, 0, 0, 0
+		for _, part := range parts {
+			count := 0
+			for _, rr := range part {
+				if rr.Start != next {
+					t.Fatalf("%d parts: range %v does not follow slot %d", n, rr, next-1)
+				}
+				next = rr.End + 1
+				count += rr.Len()
+			}
+			lo, hi, total = min(lo, count), max(hi, count), total+count
+		}
+		if total != valkey.SlotCount || hi-lo > 1 {
+			t.Errorf("%d parts: %d slots in all, counts from %d to %d", n, total, lo, hi)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+// Package valkey talks to the Valkey servers of a Cache: a connection to one server with short
+// timeouts, the admin commands the operator needs to form and judge a Valkey Cluster, and parsers
+// of what the servers report. It decides nothing; package topology does.
+package valkey
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+)
+
+// Timeout bounds every call to a server, connecting included: a reconcile asks Valkey, it never
+// waits on it.
+const Timeout = 2 * time.Second
+
+// Server is a connection to one Valkey server.
+type Server struct {
+	Addr   string
+	client valkeygo.Client
+}
+
+// Connect connects to the server at ip:port. Close it when done.
+func Connect(ip string, port int) (*Server, error) {
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	client, err := valkeygo.NewClient(valkeygo.ClientOption{
+		InitAddress: []string{addr},
+		// This server only, even when it is a cluster node: admin commands are about it.
+		ForceSingleClient: true,
+		DisableCache:      true,
+		DisableRetry:      true,
+		Dialer:            net.Dialer{Timeout: Timeout},
+		ConnWriteTimeout:  Timeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to Valkey at %s: %w", addr, err)
+	}
+	return &Server{Addr: addr, client: client}, nil
+}
+
+// Close closes the connection.
+func (s *Server) Close() { s.client.Close() }
+
+func (s *Server) do(ctx context.Context, cmd valkeygo.Completed) valkeygo.ValkeyResult {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	return s.client.Do(ctx, cmd)
+}
+
+// text is a reply of text, such as CLUSTER NODES or INFO, which RESP3 sends as a verbatim
+// string: the "txt:" that says its format is not part of it.
+func (s *Server) text(ctx context.Context, cmd valkeygo.Completed) (string, error) {
+	reply, err := s.do(ctx, cmd).ToString()
+	return strings.TrimPrefix(reply, "txt:"), err
+}
+
+func (s *Server) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s on %s: %w", what, s.Addr, err)
+}
+
+// ClusterNodes is the cluster as this server sees it (CLUSTER NODES).
+func (s *Server) ClusterNodes(ctx context.Context) ([]ClusterNode, error) {
+	reply, err := s.text(ctx, s.client.B().ClusterNodes().Build())
+	if err != nil {
+		return nil, s.wrap("CLUSTER NODES", err)
+	}
+	nodes, err := ParseClusterNodes(reply)
+	return nodes, s.wrap("CLUSTER NODES", err)
+}
+
+// ClusterState is cluster_state from CLUSTER INFO: "ok" when every slot is served.
+func (s *Server) ClusterState(ctx context.Context) (string, error) {
+	reply, err := s.text(ctx, s.client.B().ClusterInfo().Build())
+	if err != nil {
+		return "", s.wrap("CLUSTER INFO", err)
+	}
+	return InfoField(reply, "cluster_state"), nil
+}
+
+// Meet makes this server shake hands with the one at ip:port, which joins its cluster.
+func (s *Server) Meet(ctx context.Context, ip string, port int) error {
+	return s.wrap("CLUSTER MEET", s.do(ctx, s.client.B().ClusterMeet().Ip(ip).Port(int64(port)).Build()).Error())
+}
+
+// AddSlots makes this server the owner of unassigned slots.
+func (s *Server) AddSlots(ctx context.Context, ranges []SlotRange) error {
+	cmd := s.client.B().ClusterAddslotsrange().StartSlotEndSlot()
+	for _, r := range ranges {
+		cmd = cmd.StartSlotEndSlot(int64(r.Start), int64(r.End))
+	}
+	return s.wrap("CLUSTER ADDSLOTSRANGE", s.do(ctx, cmd.Build()).Error())
+}
+
+// Replicate makes this server a replica of the primary with the given node ID.
+func (s *Server) Replicate(ctx context.Context, primaryID string) error {
+	return s.wrap("CLUSTER REPLICATE", s.do(ctx, s.client.B().ClusterReplicate().NodeId(primaryID).Build()).Error())
+}

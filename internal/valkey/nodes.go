@@ -1,0 +1,178 @@
+package valkey
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// SlotCount is the number of hash slots of a Valkey Cluster.
+const SlotCount = 16384
+
+// SlotRange is the slots from Start to End, both included.
+type SlotRange struct{ Start, End int }
+
+// Len is the number of slots in the range.
+func (r SlotRange) Len() int { return r.End - r.Start + 1 }
+
+func (r SlotRange) String() string {
+	if r.Start == r.End {
+		return strconv.Itoa(r.Start)
+	}
+	return fmt.Sprintf("%d-%d", r.Start, r.End)
+}
+
+// ClusterNode is one line of CLUSTER NODES: a node of the cluster as the node asked sees it.
+type ClusterNode struct {
+	ID string
+	// IP and Port are where clients reach the node; empty for a node whose address the asked
+	// node has not learnt (flag noaddr).
+	IP   string
+	Port int
+	// Myself marks the node that was asked.
+	Myself bool
+	// Primary is set for a primary (flag master), and PrimaryID for a replica (flag slave).
+	Primary   bool
+	PrimaryID string
+	// Failing is set when the cluster agreed that the node fails (flag fail); Suspected when
+	// only the asked node cannot reach it (flag fail?).
+	Failing, Suspected bool
+	// Handshake is set while the asked node has met the node but not completed the handshake.
+	Handshake bool
+	// Connected reports whether the asked node's cluster bus link to the node is up.
+	Connected bool
+	// Slots are the slots the node serves. Migrating and Importing map a slot in migration to
+	// the ID of the node it moves to or from.
+	Slots     []SlotRange
+	Migrating map[int]string
+	Importing map[int]string
+}
+
+// SlotsServed is the number of slots the node serves.
+func (n *ClusterNode) SlotsServed() int {
+	total := 0
+	for _, r := range n.Slots {
+		total += r.Len()
+	}
+	return total
+}
+
+// ParseClusterNodes parses the reply of CLUSTER NODES.
+func ParseClusterNodes(reply string) ([]ClusterNode, error) {
+	var nodes []ClusterNode
+	for line := range strings.Lines(reply) {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		n, err := parseClusterNode(line)
+		if err != nil {
+			return nil, fmt.Errorf("CLUSTER NODES line %q: %w", line, err)
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+// parseClusterNode parses <id> <ip:port@cport[,hostname]> <flags> <primary> <ping-sent>
+// <pong-recv> <config-epoch> <link-state> <slot>...
+func parseClusterNode(line string) (ClusterNode, error) {
+	f := strings.Fields(line)
+	if len(f) < 8 {
+		return ClusterNode{}, fmt.Errorf("%d fields, want at least 8", len(f))
+	}
+	n := ClusterNode{ID: f[0], Connected: f[7] == "connected"}
+	addr, _, _ := strings.Cut(f[1], "@")
+	if host, port, err := net.SplitHostPort(addr); err == nil && host != "" {
+		n.IP = host
+		if n.Port, err = strconv.Atoi(port); err != nil {
+			return ClusterNode{}, fmt.Errorf("port %q: %w", port, err)
+		}
+	}
+	for _, flag := range strings.Split(f[2], ",") {
+		switch flag {
+		case "myself":
+			n.Myself = true
+		case "master":
+			n.Primary = true
+		case "fail":
+			n.Failing = true
+		case "fail?":
+			n.Suspected = true
+		case "handshake":
+			n.Handshake = true
+		case "noaddr":
+			n.IP, n.Port = "", 0
+		}
+	}
+	if f[3] != "-" {
+		n.PrimaryID = f[3]
+	}
+	for _, slot := range f[8:] {
+		if err := n.addSlot(slot); err != nil {
+			return ClusterNode{}, err
+		}
+	}
+	return n, nil
+}
+
+// addSlot adds one slot field: "N", "N-M", "[N->-ID]" (migrating to ID) or "[N-<-ID]"
+// (importing from ID).
+func (n *ClusterNode) addSlot(field string) error {
+	if inner, ok := strings.CutPrefix(field, "["); ok {
+		inner = strings.TrimSuffix(inner, "]")
+		if slot, to, ok := strings.Cut(inner, "->-"); ok {
+			s, err := strconv.Atoi(slot)
+			if err != nil {
+				return fmt.Errorf("migrating slot %q: %w", field, err)
+			}
+			n.Migrating = setIn(n.Migrating, s, to)
+			return nil
+		}
+		if slot, from, ok := strings.Cut(inner, "-<-"); ok {
+			s, err := strconv.Atoi(slot)
+			if err != nil {
+				return fmt.Errorf("importing slot %q: %w", field, err)
+			}
+			n.Importing = setIn(n.Importing, s, from)
+			return nil
+		}
+		return fmt.Errorf("slot %q: neither migrating nor importing", field)
+	}
+	start, end, isRange := strings.Cut(field, "-")
+	r := SlotRange{}
+	var err error
+	if r.Start, err = strconv.Atoi(start); err != nil {
+		return fmt.Errorf("slot %q: %w", field, err)
+	}
+	r.End = r.Start
+	if isRange {
+		if r.End, err = strconv.Atoi(end); err != nil {
+			return fmt.Errorf("slot %q: %w", field, err)
+		}
+	}
+	if r.Start < 0 || r.End >= SlotCount || r.End < r.Start {
+		return fmt.Errorf("slot range %q out of 0-%d", field, SlotCount-1)
+	}
+	n.Slots = append(n.Slots, r)
+	return nil
+}
+
+func setIn(m map[int]string, k int, v string) map[int]string {
+	if m == nil {
+		m = map[int]string{}
+	}
+	m[k] = v
+	return m
+}
+
+// Myself is the entry of the node that was asked, if any.
+func Myself(nodes []ClusterNode) (ClusterNode, bool) {
+	i := slices.IndexFunc(nodes, func(n ClusterNode) bool { return n.Myself })
+	if i < 0 {
+		return ClusterNode{}, false
+	}
+	return nodes[i], true
+}
