@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -99,12 +100,17 @@ func (r *Runner) Run(ctx context.Context) error {
 // Crash kills the server of the named pod with SIGKILL, as a machine's sudden loss would: the
 // pod then fails and its StatefulSet replaces it.
 func (r *Runner) Crash(namespace, name string) error {
+	return r.Signal(namespace, name, syscall.SIGKILL)
+}
+
+// Signal sends sig to the server of the named pod: SIGSTOP, say, for a server that hangs and
+// ignores SIGTERM.
+func (r *Runner) Signal(namespace, name string, sig syscall.Signal) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.servers {
 		if s.pod.Namespace == namespace && s.pod.Name == name && s.running() {
-			s.kill()
-			return nil
+			return s.cmd.Process.Signal(sig)
 		}
 	}
 	return fmt.Errorf("no server runs for pod %s/%s", namespace, name)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,4 +211,34 @@ func TestCrashedNodeMakesTheCacheNotReadyUntilReplaced(t *testing.T) {
 		t.Errorf("the replacement of %s has the crashed server's key (GET: %v)", crashed.Name, err)
 	}
 	assertNodesServe(t, key, c.Spec.Memory)
+}
+
+// A deleted pod's server gets SIGTERM and the pod's grace period to stop; one that does not stop
+// in time (here, one stopped with SIGSTOP) is killed, and the deletion completes.
+func TestDeletedPodsServerIsKilledAfterItsGracePeriod(t *testing.T) {
+	startOperator(t, "a", "")
+	ns := newNamespace(t)
+	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
+	newCache(t, ns, key.Name)
+	waitSettled(t, ns, time.Minute)
+	hung := cachePods(t, key)[2]
+	if err := runner.Signal(ns, hung.Name, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+
+	const grace = 3
+	deleted := time.Now()
+	if err := admin.Delete(context.Background(), &hung, client.GracePeriodSeconds(grace)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "the hung pod to be gone", func() (bool, string) {
+		var pod corev1.Pod
+		err := admin.Get(context.Background(), client.ObjectKeyFromObject(&hung), &pod)
+		return isNotFound(err) || pod.UID != hung.UID, fmt.Sprintf("pod %s: %v", hung.Name, err)
+	})
+	if took := time.Since(deleted); took < grace*time.Second {
+		t.Errorf("the pod was gone %s after its deletion, before its %ds grace period was over", took, grace)
+	}
+	waitSettled(t, ns, time.Minute)
+	assertNodesServe(t, key, resource.MustParse("64Mi"))
 }
