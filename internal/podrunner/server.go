@@ -70,7 +70,11 @@ func (r *Runner) start(pod *corev1.Pod) (*server, error) {
 	if c.WorkingDir != "" && c.WorkingDir != dataMountPath {
 		return nil, fmt.Errorf("container %s works in %s: the runner knows only the image's own %s", c.Name, c.WorkingDir, dataMountPath)
 	}
-	argv := commandLine(c)
+	env, err := containerEnv(pod, c)
+	if err != nil {
+		return nil, fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	argv := expandAll(commandLine(c), env)
 	binary, err := r.binary(argv)
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", c.Name, err)
@@ -89,7 +93,10 @@ func (r *Runner) start(pod *corev1.Pod) (*server, error) {
 	args := append(argv[1:len(argv):len(argv)], "--bind", ip, "--bind-source-addr", ip)
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dataDir
-	cmd.Env = containerEnv(c)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // the toolchain's wrappers need it
+	for name, value := range env {
+		cmd.Env = append(cmd.Env, name+"="+value)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A runner that dies takes its servers with it, however it dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -121,16 +128,6 @@ func (r *Runner) binary(argv []string) (string, error) {
 		return "", fmt.Errorf("it runs %q, which the toolchain does not have: %w", argv[0], err)
 	}
 	return binary, nil
-}
-
-// containerEnv is the container's environment (its literal values), plus the runner's PATH,
-// which the toolchain's wrappers need.
-func containerEnv(c *corev1.Container) []string {
-	env := []string{"PATH=" + os.Getenv("PATH")}
-	for _, e := range c.Env {
-		env = append(env, e.Name+"="+e.Value)
-	}
-	return env
 }
 
 // supervise runs the pod's readiness probe against its server and reports the result in the
