@@ -20,6 +20,10 @@ type Member struct {
 	// Nodes is CLUSTER NODES as this member's server reports it; nil when it could not be
 	// asked.
 	Nodes []valkey.ClusterNode
+	// State is cluster_state as the server reports it ("ok" when it serves every slot).
+	State string
+	// LinkUp reports, for a replica, whether its replication link to its primary is up.
+	LinkUp bool
 }
 
 // self is the member's own entry: what it says about itself is authoritative for its ID, its

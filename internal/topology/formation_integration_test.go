@@ -5,7 +5,6 @@ package topology
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +22,10 @@ func observe(t *testing.T, ips []string) []Member {
 	for i, ip := range ips {
 		m := Member{Pod: fmt.Sprintf("pod-%d", i), IP: ip, Port: 6379}
 		if s, err := valkey.Connect(ip, 6379); err == nil {
-			m.Nodes, _ = s.ClusterNodes(context.Background())
+			ctx := context.Background()
+			m.Nodes, _ = s.ClusterNodes(ctx)
+			m.State, _ = s.ClusterState(ctx)
+			m.LinkUp, _ = s.ReplicationLinkUp(ctx)
 			s.Close()
 		}
 		members = append(members, m)
@@ -60,8 +62,8 @@ func act(t *testing.T, members []Member, a Action) {
 }
 
 // Real servers, formed by the planner the way the reconciler drives it (observe, plan, act on
-// one step, look again), end as a cluster that serves every slot and takes keys through any
-// node.
+// one step, look again), end as a cluster that Assess finds ready and that takes keys through
+// any node.
 func TestFormationOnRealServers(t *testing.T) {
 	for _, want := range []Want{{Shards: 3, ReplicasPerShard: 1}, {Shards: 1, ReplicasPerShard: 0}} {
 		t.Run(fmt.Sprintf("%d shards × %d replicas", want.Shards, want.ReplicasPerShard), func(t *testing.T) {
@@ -79,7 +81,8 @@ func TestFormationOnRealServers(t *testing.T) {
 				if len(plan.Actions) > 0 {
 					steps++
 				}
-				return plan.Formed() && clusterStateOK(t, ips), plan.Waiting
+				health := Assess(want, members)
+				return health.Ready(), fmt.Sprintf("%s: %s", health.Problem, health.Message)
 			})
 			t.Logf("formed in %d steps", steps)
 
@@ -103,21 +106,4 @@ func TestFormationOnRealServers(t *testing.T) {
 			}
 		})
 	}
-}
-
-// clusterStateOK reports whether every server says cluster_state:ok.
-func clusterStateOK(t *testing.T, ips []string) bool {
-	t.Helper()
-	for _, ip := range ips {
-		s, err := valkey.Connect(ip, 6379)
-		if err != nil {
-			return false
-		}
-		state, err := s.ClusterState(context.Background())
-		s.Close()
-		if err != nil || !strings.EqualFold(state, "ok") {
-			return false
-		}
-	}
-	return true
 }

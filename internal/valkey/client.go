@@ -102,3 +102,13 @@ func (s *Server) AddSlots(ctx context.Context, ranges []SlotRange) error {
 func (s *Server) Replicate(ctx context.Context, primaryID string) error {
 	return s.wrap("CLUSTER REPLICATE", s.do(ctx, s.client.B().ClusterReplicate().NodeId(primaryID).Build()).Error())
 }
+
+// ReplicationLinkUp reports whether this server, a replica, has its link to its primary up
+// (master_link_status in INFO replication).
+func (s *Server) ReplicationLinkUp(ctx context.Context) (bool, error) {
+	reply, err := s.text(ctx, s.client.B().Info().Section("replication").Build())
+	if err != nil {
+		return false, s.wrap("INFO replication", err)
+	}
+	return InfoField(reply, "master_link_status") == "up", nil
+}

@@ -1,0 +1,104 @@
+package topology
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"example.com/cache-operator/internal/valkey"
+)
+
+// Problem is why a cluster is not ready; empty when it is.
+type Problem string
+
+const (
+	// Forming means the cluster is not formed yet: Form still has steps to take or waits.
+	Forming Problem = "Forming"
+	// ClusterStateNotOK means some server reports a cluster_state other than ok.
+	ClusterStateNotOK Problem = "ClusterStateNotOK"
+	// SlotsUnserved means some slots have no primary that every server sees as reachable.
+	SlotsUnserved Problem = "SlotsUnserved"
+	// ReplicasMissing means a shard has fewer replicas with their link up than wanted.
+	ReplicasMissing Problem = "ReplicasMissing"
+	// SlotsMigrating means some slots are being migrated or imported.
+	SlotsMigrating Problem = "SlotsMigrating"
+)
+
+// Health is the verdict on a cluster's readiness, and a message that names what is missing.
+type Health struct {
+	Problem Problem
+	Message string
+}
+
+// Ready reports whether there is no problem.
+func (h Health) Ready() bool { return h.Problem == "" }
+
+// Assess judges a cluster by what its servers report: it is ready only when it is formed, every
+// server says cluster_state:ok, all 16384 slots are served by primaries that no server sees
+// failing, every shard has its replicas attached with the link up, and no slot is migrating or
+// importing.
+func Assess(want Want, members []Member) Health {
+	if plan := Form(want, members); !plan.Formed() {
+		message := plan.Waiting
+		if message == "" {
+			message = "next step: " + plan.Actions[0].String()
+			if more := len(plan.Actions) - 1; more > 0 {
+				message += fmt.Sprintf(" and %d more", more)
+			}
+		}
+		return Health{Forming, message}
+	}
+	var notOK []string
+	for _, m := range members {
+		if m.State != "ok" {
+			notOK = append(notOK, fmt.Sprintf("%s (%s)", m.Pod, m.State))
+		}
+	}
+	if len(notOK) > 0 {
+		return Health{ClusterStateNotOK, "cluster_state is not ok on " + strings.Join(notOK, ", ")}
+	}
+
+	failing := map[string]bool{}
+	for _, m := range members {
+		for _, n := range m.Nodes {
+			if n.Failing || n.Suspected {
+				failing[n.ID] = true
+			}
+		}
+	}
+	served, linked := 0, map[string]int{}
+	var primaries []string
+	var migrating []string
+	for _, m := range members {
+		self, _ := m.self()
+		switch {
+		case self.PrimaryID != "":
+			if m.LinkUp {
+				linked[self.PrimaryID]++
+			}
+		case self.SlotsServed() > 0:
+			primaries = append(primaries, self.ID)
+			if !failing[self.ID] {
+				served += self.SlotsServed()
+			}
+		}
+		for _, slots := range []map[int]string{self.Migrating, self.Importing} {
+			for _, slot := range slices.Sorted(maps.Keys(slots)) {
+				migrating = append(migrating, fmt.Sprintf("%d (%s)", slot, m.Pod))
+			}
+		}
+	}
+	if served < valkey.SlotCount {
+		return Health{SlotsUnserved, fmt.Sprintf("%d of %d slots are served by reachable primaries", served, valkey.SlotCount)}
+	}
+	for _, id := range primaries {
+		if linked[id] < want.ReplicasPerShard {
+			return Health{ReplicasMissing, fmt.Sprintf("primary %s has %d of %d replicas with their link up", id, linked[id], want.ReplicasPerShard)}
+		}
+	}
+	if len(migrating) > 0 {
+		return Health{SlotsMigrating, "slots in migration: " + strings.Join(migrating, ", ")}
+	}
+	return Health{}
+}
