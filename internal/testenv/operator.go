@@ -203,3 +203,45 @@ func tail(s string, lines int) string {
 	}
 	return strings.Join(all, "\n")
 }
+
+// PreviousRelease is the commit named in hack/previous-release: the release this one upgrades
+// from.
+func PreviousRelease() (string, error) {
+	path := filepath.Join(Root(), "hack", "previous-release")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return line, nil
+		}
+	}
+	return "", fmt.Errorf("%s names no commit", path)
+}
+
+// BuildRelease extracts an earlier commit of this repository from its own history into
+// dir/source and builds that commit's operator as dir/cache-operator (the same file name as
+// the current one's, so that both write as the same field manager). It fails with a clear message
+// when the clone lacks that history.
+func BuildRelease(ctx context.Context, commit, dir string) (binary, source string, err error) {
+	if out, err := exec.CommandContext(ctx, "git", "-C", Root(), "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("commit %s, the previous release, is not in this clone's history "+
+			"(a shallow clone? `git fetch --unshallow` brings it): %v %s", commit, err, out)
+	}
+	source = filepath.Join(dir, "source")
+	if err := os.MkdirAll(source, 0o755); err != nil {
+		return "", "", err
+	}
+	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", Root(), commit, source)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("extracting %s: %v %s", commit, err, out)
+	}
+	binary = filepath.Join(dir, "cache-operator")
+	build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd")
+	build.Dir, build.Stdout, build.Stderr = source, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", "", fmt.Errorf("building the operator of %s: %w", commit, err)
+	}
+	return binary, source, nil
+}

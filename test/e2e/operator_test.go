@@ -22,6 +22,12 @@ const (
 // catalogue at catalogEndpoint (empty: none) and any extra flags.
 func startOperator(t *testing.T, name, catalogEndpoint string, extraArgs ...string) *testenv.Operator {
 	t.Helper()
+	return startOperatorBinary(t, operatorBinary, name, catalogEndpoint, extraArgs...)
+}
+
+// startOperatorBinary is startOperator for an operator binary other than this checkout's.
+func startOperatorBinary(t *testing.T, binary, name, catalogEndpoint string, extraArgs ...string) *testenv.Operator {
+	t.Helper()
 	args := []string{
 		"--leader-election-namespace", localcluster.OperatorNamespace,
 		"--leader-election-id", leaderElectionID,
@@ -34,7 +40,7 @@ func startOperator(t *testing.T, name, catalogEndpoint string, extraArgs ...stri
 	if catalogEndpoint != "" {
 		args = append(args, "--catalog-endpoints", catalogEndpoint)
 	}
-	return testenv.StartOperator(t, operatorBinary, name, operatorKubeconfig, append(args, extraArgs...)...)
+	return testenv.StartOperator(t, binary, name, operatorKubeconfig, append(args, extraArgs...)...)
 }
 
 // isLeader reports whether the operator holds the leader election Lease.
