@@ -227,7 +227,7 @@ func PreviousRelease() (string, error) {
 func BuildRelease(ctx context.Context, commit, dir string) (binary, source string, err error) {
 	if out, err := exec.CommandContext(ctx, "git", "-C", Root(), "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
 		return "", "", fmt.Errorf("commit %s, the previous release, is not in this clone's history "+
-			"(a shallow clone? `git fetch --unshallow` brings it): %v %s", commit, err, out)
+			"(a shallow clone? `git fetch --unshallow` brings it): %w: %s", commit, err, out)
 	}
 	source = filepath.Join(dir, "source")
 	if err := os.MkdirAll(source, 0o755); err != nil {
@@ -235,7 +235,7 @@ func BuildRelease(ctx context.Context, commit, dir string) (binary, source strin
 	}
 	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", Root(), commit, source)
 	if out, err := archive.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("extracting %s: %v %s", commit, err, out)
+		return "", "", fmt.Errorf("extracting %s: %w: %s", commit, err, out)
 	}
 	binary = filepath.Join(dir, "cache-operator")
 	build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd")
