@@ -151,8 +151,11 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 	case !known && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "":
 		s, err := r.start(pod)
 		if err != nil {
+			// Reported like a container that exited at once: the pod fails, with the reason.
 			r.Log.Error(err, "Could not start the pod's server", "pod", podKey(pod))
-			s = &server{pod: podKey(pod), uid: pod.UID, exited: closedChannel(), exitErr: err}
+			c := pod.Spec.Containers[0]
+			s = &server{pod: podKey(pod), uid: pod.UID, containerName: c.Name, image: c.Image,
+				exited: closedChannel(), exitErr: err, started: time.Now()}
 		}
 		r.servers[pod.UID] = s
 		r.goWork(func() { r.supervise(ctx, s, pod) })

@@ -50,6 +50,7 @@ func (r *Runner) reportFailed(ctx context.Context, s *server) error {
 			Terminated: &corev1.ContainerStateTerminated{
 				ExitCode:   exitCode(s.exitErr),
 				Reason:     "Error",
+				Message:    errString(s.exitErr),
 				StartedAt:  metav1.NewTime(s.started),
 				FinishedAt: now,
 			},
@@ -58,10 +59,13 @@ func (r *Runner) reportFailed(ctx context.Context, s *server) error {
 }
 
 // exitCode is a container's exit code as the kubelet reports it: 128 plus the signal's number
-// for a process that a signal ended.
+// for a process that a signal ended, and 128 for one that could not be started at all.
 func exitCode(err error) int32 {
 	var exit *exec.ExitError
-	if !errors.As(err, &exit) {
+	if err != nil && !errors.As(err, &exit) {
+		return 128
+	}
+	if exit == nil {
 		return 0
 	}
 	if status, ok := exit.Sys().(syscall.WaitStatus); ok && status.Signaled() {
