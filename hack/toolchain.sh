@@ -24,7 +24,8 @@ PROMETHEUS_VERSION=v0.316.0
 HELM_VERSION=v3.22.0
 GOLANGCI_LINT_VERSION=v2.15.0
 # Debian package versions: Valkey from the backports suite of the machine's Debian release, its
-# libraries from the release itself.
+# libraries from the release itself. They are bookworm's (Debian 12), the release of our machines;
+# on another release apt reports these versions as not found.
 VALKEY_VERSION=8.0.1+dfsg1-1~bpo12+1
 JEMALLOC_VERSION=5.3.0-1
 LZF_VERSION=3.6-3
@@ -92,8 +93,9 @@ fetch_valkey() {
 	fi
 	local codename uri apt=$out/.apt
 	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-	# The archive the machine already uses for its release, as apt itself reports it.
-	uri=$(apt-get indextargets --format '$(RELEASE) $(REPO_URI)' | awk -v r="$codename" '$1 == r {print $2; exit}')
+	# The archive the machine already uses for its release, as apt itself reports it from its
+	# sources (--no-release-info: also before the machine's first apt-get update).
+	uri=$(apt-get indextargets --no-release-info --format '$(RELEASE) $(REPO_URI)' | awk -v r="$codename" '$1 == r {print $2; exit}')
 	if [[ -z $codename || -z $uri ]]; then
 		log "no Debian archive for release '$codename' is configured in apt's sources on this machine"
 		exit 1
