@@ -63,6 +63,10 @@ func run(ctx context.Context, command string) error {
 		if err != nil {
 			return err
 		}
+		if ok, err := c.LeavesValkeyPodsToRunner(); err != nil || !ok {
+			return fmt.Errorf("local cluster %s was not made to run real Valkey servers (made by an earlier "+
+				"version, or its creation stopped half way): delete it with `make local-cluster-down` (%v)", c.Name, err)
+		}
 		if err := c.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(root, "config", "crd")); err != nil {
 			return err
 		}

@@ -64,14 +64,13 @@ func (c *Cluster) stopPodRunner(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			pid, err := strconv.Atoi(strings.TrimSpace(string(content)))
-			if err != nil {
-				return fmt.Errorf("%s: %w", c.podRunnerLock(), err)
+			// Empty for a moment while a starting runner writes its pid: look again.
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(content))); err == nil {
+				if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+					return fmt.Errorf("stopping the pod runner: %w", err)
+				}
+				signalled = true
 			}
-			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("stopping the pod runner: %w", err)
-			}
-			signalled = true
 		}
 		select {
 		case <-ctx.Done():

@@ -17,6 +17,8 @@ import (
 // cluster with RealValkey leaves to the pod runner: every pod that runs Valkey.
 var valkeyPodLabelPath = fmt.Sprintf(".metadata.labels[%q]", resources.LabelName)
 
+const valkeyPodStartStage = "valkey-pod-start"
+
 // valkeyPodStart is the stage through which kwok starts a Valkey pod on one of its nodes: it
 // gives the pod its IP and marks the container started, but not ready. Readiness is the pod
 // runner's to report, from the pod's own probe against a real server; and so is the end of a
@@ -24,7 +26,7 @@ var valkeyPodLabelPath = fmt.Sprintf(".metadata.labels[%q]", resources.LabelName
 var valkeyPodStart = map[string]any{
 	"apiVersion": "kwok.x-k8s.io/v1alpha1",
 	"kind":       "Stage",
-	"metadata":   map[string]any{"name": "valkey-pod-start"},
+	"metadata":   map[string]any{"name": valkeyPodStartStage},
 	"spec": map[string]any{
 		"resourceRef": map[string]any{"apiGroup": "v1", "kind": "Pod"},
 		"selector": map[string]any{"matchExpressions": []any{
@@ -77,7 +79,7 @@ var stagesLeftToRunner = []string{"pod-ready", "pod-delete"}
 // writes its default stages into that file only when it is given none; so editing the file it
 // wrote keeps every other default as kwok ships it.
 func (c *Cluster) leaveValkeyPodsToRunner(ctx context.Context) error {
-	path := filepath.Join(c.Workdir, "clusters", c.Name, "kwok.yaml")
+	path := c.kwokConfig()
 	config, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -93,6 +95,21 @@ func (c *Cluster) leaveValkeyPodsToRunner(ctx context.Context) error {
 		return err
 	}
 	return c.Start(ctx)
+}
+
+// LeavesValkeyPodsToRunner reports whether the cluster was created to leave its Valkey pods to
+// a pod runner: a cluster made before that, or whose creation stopped half way, would have kwok
+// run them itself, on IPs the pod runner must not use.
+func (c *Cluster) LeavesValkeyPodsToRunner() (bool, error) {
+	config, err := os.ReadFile(c.kwokConfig())
+	if err != nil {
+		return false, err
+	}
+	return bytes.Contains(config, []byte("name: "+valkeyPodStartStage)), nil
+}
+
+func (c *Cluster) kwokConfig() string {
+	return filepath.Join(c.Workdir, "clusters", c.Name, "kwok.yaml")
 }
 
 // withValkeyPodStages returns the kwok configuration with a selector term that excludes Valkey

@@ -17,7 +17,6 @@ package podrunner
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,7 +60,6 @@ type Runner struct {
 // Run runs Valkey pods until ctx is done, then kills every server it started, waits for them
 // to exit and removes their directories.
 func (r *Runner) Run(ctx context.Context) error {
-	r.servers = map[types.UID]*server{}
 	factory := informers.NewSharedInformerFactoryWithOptions(r.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = resources.LabelName + "=" + resources.AppName
@@ -87,12 +85,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	factory.Shutdown()
 
 	r.mu.Lock()
-	servers := slices.Collect(maps.Values(r.servers))
-	r.mu.Unlock()
-	for _, s := range servers {
+	for _, s := range r.servers {
 		s.kill()
-		<-s.exited
 	}
+	r.mu.Unlock()
+	// Every process is reaped, and every goroutine done, before the directories go.
 	r.work.Wait()
 	return os.RemoveAll(r.Workdir)
 }
@@ -136,6 +133,9 @@ func (r *Runner) StartupSummary() string {
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.servers == nil {
+		r.servers = map[types.UID]*server{}
+	}
 	s, known := r.servers[pod.UID]
 	switch {
 	case pod.DeletionTimestamp != nil:
@@ -149,7 +149,7 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 			r.goWork(func() { r.terminate(ctx, s, gracePeriod(pod)) })
 		}
 	case !known && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "":
-		s, err := r.start(pod)
+		s, err := r.start(pod, &r.work)
 		if err != nil {
 			// Reported like a container that exited at once: the pod fails, with the reason.
 			r.Log.Error(err, "Could not start the pod's server", "pod", podKey(pod))
@@ -163,13 +163,18 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 }
 
 // forget drops a pod that is gone from the API, killing its server if something deleted the
-// pod without waiting for it (a forced deletion).
+// pod without waiting for it (a forced deletion). Run still waits for that server to exit.
 func (r *Runner) forget(uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.servers[uid]; ok {
+		s.terminating = true // gone, not failed: nothing to report
 		s.kill()
 		delete(r.servers, uid)
+		r.goWork(func() {
+			<-s.exited
+			_ = os.RemoveAll(r.podDir(uid))
+		})
 	}
 }
 

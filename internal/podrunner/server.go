@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -59,7 +60,12 @@ const dataMountPath = "/data"
 // pod spec has it, with the pod's IP to listen on and to connect from. Connections to other
 // servers (the cluster bus) must leave from the pod's IP too, or the peers would see them come
 // from 127.0.0.1.
-func (r *Runner) start(pod *corev1.Pod) (*server, error) {
+// Reaping the process counts in reaping, which Run waits on.
+func (r *Runner) start(pod *corev1.Pod, reaping *sync.WaitGroup) (*server, error) {
+	if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("the pod's IP %s is not a loopback address: a server behind it would be "+
+			"reached off this machine (a cluster made before pods got loopback IPs? `make local-cluster-down`)", pod.Status.PodIP)
+	}
 	if n := len(pod.Spec.Containers); n != 1 {
 		return nil, fmt.Errorf("the pod has %d containers: the runner runs pods of one Valkey container", n)
 	}
@@ -98,13 +104,16 @@ func (r *Runner) start(pod *corev1.Pod) (*server, error) {
 		cmd.Env = append(cmd.Env, name+"="+value)
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// A runner that dies takes its servers with it, however it dies.
+	// A runner that dies, even by SIGKILL, takes its servers with it. (Linux sends the signal
+	// when the thread that started the child ends; Go ends threads only with the process.)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	s := &server{pod: podKey(pod), uid: pod.UID, containerName: c.Name, image: c.Image, ip: ip, port: c.Ports[0].ContainerPort, cmd: cmd, exited: make(chan struct{}), started: time.Now()}
+	reaping.Add(1)
 	go func() {
+		defer reaping.Done()
 		s.exitErr = cmd.Wait()
 		close(s.exited)
 	}()
@@ -181,7 +190,7 @@ func (r *Runner) supervise(ctx context.Context, s *server, pod *corev1.Pod) {
 		return
 	}
 	log.Info("The pod's server exited", "err", errString(s.exitErr))
-	if err := r.reportFailed(ctx, s); err != nil {
+	if err := retry(ctx, func() error { return r.reportFailed(ctx, s) }); err != nil {
 		log.Error(err, "Could not report the pod failed")
 	}
 }
@@ -244,7 +253,7 @@ func (r *Runner) terminate(ctx context.Context, s *server, grace time.Duration) 
 			return
 		}
 	}
-	if err := r.completeDeletion(ctx, s); err != nil {
+	if err := retry(ctx, func() error { return r.completeDeletion(ctx, s) }); err != nil {
 		r.Log.Error(err, "Could not complete the pod's deletion", "pod", s.pod)
 		return
 	}

@@ -43,7 +43,7 @@ func cachePod(memory string) *corev1.Pod {
 func startServer(t *testing.T, pod *corev1.Pod) *server {
 	t.Helper()
 	r := &Runner{BinDir: testenv.BinDir(), Workdir: t.TempDir(), Log: testr.New(t)}
-	s, err := r.start(pod)
+	s, err := r.start(pod, &r.work)
 	if err != nil {
 		t.Fatal(err)
 	}

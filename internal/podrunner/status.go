@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os/exec"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
 
@@ -116,6 +119,22 @@ func (r *Runner) completeDeletion(ctx context.Context, s *server) error {
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone already, or a new pod of the same name
+	}
+	return err
+}
+
+// retry calls report until it succeeds or ctx is done, backing off from 100 ms to 5 s: the
+// kubelet's reports, of a failed container or of a finished deletion, are made once and must
+// land, or the pod would stay Running, or Terminating, for good.
+func retry(ctx context.Context, report func() error) error {
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 5 * time.Second}
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
+		last = report()
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		return last
 	}
 	return err
 }
