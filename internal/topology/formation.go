@@ -86,6 +86,9 @@ func (p Plan) Formed() bool { return len(p.Actions) == 0 && p.Waiting == "" }
 // primaries with the fewest replicas. Each step is decided from the servers' state alone, so it
 // is resumed, not repeated, after a crash at any point.
 func Form(want Want, members []Member) Plan {
+	if want.Shards < 1 || want.ReplicasPerShard < 0 {
+		return Plan{Waiting: fmt.Sprintf("a cluster of %d shards with %d replicas each cannot be formed", want.Shards, want.ReplicasPerShard)}
+	}
 	members = slices.Clone(members)
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Pod, b.Pod) })
 	if n := want.Shards * (1 + want.ReplicasPerShard); len(members) < n {
@@ -164,38 +167,66 @@ func inHandshakeWith(m, other *Member) bool {
 	})
 }
 
-// assignSlots spreads the slots no member serves over primaries: the members that serve none
-// and replicate nothing, up to the wanted number of primaries, or else the primary serving the
-// fewest. Which slots are served comes from each server's own entry, the only authority on
-// them, so no slot is ever given to two servers.
+// assignSlots spreads the slots nobody serves over primaries: the members that serve none and
+// replicate nothing, up to the wanted number of primaries, or else the primary serving the
+// fewest. A slot counts as served when any server claims it, itself or in any member's view, so
+// no slot is given to two servers, even while the news of an assignment is still spreading.
+// Slots claimed only by a node that is not one of the members (the old node of a replaced pod)
+// are not planned for here: forgetting such nodes is healing, not formation.
 func assignSlots(want Want, members []Member) (Plan, bool) {
 	served := make([]bool, valkey.SlotCount)
-	primaries := 0
-	var empty []*Member
+	ours := map[string]bool{}
 	for i := range members {
 		self, _ := members[i].self()
-		for _, r := range self.Slots {
-			for s := r.Start; s <= r.End; s++ {
+		ours[self.ID] = true
+	}
+	var strangers []string
+	for i := range members {
+		for _, n := range members[i].Nodes {
+			claims := n.SlotsServed() > 0 || len(n.Migrating) > 0
+			for _, r := range n.Slots {
+				for s := r.Start; s <= r.End; s++ {
+					served[s] = true
+				}
+			}
+			for s := range n.Migrating {
 				served[s] = true
 			}
+			if claims && !ours[n.ID] && !slices.Contains(strangers, n.ID) {
+				strangers = append(strangers, n.ID)
+			}
 		}
-		for s := range self.Migrating {
-			served[s] = true
-		}
-		switch {
-		case len(self.Slots) > 0 || len(self.Migrating) > 0:
-			primaries++
-		case self.PrimaryID == "":
-			empty = append(empty, &members[i])
-		}
+	}
+	if len(strangers) > 0 {
+		return Plan{Waiting: "slots are held by nodes that are not this Cache's servers: " + strings.Join(strangers, ", ")}, false
 	}
 	unassigned := rangesOf(served, false)
 	if len(unassigned) == 0 {
 		return Plan{}, true
 	}
-	owners := empty[:min(len(empty), max(want.Shards-primaries, 0))]
+	primaries := 0
+	var empty []*Member
+	for i := range members {
+		self, _ := members[i].self()
+		switch {
+		case self.SlotsServed() > 0 || len(self.Migrating) > 0:
+			primaries++
+		case self.PrimaryID == "":
+			empty = append(empty, &members[i])
+		}
+	}
+	unassignedCount := 0
+	for _, r := range unassigned {
+		unassignedCount += r.Len()
+	}
+	owners := empty[:min(len(empty), max(want.Shards-primaries, 0), unassignedCount)]
 	if len(owners) == 0 {
-		owners = []*Member{fewestSlots(members)}
+		if fewest := fewestSlots(members); fewest != nil {
+			owners = []*Member{fewest}
+		}
+	}
+	if len(owners) == 0 {
+		return Plan{Waiting: "no server can take the unassigned slots: every server replicates another"}, false
 	}
 	var actions []Action
 	for i, part := range split(unassigned, len(owners)) {

@@ -5,6 +5,7 @@ package topology
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,13 +37,11 @@ func observe(t *testing.T, ips []string) []Member {
 // act runs one planned action on its server.
 func act(t *testing.T, members []Member, a Action) {
 	t.Helper()
-	var m Member
-	for _, m = range members {
-		if m.Pod == a.On {
-			break
-		}
+	i := slices.IndexFunc(members, func(m Member) bool { return m.Pod == a.On })
+	if i < 0 {
+		t.Fatalf("%s: no such member", a)
 	}
-	s, err := valkey.Connect(m.IP, m.Port)
+	s, err := valkey.Connect(members[i].IP, members[i].Port)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,6 +147,19 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 			server{pod: "pod-3"}, server{pod: "pod-4", replica: "pod-1"}, server{pod: "pod-5"})...),
 		wantActions: []string{"pod-3: CLUSTER REPLICATE id-pod-0", "pod-5: CLUSTER REPLICATE id-pod-2"},
 	}, {
+		name: "more primaries wanted than slots left: no empty share",
+		members: world(all(server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 16382)}},
+			server{pod: "pod-1"}, server{pod: "pod-2"}, server{pod: "pod-3"}, server{pod: "pod-4"}, server{pod: "pod-5"})...),
+		wantActions: []string{"pod-1: CLUSTER ADDSLOTSRANGE 16383"},
+	}, {
+		name: "slots held by a node that is not a member: not given to another",
+		members: func() []Member {
+			m := world(all(fresh(6)...)...)
+			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Slots: []valkey.SlotRange{r(0, 99)}})
+			return m
+		}(),
+		waiting: "slots are held by nodes that are not this Cache's servers: id-gone",
+	}, {
 		name:    "formed",
 		members: world(formed...),
 	}, {
@@ -185,5 +198,16 @@ func TestSplitGivesEveryPartTheSameCountGiveOrTakeOne(t *testing.T) {
 		if total != valkey.SlotCount || hi-lo > 1 {
 			t.Errorf("%d parts: %d slots in all, counts from %d to %d", n, total, lo, hi)
 		}
+	}
+}
+
+func TestFormationOfNothingDoesNotPanic(t *testing.T) {
+	for _, want := range []Want{{}, {Shards: -1}, {Shards: 1, ReplicasPerShard: -1}} {
+		if plan := Form(want, nil); plan.Waiting == "" {
+			t.Errorf("Form(%+v, no members) = %+v, want it waiting with a reason", want, plan)
+		}
+	}
+	if h := Assess(Want{}, nil); h.Ready() {
+		t.Error("Assess of no members is ready")
 	}
 }

@@ -67,7 +67,8 @@ func Assess(want Want, members []Member) Health {
 			}
 		}
 	}
-	served, linked := 0, map[string]int{}
+	servedBy := make([]bool, valkey.SlotCount)
+	linked := map[string]int{}
 	var primaries []string
 	var migrating []string
 	for _, m := range members {
@@ -80,13 +81,23 @@ func Assess(want Want, members []Member) Health {
 		case self.SlotsServed() > 0:
 			primaries = append(primaries, self.ID)
 			if !failing[self.ID] {
-				served += self.SlotsServed()
+				for _, r := range self.Slots {
+					for s := r.Start; s <= r.End; s++ {
+						servedBy[s] = true
+					}
+				}
 			}
 		}
 		for _, slots := range []map[int]string{self.Migrating, self.Importing} {
 			for _, slot := range slices.Sorted(maps.Keys(slots)) {
 				migrating = append(migrating, fmt.Sprintf("%d (%s)", slot, m.Pod))
 			}
+		}
+	}
+	served := 0
+	for _, ok := range servedBy {
+		if ok {
+			served++
 		}
 	}
 	if served < valkey.SlotCount {

@@ -124,7 +124,7 @@ func (n *ClusterNode) addSlot(field string) error {
 	if inner, ok := strings.CutPrefix(field, "["); ok {
 		inner = strings.TrimSuffix(inner, "]")
 		if slot, to, ok := strings.Cut(inner, "->-"); ok {
-			s, err := strconv.Atoi(slot)
+			s, err := parseSlot(slot)
 			if err != nil {
 				return fmt.Errorf("migrating slot %q: %w", field, err)
 			}
@@ -132,7 +132,7 @@ func (n *ClusterNode) addSlot(field string) error {
 			return nil
 		}
 		if slot, from, ok := strings.Cut(inner, "-<-"); ok {
-			s, err := strconv.Atoi(slot)
+			s, err := parseSlot(slot)
 			if err != nil {
 				return fmt.Errorf("importing slot %q: %w", field, err)
 			}
@@ -158,6 +158,14 @@ func (n *ClusterNode) addSlot(field string) error {
 	}
 	n.Slots = append(n.Slots, r)
 	return nil
+}
+
+func parseSlot(s string) (int, error) {
+	slot, err := strconv.Atoi(s)
+	if err == nil && (slot < 0 || slot >= SlotCount) {
+		err = fmt.Errorf("out of 0-%d", SlotCount-1)
+	}
+	return slot, err
 }
 
 func setIn(m map[int]string, k int, v string) map[int]string {

@@ -46,10 +46,11 @@ func TestParseClusterNodes(t *testing.T) {
 
 func TestParseClusterNodesRefusesWhatItCannotRead(t *testing.T) {
 	for _, reply := range []string{
-		"07c37dfe 127.64.0.1:6379@16379 myself,master - 0 0",              // too few fields
-		"07c37dfe 127.64.0.1:6379@16379 master - 0 0 1 connected 0-16384", // past the last slot
-		"07c37dfe 127.64.0.1:6379@16379 master - 0 0 1 connected 10-5",    // backwards
-		"07c37dfe 127.64.0.1:6379@16379 master - 0 0 1 connected [5461]",  // neither way
+		"07c37dfe 127.64.0.1:6379@16379 myself,master - 0 0",                         // too few fields
+		"07c37dfe 127.64.0.1:6379@16379 master - 0 0 1 connected 0-16384",            // past the last slot
+		"07c37dfe 127.64.0.1:6379@16379 master - 0 0 1 connected 10-5",               // backwards
+		"07c37dfe 127.64.0.1:6379@16379 master - 0 0 1 connected [5461]",             // neither way
+		"07c37dfe 127.64.0.1:6379@16379 master - 0 0 1 connected [99999->-e7d1eecc]", // past the last slot
 	} {
 		if _, err := ParseClusterNodes(reply); err == nil {
 			t.Errorf("%q parsed without an error", reply)
