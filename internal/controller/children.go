@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,13 +72,13 @@ func (c storedReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 // and makes the Cache its controller so the garbage collector removes it with the Cache. It
 // reads and writes through c. A read from the informer cache may be stale: the child's name is
 // the Cache's, so a create that races with an earlier one fails with AlreadyExists instead of
-// making a second child, and an update from a stale copy fails with a conflict; both go back to
-// the queue.
+// making a second child, and an update from a stale copy fails with a conflict, which goes back
+// to the queue.
 //
-// A create fails with AlreadyExists for good when the informer cannot see the object of that
-// name: one that is not the Cache's, or the Cache's own child whose managed-by label someone
-// removed. A read of the stored object tells them apart: the Cache's own is adopted back (the
-// merge restores its label); any other is a NameConflictError.
+// On AlreadyExists the stored object is read around the informer, which may lag (the child was
+// created a moment ago) or never see it (a child whose managed-by label someone removed, or an
+// object that is not the Cache's at all). The Cache's own child is merged as usual, which
+// restores its label; any other object is a NameConflictError.
 func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cache *cachev1.Cache, child client.Object, merge func()) error {
 	err := r.createOrUpdate(ctx, c, cache, child, merge)
 	if !apierrors.IsAlreadyExists(err) {
@@ -87,7 +88,7 @@ func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cach
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(child), stored); err != nil {
 		return err
 	}
-	if !metav1.IsControlledBy(stored, cache) {
+	if !controlledByCacheNamed(stored, cache) {
 		return r.nameConflict(stored)
 	}
 	return r.createOrUpdate(ctx, storedReads{Client: r.Client, reader: r.APIReader}, cache, child, merge)
@@ -105,6 +106,15 @@ func (r *CacheReconciler) createOrUpdate(ctx context.Context, c client.Client, c
 		log.FromContext(ctx).Info("Wrote child", "kind", r.kind(child), "name", child.GetName(), "operation", op)
 	}
 	return err
+}
+
+// controlledByCacheNamed reports whether obj's controller is a Cache of cache's name: this one,
+// or a deleted one whose children the garbage collector has not removed yet, which this one
+// takes over, as SetControllerReference does for the children the informer sees.
+func controlledByCacheNamed(obj client.Object, cache *cachev1.Cache) bool {
+	owner := metav1.GetControllerOf(obj)
+	return owner != nil && owner.Kind == "Cache" && owner.Name == cache.Name &&
+		strings.HasPrefix(owner.APIVersion, cachev1.GroupVersion.Group+"/")
 }
 
 // NameConflictError is a child the operator cannot make because another object has its name.

@@ -13,6 +13,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
@@ -96,4 +97,31 @@ func TestChildWithoutItsLabelIsAdoptedBack(t *testing.T) {
 	})
 	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
+}
+
+// A Cache deleted and made again at once finds the children of the deleted one still there,
+// waiting for the garbage collector; even one that lost its label, which the informer cannot
+// see. It takes them over rather than reporting a conflict.
+func TestChildOfADeletedCacheOfTheSameNameIsTakenOver(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	left := resources.Service(&cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: ns}})
+	delete(left.Labels, resources.LabelManagedBy)
+	left.OwnerReferences = []metav1.OwnerReference{{APIVersion: cachev1.GroupVersion.String(), Kind: "Cache",
+		Name: "orders-cache", UID: "uid-of-the-deleted-cache", Controller: ptr.To(true)}}
+	if err := k8s.Create(ctx, left); err != nil {
+		t.Fatal(err)
+	}
+	startManager(t, ns, nil)
+	cache := newCache(t, ns)
+
+	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	assertOneOfEachChild(t, ns)
+	var svc corev1.Service
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(left), &svc); err != nil {
+		t.Fatal(err)
+	}
+	if !metav1.IsControlledBy(&svc, cache) || svc.Labels[resources.LabelManagedBy] != resources.ManagedBy {
+		t.Errorf("the Service left behind has owners %v and labels %v, want it the new Cache's", svc.OwnerReferences, svc.Labels)
+	}
 }

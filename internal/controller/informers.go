@@ -15,8 +15,8 @@ import (
 // StatefulSets and Services that carry the operator's managed-by label rather than every one in
 // the cluster; and StatefulSets without their pod template, of which the reconciler only needs
 // a digest (resources.StripPodTemplate). A child whose label someone removed is invisible to
-// the reconciler; its next create fails with AlreadyExists, which shows up as reconcile errors,
-// not as a duplicate.
+// the informer; its next create fails with AlreadyExists, not as a duplicate, and the reconciler
+// then reads it around the informer and takes it back (ensureChild).
 func InformerOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
 	stripManagedFields := cache.TransformStripManagedFields()

@@ -51,7 +51,7 @@ func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev1.Cach
 		Message:            err.Error(),
 	}
 	if conflict := (*NameConflictError)(nil); errors.As(err, &conflict) {
-		cond.Reason = cachev1.ReasonNameConflict
+		cond.Reason, cond.Message = cachev1.ReasonNameConflict, conflict.Error()
 		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, cachev1.ReasonNameConflict, "Create", "%s", conflict.Error())
 	}
 	if serr := r.writeCondition(ctx, cache, cond); serr != nil {
