@@ -120,6 +120,18 @@ func TestEveryTemplateFieldTheBuilderSetsCountsInTheDigest(t *testing.T) {
 			t.Errorf("the builder sets %s, but the digest of owned fields does not change without it", what)
 		}
 	}
+	// mergeOwnedTemplate takes the Valkey container and the data volume by name: another one
+	// from the builder would be neither merged nor in the digest.
+	for _, c := range desired.Spec.Containers {
+		if c.Name != ContainerName {
+			t.Errorf("the builder makes container %s, which the merge does not own", c.Name)
+		}
+	}
+	for _, v := range desired.Spec.Volumes {
+		if v.Name != dataVolume {
+			t.Errorf("the builder makes volume %s, which the merge does not own", v.Name)
+		}
+	}
 	for key := range desired.Labels {
 		counts("pod label "+key, func(p *corev1.PodTemplateSpec) { delete(p.Labels, key) })
 	}

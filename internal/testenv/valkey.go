@@ -19,10 +19,13 @@ import (
 // loopback is the only network tests may send traffic to.
 var loopback = &net.IPNet{IP: net.IPv4(127, 0, 0, 0), Mask: net.CIDRMask(8, 32)}
 
-// LoopbackIPs are n addresses of the loopback interface for a test's own servers: outside the
-// local cluster's pod range (127.64.0.0/16) and different for each test process, so that
-// concurrent test packages never collide.
+// LoopbackIPs are n (at most 254) addresses of the loopback interface for a test's own servers:
+// outside the local cluster's pod range (127.64.0.0/16), and taken from the process ID, so that
+// test packages running at once use different ones (unless their IDs agree in the low 14 bits).
 func LoopbackIPs(n int) []string {
+	if n > 254 {
+		panic("LoopbackIPs: at most 254 addresses")
+	}
 	pid := os.Getpid()
 	ips := make([]string, n)
 	for i := range ips {
