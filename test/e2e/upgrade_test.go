@@ -69,11 +69,17 @@ func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
 	current := startOperatorBinary(t, operatorBinary, "current", etcd.Endpoint)
 	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while the current operator runs
 	waitLeader(t, current)
-	// The Terminating Cache's reconciles fail while the catalogue is down; the live ones succeed.
+	// With the catalogue down every pass fails at registration, after the children are
+	// ensured; once it is back, the live Caches' passes succeed and the Terminating one finishes.
+	etcd.Start(t)
 	testenv.WaitFor(t, time.Minute, "the current operator to reconcile every live Cache", func() (bool, string) {
 		n := testenv.Sum(current.Metrics(t), "controller_runtime_reconcile_total",
 			map[string]string{"controller": controller.ControllerName, "result": "success"})
 		return n >= float64(len(live)), fmt.Sprintf("%v successful reconciles", n)
+	})
+	testenv.WaitFor(t, time.Minute, "the Terminating Cache to finish once the catalogue is back", func() (bool, string) {
+		_, err := getCache(t, client.ObjectKeyFromObject(leaving))
+		return isNotFound(err), fmt.Sprint(err)
 	})
 	for _, name := range live {
 		c, err := getCache(t, client.ObjectKey{Namespace: ns, Name: name})
@@ -94,11 +100,6 @@ func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
 		t.Errorf("the upgrade changed the set of pods and StatefulSets: %v → %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
 
-	etcd.Start(t)
-	testenv.WaitFor(t, time.Minute, "the Terminating Cache to finish once the catalogue is back", func() (bool, string) {
-		_, err := getCache(t, client.ObjectKeyFromObject(leaving))
-		return isNotFound(err), fmt.Sprint(err)
-	})
 	patchCache(t, client.ObjectKey{Namespace: ns, Name: live[0]}, `{"spec":{"replicas":4}}`)
 	waitSettled(t, ns, 2*time.Minute)
 }
