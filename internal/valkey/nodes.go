@@ -123,21 +123,21 @@ func parseClusterNode(line string) (ClusterNode, error) {
 func (n *ClusterNode) addSlot(field string) error {
 	if inner, ok := strings.CutPrefix(field, "["); ok {
 		inner = strings.TrimSuffix(inner, "]")
-		if slot, to, ok := strings.Cut(inner, "->-"); ok {
-			s, err := parseSlot(slot)
-			if err != nil {
-				return fmt.Errorf("migrating slot %q: %w", field, err)
+		for _, way := range []struct {
+			sep   string
+			slots *map[int]string
+		}{{"->-", &n.Migrating}, {"-<-", &n.Importing}} {
+			if slot, peer, ok := strings.Cut(inner, way.sep); ok {
+				s, err := parseSlot(slot)
+				if err != nil {
+					return fmt.Errorf("slot %q: %w", field, err)
+				}
+				if *way.slots == nil {
+					*way.slots = map[int]string{}
+				}
+				(*way.slots)[s] = peer
+				return nil
 			}
-			n.Migrating = setIn(n.Migrating, s, to)
-			return nil
-		}
-		if slot, from, ok := strings.Cut(inner, "-<-"); ok {
-			s, err := parseSlot(slot)
-			if err != nil {
-				return fmt.Errorf("importing slot %q: %w", field, err)
-			}
-			n.Importing = setIn(n.Importing, s, from)
-			return nil
 		}
 		return fmt.Errorf("slot %q: neither migrating nor importing", field)
 	}
@@ -166,14 +166,6 @@ func parseSlot(s string) (int, error) {
 		err = fmt.Errorf("out of 0-%d", SlotCount-1)
 	}
 	return slot, err
-}
-
-func setIn(m map[int]string, k int, v string) map[int]string {
-	if m == nil {
-		m = map[int]string{}
-	}
-	m[k] = v
-	return m
 }
 
 // Myself is the entry of the node that was asked, if any.
