@@ -117,11 +117,11 @@ func watchPodDeletions(t *testing.T, namespace string) func() []string {
 // a new server (a new run_id) with the new spec in force.
 func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
 	for _, change := range []struct {
-		name, patch string
-		memory      resource.Quantity
+		name, patch, image string
+		memory             resource.Quantity
 	}{
-		{"version", `{"spec":{"version":"8.1.2"}}`, resource.MustParse("64Mi")},
-		{"memory", `{"spec":{"memory":"96Mi"}}`, resource.MustParse("96Mi")},
+		{"version", `{"spec":{"version":"8.1.2"}}`, "valkey/valkey:8.1.2", resource.MustParse("64Mi")},
+		{"memory", `{"spec":{"memory":"96Mi"}}`, "valkey/valkey:8.1.1", resource.MustParse("96Mi")},
 	} {
 		t.Run(change.name, func(t *testing.T) {
 			startOperator(t, "a", "")
@@ -138,6 +138,13 @@ func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
 
 			if want := []string{"orders-cache-2", "orders-cache-1", "orders-cache-0"}; !slices.Equal(deleted(), want) {
 				t.Errorf("pods were replaced in the order %v, want %v", deleted(), want)
+			}
+			for _, pod := range cachePods(t, key) {
+				c := pod.Spec.Containers[0]
+				if c.Image != change.image || !c.Resources.Limits.Memory().Equal(change.memory) {
+					t.Errorf("%s runs %s with a memory limit of %s, want %s with %s",
+						pod.Name, c.Image, c.Resources.Limits.Memory(), change.image, change.memory.String())
+				}
 			}
 			after := runIDs(t, key)
 			for name, id := range before {
