@@ -99,7 +99,7 @@ func (r *Runner) start(pod *corev1.Pod, reaping *sync.WaitGroup) (*server, error
 	args := append(argv[1:len(argv):len(argv)], "--bind", ip, "--bind-source-addr", ip)
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dataDir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // the toolchain's wrappers need it
+	cmd.Env = toolchainEnv()
 	for name, value := range env {
 		cmd.Env = append(cmd.Env, name+"="+value)
 	}
@@ -125,6 +125,12 @@ func (r *Runner) start(pod *corev1.Pod, reaping *sync.WaitGroup) (*server, error
 // arguments alone, since the Valkey image's entrypoint runs its arguments as a command.
 func commandLine(c *corev1.Container) []string {
 	return append(append([]string(nil), c.Command...), c.Args...)
+}
+
+// toolchainEnv is the environment every process the runner starts gets, before the container's
+// own: the runner's PATH, which the toolchain's wrappers need.
+func toolchainEnv() []string {
+	return []string{"PATH=" + os.Getenv("PATH")}
 }
 
 // binary is the toolchain's executable that argv names.
@@ -231,7 +237,7 @@ func (r *Runner) probe(ctx context.Context, s *server, probe *corev1.Probe) (boo
 	defer cancel()
 	args := append([]string{"-h", s.ip}, probe.Exec.Command[1:]...)
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.Env = toolchainEnv()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return false, fmt.Errorf("%w: %s", err, out)
