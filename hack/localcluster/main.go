@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -63,9 +62,13 @@ func run(ctx context.Context, command string) error {
 		if err != nil {
 			return err
 		}
-		if ok, err := c.LeavesValkeyPodsToRunner(); err != nil || !ok {
+		ok, err := c.LeavesValkeyPodsToRunner()
+		if err != nil {
+			return err
+		}
+		if !ok {
 			return fmt.Errorf("local cluster %s was not made to run real Valkey servers (made by an earlier "+
-				"version, or its creation stopped half way): delete it with `make local-cluster-down` (%v)", c.Name, err)
+				"version, or its creation stopped half way): delete it with `make local-cluster-down`", c.Name)
 		}
 		if err := c.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(root, "config", "crd")); err != nil {
 			return err
@@ -110,8 +113,5 @@ func runPods(ctx context.Context, c *localcluster.Cluster) error {
 		Log:     ctrl.Log.WithName("podrunner"),
 	}
 	fmt.Fprintln(os.Stderr, "Running the Valkey pods of local cluster", c.Name, "as real servers")
-	if err := runner.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return runner.Run(ctx)
 }
