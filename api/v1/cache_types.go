@@ -68,6 +68,7 @@ type CacheStatus struct {
 // StatefulSet's pod names and revision labels add up to 11 characters to it.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:deprecatedversion:warning="cache.example.com/v1 Cache is deprecated: use cache.example.com/v2, which adds Cluster mode (v1 objects convert to v2 Standalone)"
 // +kubebuilder:subresource:status
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it also names the Cache's Service"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the Cache's pod names and revision labels extend it"

@@ -1,4 +1,5 @@
-// Package v1 contains the v1 API of the cache.example.com group: the Cache resource.
+// Package v1 contains the v1 API of the cache.example.com group: the Cache resource as the
+// first release served it, a set of independent nodes. It is converted to and from v2, the hub.
 //
 // +kubebuilder:object:generate=true
 // +groupName=cache.example.com

@@ -5,7 +5,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 )
 
@@ -49,7 +51,7 @@ type CacheReconciler struct {
 // reads the current state and does what is needed. Errors go back to the work queue, which
 // retries with exponential backoff; no pass waits or retries in place.
 func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var cache cachev1.Cache
+	var cache cachev2.Cache
 	if err := r.Get(ctx, req.NamespacedName, &cache); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err) // already gone
 	}
@@ -73,11 +75,23 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	registered, registerErr := r.register(ctx, &cache)
 
 	// No requeue while the StatefulSet converges: every change to its status enqueues the
-	// Cache again through the owner reference.
-	if err := r.writeStatus(ctx, &cache, observedStatus(&cache, sts, registered)); err != nil {
+	// Cache again through the owner reference. A Valkey Cluster sends no such events, so a
+	// Cluster Cache is looked at again on a timer.
+	status := observedStatus(&cache, sts, registered)
+	var pollAfter time.Duration
+	var clusterErr error
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		if pollAfter, clusterErr = r.tendCluster(ctx, &cache, &status); pollAfter == 0 {
+			return ctrl.Result{}, clusterErr
+		}
+	}
+	if err := r.writeStatus(ctx, &cache, status); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
-	return ctrl.Result{}, registerErr
+	if err := errors.Join(registerErr, clusterErr); err != nil {
+		return ctrl.Result{}, err // the queue's backoff decides when to look again
+	}
+	return ctrl.Result{RequeueAfter: pollAfter}, nil
 }
 
 // ControllerName names the controller in its metrics' controller label, which the alerts and the
@@ -89,7 +103,7 @@ const ControllerName = "cache"
 func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&cachev1.Cache{}).
+		For(&cachev2.Cache{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).

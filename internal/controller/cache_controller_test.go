@@ -19,17 +19,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
 // readyIs waits until the Cache's status describes its current generation and its Ready
 // condition has the given status and message.
-func readyIs(t *testing.T, namespace string, status metav1.ConditionStatus, reason, message string) *cachev1.Cache {
+func readyIs(t *testing.T, namespace string, status metav1.ConditionStatus, reason, message string) *cachev2.Cache {
 	t.Helper()
-	var c *cachev1.Cache
+	var c *cachev2.Cache
 	waitFor(t, fmt.Sprintf("Ready=%s %s %q", status, reason, message), func() (bool, string) {
 		c = getCache(t, namespace)
-		ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
 		if ready == nil {
 			return false, "no Ready condition"
 		}
@@ -41,9 +41,9 @@ func readyIs(t *testing.T, namespace string, status metav1.ConditionStatus, reas
 	return c
 }
 
-func isControlledBy(obj metav1.Object, owner *cachev1.Cache) bool {
+func isControlledBy(obj metav1.Object, owner *cachev2.Cache) bool {
 	ref := metav1.GetControllerOf(obj)
-	return ref != nil && ref.UID == owner.UID && ref.Kind == "Cache" && ref.APIVersion == cachev1.GroupVersion.String()
+	return ref != nil && ref.UID == owner.UID && ref.Kind == "Cache" && ref.APIVersion == cachev2.GroupVersion.String()
 }
 
 func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
@@ -52,7 +52,7 @@ func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
 	cache := newCache(t, ns)
 
 	// Creating the Cache creates its children, owned by it.
-	c := readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	c := readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	if c.Status.ReadyReplicas != 0 {
 		t.Errorf("readyReplicas = %d, want 0", c.Status.ReadyReplicas)
 	}
@@ -83,27 +83,27 @@ func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
 
 	// The StatefulSet controller reports every pod ready.
 	setStatefulSetReady(t, ns, 3)
-	c = readyIs(t, ns, metav1.ConditionTrue, cachev1.ReasonAllReplicasReady, "3/3 replicas ready")
+	c = readyIs(t, ns, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, "3/3 replicas ready")
 	if c.Status.ReadyReplicas != 3 {
 		t.Errorf("readyReplicas = %d, want 3", c.Status.ReadyReplicas)
 	}
 	before := c.Generation
 
-	// kubectl patch cache/orders-cache --type merge -p '{"spec":{"replicas":5}}'
-	patch := client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"replicas":5}}`))
+	// kubectl patch cache/orders-cache --type merge -p '{"spec":{"shards":5}}'
+	patch := client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"shards":5}}`))
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
 	if c.Generation != before+1 {
 		t.Errorf("generation = %d after the patch, want %d", c.Generation, before+1)
 	}
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "3/5 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "3/5 replicas ready")
 	if got := *getStatefulSet(t, ns).Spec.Replicas; got != 5 {
 		t.Errorf("StatefulSet replicas = %d, want 5", got)
 	}
 
 	setStatefulSetReady(t, ns, 5)
-	readyIs(t, ns, metav1.ConditionTrue, cachev1.ReasonAllReplicasReady, "5/5 replicas ready")
+	readyIs(t, ns, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, "5/5 replicas ready")
 	assertOneOfEachChild(t, ns)
 }
 
@@ -111,7 +111,7 @@ func TestDeletedChildIsRecreated(t *testing.T) {
 	ns := newNamespace(t)
 	startManager(t, ns, nil)
 	newCache(t, ns)
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	old := getStatefulSet(t, ns)
 
 	if err := k8s.Delete(context.Background(), old); err != nil {
@@ -131,7 +131,7 @@ func TestHandEditOfThePodTemplateIsUndone(t *testing.T) {
 	ns := newNamespace(t)
 	startManager(t, ns, nil)
 	newCache(t, ns)
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 
 	// kubectl set image statefulset/orders-cache valkey=valkey/valkey:7.2.0, plus a sidecar.
 	sts := getStatefulSet(t, ns)
@@ -179,7 +179,7 @@ func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}
-	readyIs(t, ns, metav1.ConditionTrue, cachev1.ReasonAllReplicasReady, "3/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, "3/3 replicas ready")
 	assertNoWrites(t, "ready")
 
 	// Others change the StatefulSet in fields the operator does not own: kubectl rollout
@@ -222,7 +222,7 @@ func TestConflictOnStatusWriteIsRetriedFromAFreshRead(t *testing.T) {
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatalf("the pass after the conflict: %v", err)
 	}
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
 }
 
@@ -246,7 +246,7 @@ func TestCrashBeforeTheStatusWriteConverges(t *testing.T) {
 
 	// A fresh operator, with empty informer caches, takes over.
 	startManager(t, ns, nil)
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
 }
 
@@ -278,7 +278,7 @@ func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatalf("the pass after the stale read: %v", err)
 	}
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
 }
 
@@ -302,7 +302,7 @@ func TestFailureToUpdateAChildShowsInTheReadyCondition(t *testing.T) {
 			},
 		})
 	}
-	patch := client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"replicas":5}}`))
+	patch := client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"shards":5}}`))
 	if err := k8s.Patch(context.Background(), getCache(t, ns), patch); err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestFailureToUpdateAChildShowsInTheReadyCondition(t *testing.T) {
 	if err := reconcile(newReconciler(scaleErr(conflict), nil), cache); !apierrors.IsConflict(err) {
 		t.Fatalf("reconcile returned %v, want the conflict", err)
 	}
-	if ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev1.ConditionReady); ready.Reason != cachev1.ReasonAllReplicasReady {
+	if ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev2.ConditionReady); ready.Reason != cachev2.ReasonAllReplicasReady {
 		t.Errorf("after a conflict Ready is %s/%s, want it untouched", ready.Status, ready.Reason)
 	}
 
@@ -322,8 +322,8 @@ func TestFailureToUpdateAChildShowsInTheReadyCondition(t *testing.T) {
 	if err := reconcile(newReconciler(scaleErr(forbidden), nil), cache); !apierrors.IsForbidden(err) {
 		t.Fatalf("reconcile returned %v, want the Forbidden error", err)
 	}
-	ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev1.ConditionReady)
-	if ready.Status != metav1.ConditionFalse || ready.Reason != cachev1.ReasonReconcileFailed ||
+	ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev2.ConditionReady)
+	if ready.Status != metav1.ConditionFalse || ready.Reason != cachev2.ReasonReconcileFailed ||
 		!strings.Contains(ready.Message, "forbidden") || !strings.Contains(ready.Message, "StatefulSet") {
 		t.Errorf("Ready = %s/%s %q, want False/ReconcileFailed naming the StatefulSet and the Forbidden error",
 			ready.Status, ready.Reason, ready.Message)
@@ -333,5 +333,5 @@ func TestFailureToUpdateAChildShowsInTheReadyCondition(t *testing.T) {
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "3/5 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "3/5 replicas ready")
 }

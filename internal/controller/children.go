@@ -14,13 +14,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 )
 
 // ensureChildren makes the Cache's Service and StatefulSet match its spec. The Service comes
 // first: the StatefulSet's pods get their DNS names from it.
-func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev1.Cache) (*appsv1.StatefulSet, error) {
+func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache) (*appsv1.StatefulSet, error) {
 	if err := r.ensureService(ctx, cache); err != nil {
 		return nil, fmt.Errorf("ensuring Service: %w", err)
 	}
@@ -34,7 +34,7 @@ func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev1.Cac
 // ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod
 // template (see InformerOptions), whether anything needs writing. Only an update, rare next to the
 // passes that find nothing to do, reads the whole stored object first.
-func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev1.Cache) (*appsv1.StatefulSet, error) {
+func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache) (*appsv1.StatefulSet, error) {
 	desired := resources.StatefulSet(cache, r.ImageRepository)
 	cached := &appsv1.StatefulSet{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(desired), cached)
@@ -52,7 +52,7 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev1.
 	return sts, r.ensureChild(ctx, c, cache, sts, func() { resources.MergeStatefulSet(sts, desired) })
 }
 
-func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev1.Cache) error {
+func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache) error {
 	desired := resources.Service(cache)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	return r.ensureChild(ctx, r.Client, cache, svc, func() { resources.MergeService(svc, desired) })
@@ -79,7 +79,7 @@ func (c storedReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 // created a moment ago) or never see it (a child whose managed-by label someone removed, or an
 // object that is not the Cache's at all). The Cache's own child is merged as usual, which
 // restores its label; any other object is a NameConflictError.
-func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cache *cachev1.Cache, child client.Object, merge func()) error {
+func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cache *cachev2.Cache, child client.Object, merge func()) error {
 	err := r.createOrUpdate(ctx, c, cache, child, merge)
 	if !apierrors.IsAlreadyExists(err) {
 		return err
@@ -94,7 +94,7 @@ func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cach
 	return r.createOrUpdate(ctx, storedReads{Client: r.Client, reader: r.APIReader}, cache, child, merge)
 }
 
-func (r *CacheReconciler) createOrUpdate(ctx context.Context, c client.Client, cache *cachev1.Cache, child client.Object, merge func()) error {
+func (r *CacheReconciler) createOrUpdate(ctx context.Context, c client.Client, cache *cachev2.Cache, child client.Object, merge func()) error {
 	op, err := controllerutil.CreateOrUpdate(ctx, c, child, func() error {
 		merge()
 		return controllerutil.SetControllerReference(cache, child, r.Scheme())
@@ -111,10 +111,10 @@ func (r *CacheReconciler) createOrUpdate(ctx context.Context, c client.Client, c
 // controlledByCacheNamed reports whether obj's controller is a Cache of cache's name: this one,
 // or a deleted one whose children the garbage collector has not removed yet, which this one
 // takes over, as SetControllerReference does for the children the informer sees.
-func controlledByCacheNamed(obj client.Object, cache *cachev1.Cache) bool {
+func controlledByCacheNamed(obj client.Object, cache *cachev2.Cache) bool {
 	owner := metav1.GetControllerOf(obj)
 	return owner != nil && owner.Kind == "Cache" && owner.Name == cache.Name &&
-		strings.HasPrefix(owner.APIVersion, cachev1.GroupVersion.Group+"/")
+		strings.HasPrefix(owner.APIVersion, cachev2.GroupVersion.Group+"/")
 }
 
 // NameConflictError is a child the operator cannot make because another object has its name.

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -36,11 +36,11 @@ func TestNameConflictIsReportedUntilTheObjectIsGone(t *testing.T) {
 	newCache(t, ns)
 
 	waitFor(t, "Ready=False NameConflict naming the Service", func() (bool, string) {
-		ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev1.ConditionReady)
+		ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev2.ConditionReady)
 		if ready == nil {
 			return false, "no Ready condition"
 		}
-		return ready.Status == metav1.ConditionFalse && ready.Reason == cachev1.ReasonNameConflict &&
+		return ready.Status == metav1.ConditionFalse && ready.Reason == cachev2.ReasonNameConflict &&
 				strings.Contains(ready.Message, "Service named orders-cache"),
 			fmt.Sprintf("Ready %s/%s %q", ready.Status, ready.Reason, ready.Message)
 	})
@@ -50,7 +50,7 @@ func TestNameConflictIsReportedUntilTheObjectIsGone(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, e := range list.Items {
-			if e.Reason == cachev1.ReasonNameConflict && e.Regarding.Name == "orders-cache" && e.Type == corev1.EventTypeWarning {
+			if e.Reason == cachev2.ReasonNameConflict && e.Regarding.Name == "orders-cache" && e.Type == corev1.EventTypeWarning {
 				return true, ""
 			}
 		}
@@ -60,7 +60,7 @@ func TestNameConflictIsReportedUntilTheObjectIsGone(t *testing.T) {
 	if err := k8s.Delete(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
 }
 
@@ -71,7 +71,7 @@ func TestChildWithoutItsLabelIsAdoptedBack(t *testing.T) {
 	ctx := context.Background()
 	startManager(t, ns, nil)
 	newCache(t, ns)
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 
 	unlabel := client.RawPatch(client.Merge.Type(),
 		[]byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, resources.LabelManagedBy)))
@@ -95,7 +95,7 @@ func TestChildWithoutItsLabelIsAdoptedBack(t *testing.T) {
 		}
 		return true, ""
 	})
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
 }
 
@@ -105,9 +105,9 @@ func TestChildWithoutItsLabelIsAdoptedBack(t *testing.T) {
 func TestChildOfADeletedCacheOfTheSameNameIsTakenOver(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
-	left := resources.Service(&cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: ns}})
+	left := resources.Service(&cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: ns}})
 	delete(left.Labels, resources.LabelManagedBy)
-	left.OwnerReferences = []metav1.OwnerReference{{APIVersion: cachev1.GroupVersion.String(), Kind: "Cache",
+	left.OwnerReferences = []metav1.OwnerReference{{APIVersion: cachev2.GroupVersion.String(), Kind: "Cache",
 		Name: "orders-cache", UID: "uid-of-the-deleted-cache", Controller: ptr.To(true)}}
 	if err := k8s.Create(ctx, left); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestChildOfADeletedCacheOfTheSameNameIsTakenOver(t *testing.T) {
 	startManager(t, ns, nil)
 	cache := newCache(t, ns)
 
-	readyIs(t, ns, metav1.ConditionFalse, cachev1.ReasonProgressing, "0/3 replicas ready")
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
 	var svc corev1.Service
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(left), &svc); err != nil {

@@ -3,10 +3,12 @@ package controller
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -14,7 +16,8 @@ import (
 // of the operator's memory on a large cluster: no managedFields on any cached object; only the
 // StatefulSets and Services that carry the operator's managed-by label rather than every one in
 // the cluster; and StatefulSets without their pod template, of which the reconciler only needs
-// a digest (resources.StripPodTemplate). A child whose label someone removed is invisible to
+// a digest (resources.StripPodTemplate); and only the pods of Cluster Caches, whose addresses
+// the reconciler needs to reach their servers, with little more than those addresses. A child whose label someone removed is invisible to
 // the informer; its next create fails with AlreadyExists, not as a duplicate, and the reconciler
 // then reads it around the informer and takes it back (ensureChild).
 func InformerOptions() cache.Options {
@@ -30,6 +33,35 @@ func InformerOptions() cache.Options {
 				return stripManagedFields(in)
 			}},
 			&corev1.Service{}: {Label: managed},
+			&corev1.Pod{}: {
+				Label: labels.SelectorFromSet(labels.Set{
+					resources.LabelManagedBy: resources.ManagedBy,
+					resources.LabelMode:      string(cachev2.ModeCluster),
+				}),
+				Transform: func(in any) (any, error) {
+					if pod, ok := in.(*corev1.Pod); ok {
+						return clusterMemberPod(pod), nil
+					}
+					return in, nil
+				},
+			},
 		},
+	}
+}
+
+// clusterMemberPod is what the reconciler reads of a Cluster Cache's pod: which it is, whether it
+// is going away, and its IP.
+func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			Labels:            pod.Labels,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
 	}
 }

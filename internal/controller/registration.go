@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/resources"
 )
@@ -25,26 +25,26 @@ const (
 
 var errNoCatalog = errors.New("the operator runs without a catalogue (no --catalog-endpoints), so it cannot deregister")
 
-func catalogKey(cache *cachev1.Cache) catalog.Key {
+func catalogKey(cache *cachev2.Cache) catalog.Key {
 	return catalog.Key{Namespace: cache.Namespace, Name: cache.Name}
 }
 
 // register lists the Cache's wanted nodes in the catalogue. It returns the Registered condition
 // to report, nil when there is no catalogue, and the error to retry on.
-func (r *CacheReconciler) register(ctx context.Context, cache *cachev1.Cache) (*metav1.Condition, error) {
+func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*metav1.Condition, error) {
 	if r.Catalog == nil {
 		return nil, nil
 	}
 	key := catalogKey(cache)
-	nodes := catalog.StatefulSetNodes(key, cache.Spec.Replicas, r.ClusterDomain, resources.Port)
+	nodes := catalog.StatefulSetNodes(key, cache.Spec.Nodes(), r.ClusterDomain, resources.Port)
 	changed, err := r.Catalog.Sync(ctx, key, nodes)
 	if err != nil {
 		msg := fmt.Sprintf("Listing the cache in the catalogue failed: %v", err)
 		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventRegistrationFailed, "Register", "%s", msg)
 		return &metav1.Condition{
-			Type:               cachev1.ConditionRegistered,
+			Type:               cachev2.ConditionRegistered,
 			Status:             metav1.ConditionFalse,
-			Reason:             cachev1.ReasonCatalogUnavailable,
+			Reason:             cachev2.ReasonCatalogUnavailable,
 			ObservedGeneration: cache.Generation,
 			Message:            msg,
 		}, fmt.Errorf("registering in the catalogue: %w", err)
@@ -53,9 +53,9 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev1.Cache) (*
 		log.FromContext(ctx).Info("Registered in the catalogue", "nodes", len(nodes))
 	}
 	return &metav1.Condition{
-		Type:               cachev1.ConditionRegistered,
+		Type:               cachev2.ConditionRegistered,
 		Status:             metav1.ConditionTrue,
-		Reason:             cachev1.ReasonRegistered,
+		Reason:             cachev2.ReasonRegistered,
 		ObservedGeneration: cache.Generation,
 		Message:            fmt.Sprintf("%d nodes listed in the catalogue", len(nodes)),
 	}, nil
@@ -64,12 +64,12 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev1.Cache) (*
 // ensureFinalizer adds the finalizer when the operator runs with a catalogue. A merge patch
 // replaces the whole finalizers list, so it carries the resourceVersion it read: a finalizer
 // someone else added meanwhile makes it fail with a conflict instead of being dropped.
-func (r *CacheReconciler) ensureFinalizer(ctx context.Context, cache *cachev1.Cache) error {
+func (r *CacheReconciler) ensureFinalizer(ctx context.Context, cache *cachev2.Cache) error {
 	if r.Catalog == nil {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(cache.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if !controllerutil.AddFinalizer(cache, cachev1.Finalizer) {
+	if !controllerutil.AddFinalizer(cache, cachev2.Finalizer) {
 		return nil
 	}
 	return r.Patch(ctx, cache, patch)
@@ -79,20 +79,20 @@ func (r *CacheReconciler) ensureFinalizer(ctx context.Context, cache *cachev1.Ca
 // the finalizer, which lets the deletion complete. It may run again after a crash between the
 // two steps; deregistering what is already gone is success. Until deregistration succeeds the
 // Cache stays Terminating, and the Registered condition and an event say why.
-func (r *CacheReconciler) finalize(ctx context.Context, cache *cachev1.Cache) error {
-	if !controllerutil.ContainsFinalizer(cache, cachev1.Finalizer) {
+func (r *CacheReconciler) finalize(ctx context.Context, cache *cachev2.Cache) error {
+	if !controllerutil.ContainsFinalizer(cache, cachev2.Finalizer) {
 		return nil
 	}
-	if cache.Annotations[cachev1.AnnotationAbandonCatalogRecord] == "true" {
+	if cache.Annotations[cachev2.AnnotationAbandonCatalogRecord] == "true" {
 		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventCatalogRecordAbandoned, "Deregister",
 			"Released without deregistering, as the %s annotation asks: the catalogue record of %s/%s is left behind",
-			cachev1.AnnotationAbandonCatalogRecord, cache.Namespace, cache.Name)
+			cachev2.AnnotationAbandonCatalogRecord, cache.Namespace, cache.Name)
 	} else if err := r.deregister(ctx, cache); err != nil {
 		return err
 	}
 
 	patch := client.MergeFromWithOptions(cache.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(cache, cachev1.Finalizer)
+	controllerutil.RemoveFinalizer(cache, cachev2.Finalizer)
 	if err := r.Patch(ctx, cache, patch); err != nil {
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
@@ -100,7 +100,7 @@ func (r *CacheReconciler) finalize(ctx context.Context, cache *cachev1.Cache) er
 	return nil
 }
 
-func (r *CacheReconciler) deregister(ctx context.Context, cache *cachev1.Cache) error {
+func (r *CacheReconciler) deregister(ctx context.Context, cache *cachev2.Cache) error {
 	err := errNoCatalog
 	if r.Catalog != nil {
 		err = r.Catalog.Deregister(ctx, catalogKey(cache))
@@ -111,12 +111,12 @@ func (r *CacheReconciler) deregister(ctx context.Context, cache *cachev1.Cache) 
 	msg := fmt.Sprintf("Removing the cache from the catalogue failed: %v", err)
 	r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventDeregistrationFailed, "Deregister", "%s", msg)
 	cond := metav1.Condition{
-		Type:               cachev1.ConditionRegistered,
+		Type:               cachev2.ConditionRegistered,
 		Status:             metav1.ConditionFalse,
-		Reason:             cachev1.ReasonCatalogUnavailable,
+		Reason:             cachev2.ReasonCatalogUnavailable,
 		ObservedGeneration: cache.Generation,
 		Message: fmt.Sprintf("%s. The Cache stays Terminating until this succeeds; to leave the record behind "+
-			"instead, annotate it %s=true", msg, cachev1.AnnotationAbandonCatalogRecord),
+			"instead, annotate it %s=true", msg, cachev2.AnnotationAbandonCatalogRecord),
 	}
 	if serr := r.writeCondition(ctx, cache, cond); serr != nil {
 		return errors.Join(fmt.Errorf("deregistering: %w", err), serr)

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/testenv"
@@ -91,10 +91,10 @@ func assertRecords(t *testing.T, etcd *testenv.Etcd, namespace string, replicas 
 	}
 }
 
-func scale(t *testing.T, namespace string, replicas int32) *cachev1.Cache {
+func scale(t *testing.T, namespace string, replicas int32) *cachev2.Cache {
 	t.Helper()
 	c := getCache(t, namespace)
-	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
+	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"shards":%d}}`, replicas))
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func deleteCache(t *testing.T, namespace string) {
 
 func isGone(t *testing.T, namespace string) bool {
 	t.Helper()
-	var c cachev1.Cache
+	var c cachev2.Cache
 	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "orders-cache"}, &c)
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
@@ -127,12 +127,12 @@ func TestCatalogFollowsTheCacheAndUnchangedPassesWriteNothing(t *testing.T) {
 	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
 		t.Fatal(err)
 	}
-	if !controllerutil.ContainsFinalizer(getCache(t, ns), cachev1.Finalizer) {
+	if !controllerutil.ContainsFinalizer(getCache(t, ns), cachev2.Finalizer) {
 		t.Error("no finalizer on a registered Cache")
 	}
 	assertRecords(t, etcd, ns, 3)
-	registered := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev1.ConditionRegistered)
-	if registered == nil || registered.Status != metav1.ConditionTrue || registered.Reason != cachev1.ReasonRegistered {
+	registered := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev2.ConditionRegistered)
+	if registered == nil || registered.Status != metav1.ConditionTrue || registered.Reason != cachev2.ReasonRegistered {
 		t.Errorf("Registered = %+v, want True/Registered", registered)
 	}
 
@@ -206,7 +206,7 @@ func TestCrashBetweenDeregisteringAndReleasingConverges(t *testing.T) {
 	if got := records(t, etcd, ns); len(got) != 0 {
 		t.Errorf("records left after deregistering: %v", got)
 	}
-	if !controllerutil.ContainsFinalizer(getCache(t, ns), cachev1.Finalizer) {
+	if !controllerutil.ContainsFinalizer(getCache(t, ns), cachev2.Finalizer) {
 		t.Fatal("the finalizer is gone although its removal failed")
 	}
 
@@ -229,9 +229,9 @@ func TestCatalogDownDuringDeletionKeepsTheCacheAndSaysWhy(t *testing.T) {
 	// The condition says why the Cache stays.
 	waitFor(t, "Registered=False CatalogUnavailable", func() (bool, string) {
 		c := getCache(t, ns)
-		cond := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionRegistered)
+		cond := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionRegistered)
 		ok := c.DeletionTimestamp != nil && cond != nil && cond.Status == metav1.ConditionFalse &&
-			cond.Reason == cachev1.ReasonCatalogUnavailable && strings.Contains(cond.Message, "stays Terminating")
+			cond.Reason == cachev2.ReasonCatalogUnavailable && strings.Contains(cond.Message, "stays Terminating")
 		return ok, fmt.Sprintf("%+v", cond)
 	})
 	// So does an event.
@@ -283,7 +283,7 @@ func TestAbandonAnnotationReleasesACacheWhoseCatalogIsGone(t *testing.T) {
 
 	c := getCache(t, ns)
 	patch := client.MergeFrom(c.DeepCopy())
-	c.Annotations = map[string]string{cachev1.AnnotationAbandonCatalogRecord: "true"}
+	c.Annotations = map[string]string{cachev2.AnnotationAbandonCatalogRecord: "true"}
 	if err := k8s.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestWithoutACatalogThereIsNoFinalizer(t *testing.T) {
 	if len(c.Finalizers) != 0 {
 		t.Errorf("finalizers = %v, want none", c.Finalizers)
 	}
-	if meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionRegistered) != nil {
+	if meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionRegistered) != nil {
 		t.Error("a Registered condition without a catalogue")
 	}
 

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -21,7 +21,7 @@ import (
 // makes no write and so triggers no further watch event. The write is an update, not a patch,
 // so that a status computed from a stale read fails with a conflict and the next pass
 // recomputes it from a fresh one.
-func (r *CacheReconciler) writeStatus(ctx context.Context, cache *cachev1.Cache, status cachev1.CacheStatus) error {
+func (r *CacheReconciler) writeStatus(ctx context.Context, cache *cachev2.Cache, status cachev2.CacheStatus) error {
 	if equality.Semantic.DeepEqual(cache.Status, status) {
 		return nil
 	}
@@ -30,7 +30,7 @@ func (r *CacheReconciler) writeStatus(ctx context.Context, cache *cachev1.Cache,
 }
 
 // writeCondition sets one condition in the stored status, writing only if that changes it.
-func (r *CacheReconciler) writeCondition(ctx context.Context, cache *cachev1.Cache, cond metav1.Condition) error {
+func (r *CacheReconciler) writeCondition(ctx context.Context, cache *cachev2.Cache, cond metav1.Condition) error {
 	status := *cache.Status.DeepCopy()
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return r.writeStatus(ctx, cache, status)
@@ -39,20 +39,20 @@ func (r *CacheReconciler) writeCondition(ctx context.Context, cache *cachev1.Cac
 // reportFailure records err in the Ready condition, where a user and an alert look, and returns
 // it for the queue to retry. Conflicts and AlreadyExists are routine outcomes of stale reads
 // that the next pass resolves; they are not reported, so they never flip Ready.
-func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev1.Cache, err error) error {
+func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev2.Cache, err error) error {
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	cond := metav1.Condition{
-		Type:               cachev1.ConditionReady,
+		Type:               cachev2.ConditionReady,
 		Status:             metav1.ConditionFalse,
-		Reason:             cachev1.ReasonReconcileFailed,
+		Reason:             cachev2.ReasonReconcileFailed,
 		ObservedGeneration: cache.Generation,
 		Message:            err.Error(),
 	}
 	if conflict := (*NameConflictError)(nil); errors.As(err, &conflict) {
-		cond.Reason, cond.Message = cachev1.ReasonNameConflict, conflict.Error()
-		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, cachev1.ReasonNameConflict, "Create", "%s", conflict.Error())
+		cond.Reason, cond.Message = cachev2.ReasonNameConflict, conflict.Error()
+		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, cachev2.ReasonNameConflict, "Create", "%s", conflict.Error())
 	}
 	if serr := r.writeCondition(ctx, cache, cond); serr != nil {
 		return errors.Join(err, fmt.Errorf("reporting the failure in status: %w", serr))
@@ -63,17 +63,21 @@ func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev1.Cach
 // observedStatus is the status of cache given the state of its StatefulSet and the outcome of
 // its registration in the catalogue (nil: no catalogue). A condition's transition time moves
 // only when its status flips.
-func observedStatus(cache *cachev1.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition) cachev1.CacheStatus {
+func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition) cachev2.CacheStatus {
 	status := *cache.Status.DeepCopy()
 	status.ObservedGeneration = cache.Generation
 	status.Replicas = sts.Status.Replicas
 	status.ReadyReplicas = sts.Status.ReadyReplicas
+	if cache.Spec.Mode != cachev2.ModeCluster {
+		// Each node is a shard; a Cluster's shards are counted from what Valkey reports.
+		status.Shards, status.ReadyShards = status.Replicas, status.ReadyReplicas
+	}
 	status.Selector = labels.SelectorFromSet(resources.SelectorLabels(cache)).String()
 	meta.SetStatusCondition(&status.Conditions, readyCondition(cache, sts))
 	if registered != nil {
 		meta.SetStatusCondition(&status.Conditions, *registered)
 	} else {
-		meta.RemoveStatusCondition(&status.Conditions, cachev1.ConditionRegistered)
+		meta.RemoveStatusCondition(&status.Conditions, cachev2.ConditionRegistered)
 	}
 	return status
 }
@@ -81,13 +85,13 @@ func observedStatus(cache *cachev1.Cache, sts *appsv1.StatefulSet, registered *m
 // readyCondition is True once the StatefulSet controller has acted on the current StatefulSet
 // spec and every wanted replica is ready and runs the current pod template; until then it is
 // False with reason Progressing and a message that says how far the rollout has got.
-func readyCondition(cache *cachev1.Cache, sts *appsv1.StatefulSet) metav1.Condition {
-	want := cache.Spec.Replicas
+func readyCondition(cache *cachev2.Cache, sts *appsv1.StatefulSet) metav1.Condition {
+	want := cache.Spec.Nodes()
 	st := sts.Status
 	cond := metav1.Condition{
-		Type:               cachev1.ConditionReady,
+		Type:               cachev2.ConditionReady,
 		Status:             metav1.ConditionFalse,
-		Reason:             cachev1.ReasonProgressing,
+		Reason:             cachev2.ReasonProgressing,
 		ObservedGeneration: cache.Generation,
 		Message:            fmt.Sprintf("%d/%d replicas ready", st.ReadyReplicas, want),
 	}
@@ -103,7 +107,7 @@ func readyCondition(cache *cachev1.Cache, sts *appsv1.StatefulSet) metav1.Condit
 		st.Replicas == want && st.UpdatedReplicas == want && st.ReadyReplicas == want
 	if settled {
 		cond.Status = metav1.ConditionTrue
-		cond.Reason = cachev1.ReasonAllReplicasReady
+		cond.Reason = cachev2.ReasonAllReplicasReady
 	}
 	return cond
 }

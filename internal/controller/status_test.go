@@ -9,13 +9,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
-func statusTestCache(replicas int32) *cachev1.Cache {
-	return &cachev1.Cache{
+func statusTestCache(replicas int32) *cachev2.Cache {
+	return &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default", Generation: 5},
-		Spec:       cachev1.CacheSpec{Replicas: replicas, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: replicas, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
 	}
 }
 
@@ -31,28 +31,28 @@ func TestReadyCondition(t *testing.T) {
 	}{{
 		name: "just created", want: 3, generation: 1,
 		status:     appsv1.StatefulSetStatus{},
-		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "0/3 replicas ready",
+		wantStatus: metav1.ConditionFalse, wantReason: cachev2.ReasonProgressing, wantMessage: "0/3 replicas ready",
 	}, {
 		name: "all ready", want: 3, generation: 1,
 		status:     appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3},
-		wantStatus: metav1.ConditionTrue, wantReason: cachev1.ReasonAllReplicasReady, wantMessage: "3/3 replicas ready",
+		wantStatus: metav1.ConditionTrue, wantReason: cachev2.ReasonAllReplicasReady, wantMessage: "3/3 replicas ready",
 	}, {
 		name: "scaling up", want: 5, generation: 2,
 		status:     appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 4, ReadyReplicas: 3, UpdatedReplicas: 4},
-		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "3/5 replicas ready",
+		wantStatus: metav1.ConditionFalse, wantReason: cachev2.ReasonProgressing, wantMessage: "3/5 replicas ready",
 	}, {
 		name: "scaling down, extra pods still there", want: 2, generation: 2,
 		status:     appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3},
-		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "removing nodes: 3 running, scaling down to 2",
+		wantStatus: metav1.ConditionFalse, wantReason: cachev2.ReasonProgressing, wantMessage: "removing nodes: 3 running, scaling down to 2",
 	}, {
 		name: "StatefulSet controller has not seen our last change yet", want: 3, generation: 2,
 		status:     appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3},
-		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing, wantMessage: "3/3 replicas ready",
+		wantStatus: metav1.ConditionFalse, wantReason: cachev2.ReasonProgressing, wantMessage: "3/3 replicas ready",
 	}, {
 		name: "rolling out a new version", want: 3, generation: 2,
 		status: appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 1,
 			CurrentRevision: "orders-cache-a", UpdateRevision: "orders-cache-b"},
-		wantStatus: metav1.ConditionFalse, wantReason: cachev1.ReasonProgressing,
+		wantStatus: metav1.ConditionFalse, wantReason: cachev2.ReasonProgressing,
 		wantMessage: "3/3 replicas ready, 1/3 updated to the current spec",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,7 +76,7 @@ func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
 	cache := statusTestCache(5)
 	long := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
 	cache.Status.Conditions = []metav1.Condition{
-		{Type: cachev1.ConditionReady, Status: metav1.ConditionFalse, Reason: cachev1.ReasonProgressing,
+		{Type: cachev2.ConditionReady, Status: metav1.ConditionFalse, Reason: cachev2.ReasonProgressing,
 			Message: "3/5 replicas ready", ObservedGeneration: 5, LastTransitionTime: long},
 		{Type: "Scheduled", Status: metav1.ConditionTrue, Reason: "Scheduled", LastTransitionTime: long},
 	}
@@ -84,7 +84,7 @@ func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
 
 	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 5, ReadyReplicas: 4, UpdatedReplicas: 5}
 	progressing := observedStatus(cache, sts, nil)
-	ready := meta.FindStatusCondition(progressing.Conditions, cachev1.ConditionReady)
+	ready := meta.FindStatusCondition(progressing.Conditions, cachev2.ConditionReady)
 	if ready.Message != "4/5 replicas ready" || !ready.LastTransitionTime.Equal(&long) {
 		t.Errorf("still progressing: got %q at %v, want the new message and the old transition time %v",
 			ready.Message, ready.LastTransitionTime, long)
@@ -92,7 +92,7 @@ func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
 
 	sts.Status.ReadyReplicas = 5
 	done := observedStatus(cache, sts, nil)
-	ready = meta.FindStatusCondition(done.Conditions, cachev1.ConditionReady)
+	ready = meta.FindStatusCondition(done.Conditions, cachev2.ConditionReady)
 	if ready.Status != metav1.ConditionTrue || ready.LastTransitionTime.Equal(&long) {
 		t.Errorf("flipped to ready: got %s at %v, want True with a new transition time", ready.Status, ready.LastTransitionTime)
 	}

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/testenv"
@@ -59,11 +59,11 @@ func newNamespace(t *testing.T) string {
 }
 
 // newCache creates a Cache of three replicas as a user would and returns it as stored.
-func newCache(t *testing.T, namespace string) *cachev1.Cache {
+func newCache(t *testing.T, namespace string) *cachev2.Cache {
 	t.Helper()
-	c := &cachev1.Cache{
+	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: namespace},
-		Spec:       cachev1.CacheSpec{Replicas: 3, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 3, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
 	}
 	if err := k8s.Create(context.Background(), c); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func newReconciler(c client.Client, cat catalog.Catalog) *CacheReconciler {
 	}
 }
 
-func reconcile(r *CacheReconciler, c *cachev1.Cache) error {
+func reconcile(r *CacheReconciler, c *cachev2.Cache) error {
 	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 	return err
 }
@@ -171,9 +171,9 @@ func countingWrites(c client.WithWatch) (client.WithWatch, *atomic.Int64) {
 	}), &n
 }
 
-func getCache(t *testing.T, namespace string) *cachev1.Cache {
+func getCache(t *testing.T, namespace string) *cachev2.Cache {
 	t.Helper()
-	var c cachev1.Cache
+	var c cachev2.Cache
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "orders-cache"}, &c); err != nil {
 		t.Fatal(err)
 	}

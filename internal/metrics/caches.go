@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
 var (
@@ -48,7 +48,7 @@ func (c *cachesCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *cachesCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var caches cachev1.CacheList
+	var caches cachev2.CacheList
 	if err := c.reader.List(ctx, &caches); err != nil {
 		ch <- prometheus.NewInvalidMetric(cachesDesc, err)
 		return
@@ -60,7 +60,7 @@ func (c *cachesCollector) Collect(ch chan<- prometheus.Metric) {
 	for i := range caches.Items {
 		cache := &caches.Items[i]
 		r := readiness{"Unknown", "None"}
-		if cond := meta.FindStatusCondition(cache.Status.Conditions, cachev1.ConditionReady); cond != nil {
+		if cond := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady); cond != nil {
 			r = readiness{string(cond.Status), cond.Reason}
 		}
 		counts[r]++

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -27,9 +27,9 @@ import (
 // cachePod is the pod that the operator's StatefulSet for a Cache of the given memory makes,
 // started on a loopback IP of the test's own.
 func cachePod(memory string) *corev1.Pod {
-	cache := &cachev1.Cache{
+	cache := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
-		Spec:       cachev1.CacheSpec{Replicas: 1, Version: "8.1.1", Memory: resource.MustParse(memory)},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse(memory)},
 	}
 	template := resources.StatefulSet(cache, resources.DefaultImageRepository).Spec.Template
 	return &corev1.Pod{

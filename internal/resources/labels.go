@@ -3,7 +3,7 @@
 package resources
 
 import (
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
 // Label keys and values on every object the operator creates for a Cache.
@@ -12,6 +12,9 @@ const (
 	LabelInstance  = "app.kubernetes.io/instance"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	LabelVersion   = "app.kubernetes.io/version"
+	// LabelMode is on the pods of a Cluster Cache only, with the value Cluster: the operator's
+	// informer caches those pods, whose addresses it needs, and no others.
+	LabelMode = "cache.example.com/mode"
 
 	// AppName is the value of app.kubernetes.io/name: what runs in the pods.
 	AppName = "valkey"
@@ -22,7 +25,7 @@ const (
 
 // SelectorLabels select the pods of one Cache. They never change for the life of the Cache,
 // since a StatefulSet's selector is immutable.
-func SelectorLabels(cache *cachev1.Cache) map[string]string {
+func SelectorLabels(cache *cachev2.Cache) map[string]string {
 	return map[string]string{
 		LabelName:     AppName,
 		LabelInstance: cache.Name,
@@ -30,19 +33,22 @@ func SelectorLabels(cache *cachev1.Cache) map[string]string {
 }
 
 // Labels are the labels of a Cache's StatefulSet and Service.
-func Labels(cache *cachev1.Cache) map[string]string {
+func Labels(cache *cachev2.Cache) map[string]string {
 	l := SelectorLabels(cache)
 	l[LabelManagedBy] = ManagedBy
 	return l
 }
 
 // podLabelKeys are the keys of podLabels: the pod labels the operator owns.
-var podLabelKeys = []string{LabelName, LabelInstance, LabelManagedBy, LabelVersion}
+var podLabelKeys = []string{LabelName, LabelInstance, LabelManagedBy, LabelVersion, LabelMode}
 
 // podLabels are the labels of a Cache's pods: the object labels plus the Valkey version.
-func podLabels(cache *cachev1.Cache) map[string]string {
+func podLabels(cache *cachev2.Cache) map[string]string {
 	l := Labels(cache)
 	l[LabelVersion] = cache.Spec.Version
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		l[LabelMode] = string(cachev2.ModeCluster)
+	}
 	return l
 }
 

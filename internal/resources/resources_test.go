@@ -13,16 +13,17 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
-func testCache() *cachev1.Cache {
-	return &cachev1.Cache{
+func testCache() *cachev2.Cache {
+	return &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "shop"},
-		Spec: cachev1.CacheSpec{
-			Replicas: 3,
-			Version:  "8.1.1",
-			Memory:   resource.MustParse("256Mi"),
+		Spec: cachev2.CacheSpec{
+			Mode:    cachev2.ModeStandalone,
+			Shards:  3,
+			Version: "8.1.1",
+			Memory:  resource.MustParse("256Mi"),
 		},
 	}
 }
@@ -165,7 +166,7 @@ func TestMergeStatefulSetOfAMatchingObjectChangesNothing(t *testing.T) {
 func TestMergeStatefulSetSetsOwnedFieldsOnly(t *testing.T) {
 	cache := testCache()
 	stored := serverDefaulted(StatefulSet(cache, DefaultImageRepository))
-	cache.Spec.Replicas = 5
+	cache.Spec.Shards = 5
 	cache.Spec.Version = "8.1.2"
 	desired := StatefulSet(cache, DefaultImageRepository)
 

@@ -5,12 +5,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
 // Service is the headless Service that governs a Cache's StatefulSet: it gives each node the
 // stable DNS name <cache>-<ordinal>.<cache>.<namespace>.svc.<cluster domain>.
-func Service(cache *cachev1.Cache) *corev1.Service {
+func Service(cache *cachev2.Cache) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      cache.Name,

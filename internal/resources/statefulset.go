@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
 const (
@@ -20,6 +20,15 @@ const (
 	// PortName and Port are Valkey's client port.
 	PortName = "valkey"
 	Port     = 6379
+	// BusPortName and BusPort are the Valkey Cluster bus, where a Cluster Cache's nodes gossip
+	// and fail over: Valkey's default of the client port plus 10000.
+	BusPortName = "cluster-bus"
+	BusPort     = Port + 10000
+
+	// NodeTimeout is how long, in milliseconds, a Cluster node may be unreachable before the
+	// others count it failed and promote one of its replicas. Valkey's default is 15 s; a
+	// cache is worth serving again sooner than that.
+	NodeTimeout = 5000
 
 	// DefaultImageRepository is where the Valkey images come from unless the operator is told
 	// to use a mirror.
@@ -50,15 +59,15 @@ func Image(repository, version string) string {
 
 // StatefulSet is the StatefulSet that runs a Cache's nodes, with pods of the image repository
 // given.
-func StatefulSet(cache *cachev1.Cache, imageRepository string) *appsv1.StatefulSet {
-	return &appsv1.StatefulSet{
+func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulSet {
+	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      cache.Name,
 			Namespace: cache.Namespace,
 			Labels:    Labels(cache),
 		},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptr.To(cache.Spec.Replicas),
+			Replicas:    ptr.To(cache.Spec.Nodes()),
 			ServiceName: cache.Name,
 			Selector:    &metav1.LabelSelector{MatchLabels: SelectorLabels(cache)},
 			Template: corev1.PodTemplateSpec{
@@ -72,6 +81,13 @@ func StatefulSet(cache *cachev1.Cache, imageRepository string) *appsv1.StatefulS
 			},
 		},
 	}
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		// The operator forms the cluster once every node answers, so the nodes need no ordered
+		// start; a Standalone Cache keeps the default its StatefulSet was created with (the
+		// policy is immutable).
+		sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	}
+	return sts
 }
 
 // MergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
@@ -86,6 +102,7 @@ func MergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 		// The selector and the governing Service are immutable: they are set at creation only.
 		dst.Spec.Selector = desired.Spec.Selector
 		dst.Spec.ServiceName = desired.Spec.ServiceName
+		dst.Spec.PodManagementPolicy = desired.Spec.PodManagementPolicy
 	}
 	dst.Spec.Replicas = desired.Spec.Replicas
 
@@ -136,6 +153,7 @@ func mergeContainer(containers *[]corev1.Container, want *corev1.Container) {
 func setOwnedContainerFields(dst, src *corev1.Container) {
 	dst.Image = src.Image
 	dst.Args = src.Args
+	dst.Env = src.Env
 	dst.Ports = src.Ports
 	dst.Resources = src.Resources
 	dst.ReadinessProbe = src.ReadinessProbe
@@ -158,9 +176,9 @@ func upsertByName[T any](items *[]T, want T, name func(T) string) {
 // the structs the operator owns (probe timings, port protocols), so that a stored StatefulSet
 // compares equal to the desired one and an unchanged pass writes nothing.
 
-func valkeyContainer(cache *cachev1.Cache, imageRepository string) corev1.Container {
+func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Container {
 	memory := cache.Spec.Memory
-	return corev1.Container{
+	c := corev1.Container{
 		Name:  ContainerName,
 		Image: Image(imageRepository, cache.Spec.Version),
 		Args: []string{
@@ -194,6 +212,34 @@ func valkeyContainer(cache *cachev1.Cache, imageRepository string) corev1.Contai
 		},
 		VolumeMounts: []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}},
 	}
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		clusterNode(&c)
+	}
+	return c
+}
+
+// clusterNode makes the container a Valkey Cluster node. It announces its pod IP, which is how
+// the other nodes and cluster clients reach it; the IP changes when the pod is replaced, and
+// the new node joins as a new, empty member that the operator brings in. The node's identity
+// lives in nodes.conf on the data volume, so it survives a restart of the container, not of
+// the pod. The readiness probe stays a PING: a node must answer before the operator can bring
+// it into the cluster, and the cluster's own health is judged by the operator, in the Cache's
+// Ready condition.
+func clusterNode(c *corev1.Container) {
+	c.Args = append(c.Args,
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", strconv.Itoa(NodeTimeout),
+		"--cluster-announce-ip", "$(POD_IP)",
+		"--cluster-port", strconv.Itoa(BusPort),
+	)
+	c.Env = []corev1.EnvVar{{
+		Name: "POD_IP",
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+			APIVersion: "v1", FieldPath: "status.podIP",
+		}},
+	}}
+	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
 }
 
 func probe(handler corev1.ProbeHandler, periodSeconds int32) *corev1.Probe {
@@ -219,7 +265,7 @@ func podSecurityContext() *corev1.PodSecurityContext {
 
 // spreadAcrossNodes prefers to place a Cache's nodes on different Kubernetes nodes, so that
 // losing one machine loses as little of the cache as possible.
-func spreadAcrossNodes(cache *cachev1.Cache) *corev1.Affinity {
+func spreadAcrossNodes(cache *cachev2.Cache) *corev1.Affinity {
 	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
 			Weight: 100,

@@ -47,6 +47,8 @@ type Action struct {
 	AddSlots []valkey.SlotRange
 	// Replicate, when set, is the node ID of the primary On is to replicate.
 	Replicate string
+	// Forget, when set, is the node ID of a departed node for On to forget.
+	Forget string
 }
 
 // Address is where a server listens.
@@ -65,6 +67,8 @@ func (a Action) String() string {
 			ranges[i] = r.String()
 		}
 		return fmt.Sprintf("%s: CLUSTER ADDSLOTSRANGE %s", a.On, strings.Join(ranges, " "))
+	case a.Forget != "":
+		return fmt.Sprintf("%s: CLUSTER FORGET %s", a.On, a.Forget)
 	default:
 		return fmt.Sprintf("%s: CLUSTER REPLICATE %s", a.On, a.Replicate)
 	}
@@ -103,6 +107,9 @@ func Form(want Want, members []Member) Plan {
 	if len(unreachable) > 0 {
 		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
 	}
+	if p, done := forgetDeparted(members); !done {
+		return p
+	}
 	if p, done := meet(members); !done {
 		return p
 	}
@@ -110,6 +117,31 @@ func Form(want Want, members []Member) Plan {
 		return p
 	}
 	return attachReplicas(want, members)
+}
+
+// forgetDeparted has every member forget the nodes that the cluster agrees have failed and that
+// are no member's server: the servers of replaced pods, which never come back, since a new pod
+// starts a new, empty node with a new ID and, usually, a new IP. Until they are forgotten their
+// slots stay theirs, and the cluster cannot serve them again. All members forget in one step,
+// within the minute for which a forgotten node is not re-learnt from a member that still knows
+// it.
+func forgetDeparted(members []Member) (Plan, bool) {
+	ours := map[string]bool{}
+	for i := range members {
+		self, _ := members[i].self()
+		ours[self.ID] = true
+	}
+	var actions []Action
+	for i := range members {
+		self, _ := members[i].self()
+		for _, n := range members[i].Nodes {
+			// A replica cannot forget its own primary; it is re-pointed once a new one exists.
+			if n.Failing && !ours[n.ID] && n.ID != self.PrimaryID {
+				actions = append(actions, Action{On: members[i].Pod, Forget: n.ID})
+			}
+		}
+	}
+	return Plan{Actions: actions}, len(actions) == 0
 }
 
 // meet has one member, the one that knows most of the others, meet every member it does not

@@ -160,6 +160,25 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 		}(),
 		waiting: "slots are held by nodes that are not this Cache's servers: id-gone",
 	}, {
+		name: "a replaced primary's old node, failed: every member that knows it forgets it",
+		members: func() []Member {
+			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)
+			for i := range m[:4] {
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Failing: true})
+			}
+			m[2].Nodes[0].PrimaryID = "id-gone"
+			return m
+		}(),
+		// pod-3 replicated the departed node: it keeps it until it gets a new primary.
+		wantActions: []string{"pod-1: CLUSTER FORGET id-gone", "pod-2: CLUSTER FORGET id-gone", "pod-4: CLUSTER FORGET id-gone"},
+	}, {
+		name: "a node that is no member but not failed is not forgotten: it may still be leaving",
+		members: func() []Member {
+			m := world(all(formed...)...)
+			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-other", Primary: true, Suspected: true})
+			return m
+		}(),
+	}, {
 		name:    "formed",
 		members: world(formed...),
 	}, {

@@ -6,23 +6,25 @@ import (
 	"slices"
 	"strings"
 
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/valkey"
 )
 
-// Problem is why a cluster is not ready; empty when it is.
+// Problem is why a cluster is not ready; empty when it is. Its values are the reasons the
+// Cache's Ready condition gives for it.
 type Problem string
 
 const (
 	// Forming means the cluster is not formed yet: Form still has steps to take or waits.
-	Forming Problem = "Forming"
+	Forming Problem = cachev2.ReasonClusterForming
 	// ClusterStateNotOK means some server reports a cluster_state other than ok.
-	ClusterStateNotOK Problem = "ClusterStateNotOK"
+	ClusterStateNotOK Problem = cachev2.ReasonClusterStateNotOK
 	// SlotsUnserved means some slots have no primary that every server sees as reachable.
-	SlotsUnserved Problem = "SlotsUnserved"
+	SlotsUnserved Problem = cachev2.ReasonSlotsUnserved
 	// ReplicasMissing means a shard has fewer replicas with their link up than wanted.
-	ReplicasMissing Problem = "ReplicasMissing"
+	ReplicasMissing Problem = cachev2.ReasonReplicasMissing
 	// SlotsMigrating means some slots are being migrated or imported.
-	SlotsMigrating Problem = "SlotsMigrating"
+	SlotsMigrating Problem = cachev2.ReasonSlotsMigrating
 )
 
 // Health is the verdict on a cluster's readiness, and a message that names what is missing.

@@ -103,6 +103,12 @@ func (s *Server) Replicate(ctx context.Context, primaryID string) error {
 	return s.wrap("CLUSTER REPLICATE", s.do(ctx, s.client.B().ClusterReplicate().NodeId(primaryID).Build()).Error())
 }
 
+// Forget makes this server drop the node with the given ID from its view of the cluster, and
+// not re-learn it from the others for a minute.
+func (s *Server) Forget(ctx context.Context, nodeID string) error {
+	return s.wrap("CLUSTER FORGET", s.do(ctx, s.client.B().ClusterForget().NodeId(nodeID).Build()).Error())
+}
+
 // ReplicationLinkUp reports whether this server, a replica, has its link to its primary up
 // (master_link_status in INFO replication).
 func (s *Server) ReplicationLinkUp(ctx context.Context) (bool, error) {

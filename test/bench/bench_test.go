@@ -33,7 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/localcluster"
 	"example.com/cache-operator/internal/testenv"
@@ -184,9 +184,9 @@ func (b *bench) createAll(t *testing.T) CreatePhase {
 	start := time.Now()
 	created := make([]time.Time, *caches)
 	parallel(t, func(i int) error {
-		c := &cachev1.Cache{
+		c := &cachev2.Cache{
 			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace},
-			Spec:       cachev1.CacheSpec{Replicas: int32(*replicas), Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+			Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: int32(*replicas), Version: "8.1.1", Memory: resource.MustParse("64Mi")},
 		}
 		created[i] = time.Now()
 		return b.admin.Create(context.Background(), c)
@@ -225,9 +225,9 @@ func (b *bench) scaleAll(t *testing.T) ScalePhase {
 	start := time.Now()
 	patched := make([]time.Time, *caches)
 	generations := make([]int64, *caches)
-	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, *scaleTo))
+	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"shards":%d}}`, *scaleTo))
 	parallel(t, func(i int) error {
-		c := &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}}
+		c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}}
 		patched[i] = time.Now()
 		err := b.admin.Patch(context.Background(), c, patch)
 		generations[i] = c.Generation
@@ -261,12 +261,12 @@ func (b *bench) restart(t *testing.T) RestartPhase {
 func (b *bench) deleteAll(t *testing.T) DeletePhase {
 	start := time.Now()
 	parallel(t, func(i int) error {
-		return b.admin.Delete(context.Background(), &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}})
+		return b.admin.Delete(context.Background(), &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}})
 	})
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, *timeout, true,
 		func(ctx context.Context) (bool, error) {
 			var list metav1.PartialObjectMetadataList
-			list.SetGroupVersionKind(cachev1.GroupVersion.WithKind("CacheList"))
+			list.SetGroupVersionKind(cachev2.GroupVersion.WithKind("CacheList"))
 			if err := b.admin.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 				return false, nil
 			}
@@ -323,12 +323,12 @@ func watchReadiness(t *testing.T, cfg *rest.Config, tl *timeline) *readiness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	informer, err := informers.GetInformer(context.Background(), &cachev1.Cache{})
+	informer, err := informers.GetInformer(context.Background(), &cachev2.Cache{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	record := func(obj any) {
-		c, ok := obj.(*cachev1.Cache)
+		c, ok := obj.(*cachev2.Cache)
 		if !ok {
 			return
 		}
@@ -360,7 +360,7 @@ func watchReadiness(t *testing.T, cfg *rest.Config, tl *timeline) *readiness {
 	return r
 }
 
-func (r *readiness) update(c *cachev1.Cache, now time.Time) {
+func (r *readiness) update(c *cachev2.Cache, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.observed[c.Name] == nil {
@@ -370,11 +370,11 @@ func (r *readiness) update(c *cachev1.Cache, now time.Time) {
 	if _, seen := r.observed[c.Name][c.Status.ObservedGeneration]; !seen {
 		r.observed[c.Name][c.Status.ObservedGeneration] = now
 	}
-	cond := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
+	cond := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
 	if cond == nil || cond.Status != metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
 		return
 	}
-	phase := phaseOf(c.Spec.Replicas)
+	phase := phaseOf(c.Spec.Shards)
 	if _, seen := r.ready[c.Name][phase]; !seen {
 		r.ready[c.Name][phase] = now
 		r.timeline.readyChanged(phase)

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -90,14 +90,14 @@ func TestCrashStormConverges(t *testing.T) {
 			alive[name] = 3
 		case rng.IntN(4) == 0 && len(alive) > caches/2:
 			name := pick(rng, alive)
-			if err := admin.Delete(context.Background(), &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			if err := admin.Delete(context.Background(), &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
 				t.Fatal(err)
 			}
 			delete(alive, name)
 		default:
 			name := pick(rng, alive)
 			replicas := int32(1 + rng.IntN(5))
-			patchCache(t, client.ObjectKey{Namespace: ns, Name: name}, fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+			patchCache(t, client.ObjectKey{Namespace: ns, Name: name}, fmt.Sprintf(`{"spec":{"shards":%d}}`, replicas))
 			alive[name] = replicas
 		}
 		if killAt[step] {
@@ -109,7 +109,7 @@ func TestCrashStormConverges(t *testing.T) {
 	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while the last operator runs
 
 	testenv.WaitFor(t, 3*time.Minute, "exactly the live Caches to remain", func() (bool, string) {
-		var list cachev1.CacheList
+		var list cachev2.CacheList
 		if err := admin.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
 		}

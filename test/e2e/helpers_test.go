@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 
 	"example.com/cache-operator/internal/testenv"
 )
@@ -42,11 +42,11 @@ func newNamespace(t *testing.T) string {
 func deleteAllCaches(t *testing.T, namespace string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := admin.DeleteAllOf(ctx, &cachev1.Cache{}, client.InNamespace(namespace)); err != nil {
+	if err := admin.DeleteAllOf(ctx, &cachev2.Cache{}, client.InNamespace(namespace)); err != nil {
 		t.Errorf("deleting the Caches of %s: %v", namespace, err)
 	}
 	testenv.WaitFor(t, time.Minute, "the Caches of "+namespace+" to be gone", func() (bool, string) {
-		var list cachev1.CacheList
+		var list cachev2.CacheList
 		if err := admin.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 			return false, err.Error()
 		}
@@ -55,11 +55,11 @@ func deleteAllCaches(t *testing.T, namespace string) {
 }
 
 // newCache creates a Cache of three replicas.
-func newCache(t *testing.T, namespace, name string) *cachev1.Cache {
+func newCache(t *testing.T, namespace, name string) *cachev2.Cache {
 	t.Helper()
-	c := &cachev1.Cache{
+	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       cachev1.CacheSpec{Replicas: 3, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 3, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)
@@ -67,16 +67,16 @@ func newCache(t *testing.T, namespace, name string) *cachev1.Cache {
 	return c
 }
 
-func getCache(t *testing.T, key client.ObjectKey) (*cachev1.Cache, error) {
+func getCache(t *testing.T, key client.ObjectKey) (*cachev2.Cache, error) {
 	t.Helper()
-	var c cachev1.Cache
+	var c cachev2.Cache
 	err := admin.Get(context.Background(), key, &c)
 	return &c, err
 }
 
 // settled reports whether a Cache is Ready and its status describes its current generation.
-func settled(c *cachev1.Cache) (bool, string) {
-	ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
+func settled(c *cachev2.Cache) (bool, string) {
+	ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
 	if ready == nil {
 		return false, fmt.Sprintf("%s: no Ready condition", c.Name)
 	}
@@ -90,7 +90,7 @@ func settled(c *cachev1.Cache) (bool, string) {
 func waitSettled(t *testing.T, namespace string, timeout time.Duration) {
 	t.Helper()
 	testenv.WaitFor(t, timeout, "every Cache in "+namespace+" to be Ready", func() (bool, string) {
-		var list cachev1.CacheList
+		var list cachev2.CacheList
 		if err := admin.List(context.Background(), &list, client.InNamespace(namespace)); err != nil {
 			return false, err.Error()
 		}
@@ -103,9 +103,9 @@ func waitSettled(t *testing.T, namespace string, timeout time.Duration) {
 	})
 }
 
-func patchCache(t *testing.T, key client.ObjectKey, patch string) *cachev1.Cache {
+func patchCache(t *testing.T, key client.ObjectKey, patch string) *cachev2.Cache {
 	t.Helper()
-	c := &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+	c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
 	if err := admin.Patch(context.Background(), c, client.RawPatch(client.Merge.Type(), []byte(patch))); err != nil {
 		t.Fatal(err)
 	}

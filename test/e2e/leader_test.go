@@ -46,7 +46,7 @@ func leaseHolder(t *testing.T) string {
 // reflects the change, that is until some operator has reconciled it.
 func handover(t *testing.T, key client.ObjectKey, replicas int, since time.Time) time.Duration {
 	t.Helper()
-	gen := patchCache(t, key, fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)).Generation
+	gen := patchCache(t, key, fmt.Sprintf(`{"spec":{"shards":%d}}`, replicas)).Generation
 	testenv.WaitFor(t, 2*time.Minute, "the change to be reconciled", func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {

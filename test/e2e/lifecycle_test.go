@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -32,7 +32,7 @@ type readyHistory struct {
 func watchReady(t *testing.T, key client.ObjectKey) *readyHistory {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := admin.Watch(ctx, &cachev1.CacheList{}, client.InNamespace(key.Namespace),
+	w, err := admin.Watch(ctx, &cachev2.CacheList{}, client.InNamespace(key.Namespace),
 		client.MatchingFields{"metadata.name": key.Name})
 	if err != nil {
 		t.Fatal(err)
@@ -42,11 +42,11 @@ func watchReady(t *testing.T, key client.ObjectKey) *readyHistory {
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
-			c, ok := ev.Object.(*cachev1.Cache)
+			c, ok := ev.Object.(*cachev2.Cache)
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			if ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady); ready != nil {
+			if ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady); ready != nil {
 				h.mu.Lock()
 				h.states = append(h.states, fmt.Sprintf("gen=%d observed=%d %s/%s %s",
 					c.Generation, c.Status.ObservedGeneration, ready.Status, ready.Reason, ready.Message))
@@ -91,7 +91,7 @@ func TestWorkedExampleScaleThreeToFive(t *testing.T) {
 	}
 	history := watchReady(t, key)
 
-	if err := cluster.Kubectl(ctx, "patch", "cache/orders-cache", "--type", "merge", "-p", `{"spec":{"replicas":5}}`); err != nil {
+	if err := cluster.Kubectl(ctx, "patch", "cache/orders-cache", "--type", "merge", "-p", `{"spec":{"shards":5}}`); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.Kubectl(ctx, "wait", "--for=condition=Ready", "cache/orders-cache", "--timeout=60s"); err != nil {
@@ -111,9 +111,9 @@ func TestWorkedExampleScaleThreeToFive(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
 		ok, why := settled(c)
-		return ok && ready.Reason == cachev1.ReasonAllReplicasReady && ready.Message == "5/5 replicas ready" &&
+		return ok && ready.Reason == cachev2.ReasonAllReplicasReady && ready.Message == "5/5 replicas ready" &&
 			c.Status.ReadyReplicas == 5, why
 	})
 	progressing := func(n int) string {

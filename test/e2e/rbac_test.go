@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/testenv"
 )
 
@@ -55,15 +55,15 @@ func TestMissingPermissionSurfaces(t *testing.T) {
 	if err := admin.Update(ctx, &role); err != nil {
 		t.Fatal(err)
 	}
-	patchCache(t, key, `{"spec":{"replicas":5}}`)
+	patchCache(t, key, `{"spec":{"shards":5}}`)
 
 	testenv.WaitFor(t, time.Minute, "Ready=False ReconcileFailed naming the Forbidden error", func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {
 			return false, err.Error()
 		}
-		ready := meta.FindStatusCondition(c.Status.Conditions, cachev1.ConditionReady)
-		ok := ready.Status == metav1.ConditionFalse && ready.Reason == cachev1.ReasonReconcileFailed &&
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+		ok := ready.Status == metav1.ConditionFalse && ready.Reason == cachev2.ReasonReconcileFailed &&
 			strings.Contains(ready.Message, "forbidden")
 		return ok, fmt.Sprintf("%s/%s %q", ready.Status, ready.Reason, ready.Message)
 	})

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -179,7 +179,7 @@ func waitRolledOut(t *testing.T, key client.ObjectKey, timeout time.Duration) {
 		}
 		s := sts.Status
 		return s.ObservedGeneration == sts.Generation && s.CurrentRevision == s.UpdateRevision &&
-				s.UpdatedReplicas == c.Spec.Replicas && s.ReadyReplicas == c.Spec.Replicas,
+				s.UpdatedReplicas == c.Spec.Nodes() && s.ReadyReplicas == c.Spec.Nodes(),
 			fmt.Sprintf("StatefulSet: %d updated, %d ready, revision %s → %s", s.UpdatedReplicas, s.ReadyReplicas, s.CurrentRevision, s.UpdateRevision)
 	})
 }
@@ -205,7 +205,7 @@ func TestCrashedNodeMakesTheCacheNotReadyUntilReplaced(t *testing.T) {
 
 	testenv.WaitFor(t, time.Minute, "the crash to be reported", func() (bool, string) {
 		return history.saw(fmt.Sprintf("gen=%d observed=%d False/%s 2/3 replicas ready",
-			c.Generation, c.Generation, cachev1.ReasonProgressing)), history.String()
+			c.Generation, c.Generation, cachev2.ReasonProgressing)), history.String()
 	})
 	waitSettled(t, ns, time.Minute)
 	replacement := cachePods(t, key)[1]

@@ -1,6 +1,6 @@
 //go:build integration
 
-package v1_test
+package v2_test
 
 import (
 	"context"
@@ -12,10 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -37,14 +38,16 @@ func TestMain(m *testing.M) {
 // types could not express: a missing field, a string where a number belongs.
 func cacheObject(name string, spec map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "cache.example.com", Version: "v1", Kind: "Cache"})
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "cache.example.com", Version: "v2", Kind: "Cache"})
 	u.SetNamespace("default")
 	u.SetName(name)
 	return u
 }
 
 func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
-	valid := func() map[string]any { return map[string]any{"replicas": int64(3), "version": "8.1.1"} }
+	valid := func() map[string]any {
+		return map[string]any{"mode": "Standalone", "shards": int64(3), "version": "8.1.1"}
+	}
 	for _, tc := range []struct {
 		name      string
 		field     string
@@ -52,9 +55,10 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		wantField string
 		wantText  string
 	}{
-		{"zero replicas", "replicas", int64(0), "spec.replicas", "greater than or equal to 1"},
-		{"missing replicas", "replicas", nil, "spec.replicas", "Required value"},
-		{"too many replicas", "replicas", int64(10), "spec.replicas", "less than or equal to 9"},
+		{"zero shards", "shards", int64(0), "spec.shards", "greater than or equal to 1"},
+		{"too many Standalone shards", "shards", int64(10), "spec", "a Standalone Cache has at most 9 shards"},
+		{"replicas per shard in Standalone mode", "replicasPerShard", int64(1), "spec", "replicasPerShard applies to Cluster mode only"},
+		{"unknown mode", "mode", "Sentinel", "spec.mode", `supported values: "Standalone", "Cluster"`},
 		{"two-part version", "version", "1.2", "spec.version", "MAJOR.MINOR.PATCH"},
 		{"tag instead of version", "version", "latest", "spec.version", "MAJOR.MINOR.PATCH"},
 		{"v-prefixed version", "version", "v1.2.3", "spec.version", "MAJOR.MINOR.PATCH"},
@@ -91,30 +95,73 @@ func TestSchemaRejectsNamesTheChildrenCannotCarry(t *testing.T) {
 		{"9orders", "must be a DNS label"},
 		{strings.Repeat("a", 53), "at most 52 characters"},
 	} {
-		err := k8s.Create(context.Background(), cacheObject(tc.name, map[string]any{"replicas": int64(1), "version": "8.1.1"}))
+		err := k8s.Create(context.Background(), cacheObject(tc.name, map[string]any{"shards": int64(1), "version": "8.1.1"}))
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.wantText) {
 			t.Errorf("create %q: got %v, want invalid: %s", tc.name, err, tc.wantText)
 		}
 	}
 }
 
-func TestSchemaAcceptsAValidSpecAndDefaultsMemory(t *testing.T) {
+func TestSchemaAcceptsAValidSpecAndDefaultsModeShardsAndMemory(t *testing.T) {
 	ctx := context.Background()
-	u := cacheObject("orders-cache", map[string]any{"replicas": int64(3), "version": "8.1.1"})
+	u := cacheObject("orders-cache", map[string]any{"version": "8.1.1"})
 	if err := k8s.Create(ctx, u); err != nil {
 		t.Fatalf("a valid Cache was rejected: %v", err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
 
-	memory, _, _ := unstructured.NestedString(u.Object, "spec", "memory")
-	if memory != "256Mi" {
-		t.Errorf("spec.memory = %q, want the default 256Mi", memory)
+	for field, want := range map[string]any{"mode": "Cluster", "shards": int64(3), "memory": "256Mi"} {
+		if got := u.Object["spec"].(map[string]any)[field]; got != want {
+			t.Errorf("spec.%s = %v, want the default %v", field, got, want)
+		}
+	}
+}
+
+func TestSchemaTakesAClusterOfUpTo100ShardsWithUpTo2Replicas(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name             string
+		shards, replicas int64
+		wantText         string // empty: accepted
+	}{
+		{"largest", cachev2.MaxClusterShards, cachev2.MaxReplicasPerShard, ""},
+		{"no replicas", 1, 0, ""},
+		{"too many shards", cachev2.MaxClusterShards + 1, 0, "spec.shards: Invalid value"},
+		{"too many replicas", 3, cachev2.MaxReplicasPerShard + 1, "spec.replicasPerShard: Invalid value"},
+	} {
+		u := cacheObject("cluster-"+strings.ReplaceAll(tc.name, " ", "-"),
+			map[string]any{"mode": "Cluster", "shards": tc.shards, "replicasPerShard": tc.replicas, "version": "8.1.1"})
+		err := k8s.Create(ctx, u)
+		if err == nil {
+			t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+		}
+		if tc.wantText == "" && err != nil {
+			t.Errorf("%s: rejected: %v", tc.name, err)
+		}
+		if tc.wantText != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.wantText)) {
+			t.Errorf("%s: got %v, want invalid: %s", tc.name, err, tc.wantText)
+		}
+	}
+}
+
+func TestSchemaRefusesToChangeTheMode(t *testing.T) {
+	ctx := context.Background()
+	u := cacheObject("fixed-mode", map[string]any{"mode": "Standalone", "shards": int64(3), "version": "8.1.1"})
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mode":"Cluster"}}`))
+	err := k8s.Patch(ctx, u, patch)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "mode cannot be changed") {
+		t.Errorf("changing the mode: got %v, want invalid: mode cannot be changed", err)
 	}
 }
 
 func TestScaleSubresourceTargetsTheCache(t *testing.T) {
 	ctx := context.Background()
-	u := cacheObject("scaled-cache", map[string]any{"replicas": int64(3), "version": "8.1.1"})
+	u := cacheObject("scaled-cache", map[string]any{"mode": "Standalone", "shards": int64(3), "version": "8.1.1"})
 	if err := k8s.Create(ctx, u); err != nil {
 		t.Fatal(err)
 	}
@@ -135,8 +182,8 @@ func TestScaleSubresourceTargetsTheCache(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
 		t.Fatal(err)
 	}
-	if replicas, _, _ := unstructured.NestedInt64(u.Object, "spec", "replicas"); replicas != 5 {
-		t.Errorf("spec.replicas = %d after scaling to 5", replicas)
+	if shards, _, _ := unstructured.NestedInt64(u.Object, "spec", "shards"); shards != 5 {
+		t.Errorf("spec.shards = %d after scaling to 5", shards)
 	}
 
 	// The schema's bounds hold for scaling too.
@@ -150,9 +197,9 @@ func TestScaleSubresourceTargetsTheCache(t *testing.T) {
 
 func TestAGoClientThatLeavesMemoryUnsetGetsTheDefault(t *testing.T) {
 	ctx := context.Background()
-	c := &cachev1.Cache{
+	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "typed-cache", Namespace: "default"},
-		Spec:       cachev1.CacheSpec{Replicas: 1, Version: "8.1.1"},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1"},
 	}
 	if err := typed.Create(ctx, c); err != nil {
 		t.Fatalf("a Cache without memory was rejected: %v", err)

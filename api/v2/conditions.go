@@ -1,4 +1,4 @@
-package v1
+package v2
 
 // Ready reports whether every replica of the Cache runs the wanted spec and is ready to serve.
 // `kubectl wait --for=condition=Ready cache/NAME` waits on it.
@@ -23,6 +23,34 @@ const (
 	// the Cache's, so the operator cannot make its own; the message names it. The Cache stays
 	// not ready until that object is removed or renamed, or the Cache is.
 	ReasonNameConflict = "NameConflict"
+)
+
+// Reasons of a Cluster Cache's Ready condition beyond those above: what the operator sees in
+// Valkey's own state that keeps the cluster from serving. The operator checks again every few
+// seconds while one holds (Valkey sends no watch events), and the message names what is missing.
+const (
+	// ReasonClusterForming means the nodes are not one cluster yet: they have not all met, some
+	// slots have no primary, or some node is neither primary nor replica. The message says what
+	// the operator does or waits for next.
+	ReasonClusterForming = "ClusterForming"
+
+	// ReasonClusterStateNotOK means some node reports a cluster_state other than ok.
+	ReasonClusterStateNotOK = "ClusterStateNotOK"
+
+	// ReasonSlotsUnserved means some of the 16384 slots have no primary that every node sees as
+	// reachable.
+	ReasonSlotsUnserved = "SlotsUnserved"
+
+	// ReasonReplicasMissing means a shard has fewer replicas with their replication link up than
+	// spec.replicasPerShard asks for.
+	ReasonReplicasMissing = "ReplicasMissing"
+
+	// ReasonSlotsMigrating means some slot is being migrated or imported.
+	ReasonSlotsMigrating = "SlotsMigrating"
+
+	// ReasonClusterReady means every node is ready and the cluster serves every slot, with every
+	// replica attached and in sync and no slot in migration.
+	ReasonClusterReady = "ClusterReady"
 )
 
 // Registered reports whether the Cache is listed in the external service catalogue, where

@@ -1,6 +1,6 @@
 //go:build !integration
 
-package v1_test
+package v2_test
 
 import (
 	"testing"

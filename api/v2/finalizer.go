@@ -1,4 +1,4 @@
-package v1
+package v2
 
 // Finalizer keeps a deleted Cache until the operator has removed its record from the external
 // service catalogue. The operator adds it only when it runs with a catalogue.

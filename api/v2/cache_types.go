@@ -1,0 +1,219 @@
+package v2
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Mode is how a Cache's nodes work together.
+// +kubebuilder:validation:Enum=Standalone;Cluster
+type Mode string
+
+const (
+	// ModeStandalone runs independent nodes that share nothing; clients shard keys between them
+	// (v1's only mode).
+	ModeStandalone Mode = "Standalone"
+	// ModeCluster runs a Valkey Cluster: the 16384 hash slots spread over Shards primaries,
+	// each with ReplicasPerShard replicas. Clients use any node as a seed.
+	ModeCluster Mode = "Cluster"
+)
+
+// Bounds of the spec, for code and documentation. The schema markers on CacheSpec state the same
+// numbers (a marker cannot name a constant); TestSchemaTakesAClusterOfUpTo100ShardsWithUpTo2Replicas holds
+// them together.
+const (
+	// MaxStandaloneShards is the most nodes a Standalone Cache may have (v1's bound).
+	MaxStandaloneShards = 9
+	// MaxClusterShards is the most primaries a Cluster Cache may have: with two replicas each,
+	// 300 nodes, well within what Valkey Cluster's gossip handles.
+	MaxClusterShards = 100
+	// MaxReplicasPerShard is the most replicas a shard may have.
+	MaxReplicasPerShard = 2
+)
+
+// CacheSpec is the user's intent for a Cache: how its nodes work together, how many there are,
+// which Valkey release they run and how much memory each gets.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || self.shards <= 9",message="a Standalone Cache has at most 9 shards (nodes)"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Cluster' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster mode only; a Standalone Cache has no replicas"
+type CacheSpec struct {
+	// Mode is Standalone (independent nodes, each holding the keys that clients send it) or
+	// Cluster (a Valkey Cluster with replicas, formed and kept whole by the operator). It cannot
+	// be changed once set: the keys would be lost. Defaults to Cluster.
+	// +kubebuilder:default=Cluster
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="mode cannot be changed: the two modes keep keys in different places, so changing it would drop every key; create a new Cache instead"
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+
+	// Shards is the number of nodes of a Standalone Cache (1 to 9), or the number of primaries
+	// of a Cluster Cache (1 to 100), over which the 16384 hash slots are spread. The scale
+	// subresource reads and writes it, so `kubectl scale` targets the Cache. Defaults to 3.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=3
+	// +optional
+	Shards int32 `json:"shards,omitempty"`
+
+	// ReplicasPerShard is the number of replicas of each primary of a Cluster Cache, 0 to 2; with
+	// at least one, the cluster survives losing a primary by promoting its replica. Unset means
+	// 0. Not allowed in Standalone mode.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2
+	// +optional
+	ReplicasPerShard *int32 `json:"replicasPerShard,omitempty"`
+
+	// Version is the Valkey release to run, MAJOR.MINOR.PATCH (for example 8.1.1). It becomes
+	// the image tag; changing it rolls the nodes one at a time, highest ordinal first.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+[.][0-9]+[.][0-9]+$')",message="version must be a Valkey release as MAJOR.MINOR.PATCH, such as 8.1.1 (no 'v' prefix, no tags such as 'latest')"
+	// +required
+	Version string `json:"version"`
+
+	// Memory is the memory of each cache node: the container's memory request and limit. Valkey
+	// may use three quarters of it for data (maxmemory) and evicts the least recently used keys
+	// beyond that; the rest is headroom for connections and buffers. At least 64Mi, at most 64Gi.
+	// +kubebuilder:default="256Mi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0",message="memory must be at least 64Mi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Gi')) <= 0",message="memory must be at most 64Gi"
+	// +optional
+	Memory resource.Quantity `json:"memory,omitzero"`
+}
+
+// Nodes is the number of cache node pods the spec asks for: one per shard in Standalone mode, a
+// primary and its replicas per shard in Cluster mode.
+func (s *CacheSpec) Nodes() int32 {
+	if s.Mode != ModeCluster {
+		return s.Shards
+	}
+	return s.Shards * (1 + s.ReplicasOrZero())
+}
+
+// ReplicasOrZero is ReplicasPerShard, 0 when unset.
+func (s *CacheSpec) ReplicasOrZero() int32 {
+	if s.ReplicasPerShard == nil {
+		return 0
+	}
+	return *s.ReplicasPerShard
+}
+
+// CacheStatus is what the operator last observed of a Cache. Only the operator writes it.
+type CacheStatus struct {
+	// ObservedGeneration is the metadata.generation of the spec that this status describes.
+	// While it is lower than metadata.generation, the latest change has not been acted on yet.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Replicas is the number of cache node pods that exist, ready or not.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is the number of cache node pods that are ready to serve.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// Shards is the number of shards that exist: in Standalone mode the node pods, in Cluster
+	// mode the primaries that serve slots. The scale subresource reports it.
+	// +optional
+	Shards int32 `json:"shards,omitempty"`
+
+	// ReadyShards is the number of shards ready to serve: in Standalone mode the ready node
+	// pods, in Cluster mode the primaries that serve slots, reachable, with every wanted
+	// replica attached and its link up.
+	// +optional
+	ReadyShards int32 `json:"readyShards,omitempty"`
+
+	// SlotsAssigned is, in Cluster mode, how many of the 16384 hash slots a primary serves.
+	// +optional
+	SlotsAssigned int32 `json:"slotsAssigned,omitempty"`
+
+	// Nodes are, in Cluster mode, the cluster's nodes as Valkey reports them, by pod.
+	// +listType=map
+	// +listMapKey=pod
+	// +optional
+	Nodes []ClusterNode `json:"nodes,omitempty"`
+
+	// Selector is the label selector of the cache node pods, in string form, for the scale
+	// subresource (a HorizontalPodAutoscaler needs it to find the pods).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Conditions are the latest observations of the Cache's state. Ready is True when every
+	// wanted node runs the current spec and is ready and, in Cluster mode, the cluster serves
+	// every slot with every replica in sync.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Role is a Cluster node's role.
+type Role string
+
+const (
+	// RolePrimary serves hash slots.
+	RolePrimary Role = "Primary"
+	// RoleReplica replicates a primary and takes over its slots if it fails.
+	RoleReplica Role = "Replica"
+)
+
+// ClusterNode is one node of a Cluster Cache.
+type ClusterNode struct {
+	// Pod is the name of the node's pod.
+	Pod string `json:"pod"`
+	// ID is the node's Valkey Cluster node ID.
+	// +optional
+	ID string `json:"id,omitempty"`
+	// Role is Primary or Replica; empty while the node has not joined the cluster.
+	// +optional
+	Role Role `json:"role,omitempty"`
+	// Slots is, for a primary, how many hash slots it serves.
+	// +optional
+	Slots int32 `json:"slots,omitempty"`
+	// PrimaryPod is, for a replica, the pod of the primary it replicates.
+	// +optional
+	PrimaryPod string `json:"primaryPod,omitempty"`
+}
+
+// Cache is a Valkey cache: a StatefulSet of cache nodes behind a headless Service, kept in
+// line with the spec by cache-operator; in Cluster mode also a Valkey Cluster the operator forms
+// and keeps whole.
+//
+// The name is held to what the children need: the Service's name must be a DNS label, and the
+// StatefulSet's pod names and revision labels add up to 11 characters to it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:storageversion
+// +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it also names the Cache's Service"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the Cache's pod names and revision labels extend it"
+// +kubebuilder:subresource:scale:specpath=.spec.shards,statuspath=.status.shards,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=cch,categories=all
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.spec.shards`
+// +kubebuilder:printcolumn:name="Ready Shards",type=integer,JSONPath=`.status.readyShards`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.readyReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Cache struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec CacheSpec `json:"spec"`
+	// +optional
+	Status CacheStatus `json:"status,omitempty"`
+}
+
+// CacheList is a list of Caches.
+//
+// +kubebuilder:object:root=true
+type CacheList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Cache `json:"items"`
+}
+
+// Hub marks v2 as the version every other one converts to and from.
+func (*Cache) Hub() {}

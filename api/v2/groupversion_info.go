@@ -1,0 +1,29 @@
+// Package v2 contains the v2 API of the cache.example.com group, its storage version: the Cache
+// resource in Standalone or Cluster mode.
+//
+// +kubebuilder:object:generate=true
+// +groupName=cache.example.com
+package v2
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+var (
+	// GroupVersion is the group and version of the objects in this package.
+	GroupVersion = schema.GroupVersion{Group: "cache.example.com", Version: "v2"}
+
+	// SchemeBuilder registers the types of this package with a runtime.Scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+
+	// AddToScheme adds the types of this package to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(GroupVersion, &Cache{}, &CacheList{})
+	metav1.AddToGroupVersion(scheme, GroupVersion)
+	return nil
+}
