@@ -40,8 +40,7 @@ test-e2e: ## Run the end-to-end tests.
 manifests: ## Generate the CRD and the RBAC role from the kubebuilder markers (also into the Helm chart).
 	$(CONTROLLER_GEN) rbac:roleName=cache-operator-manager crd paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	cp config/crd/bases/*.yaml charts/cache-operator/crds/
-	cp config/rbac/role.yaml charts/cache-operator/templates/manager-role.yaml
+	hack/helm-manifests.sh
 
 .PHONY: generate
 generate: ## Generate the API types' DeepCopy methods.
@@ -71,7 +70,7 @@ verify: ## Regenerate everything and fail if that changed anything or if code is
 	if [[ -n $$unformatted ]]; then echo "not gofmt-ed: $$unformatted" >&2; exit 1; fi
 
 # A checksum over every generated file, names included, so that an added or removed one counts.
-GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/crds charts/cache-operator/templates/manager-role.yaml go.mod go.sum -type f | sort | xargs sha256sum | sha256sum
+GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/templates/crd.yaml charts/cache-operator/templates/manager-role.yaml go.mod go.sum -type f | sort | xargs sha256sum | sha256sum
 
 .PHONY: local-cluster-down
 local-cluster-down: ## Delete the local cluster that make run started.

@@ -7,19 +7,23 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/controller"
+	"example.com/cache-operator/internal/conversionwebhook"
 	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/resources"
 )
@@ -41,6 +45,9 @@ func main() {
 		layout                              catalog.Layout
 		catalogTimeout                      time.Duration
 		clusterDomain                       string
+		webhookHost                         string
+		webhookPort                         int
+		webhookCert                         conversionwebhook.Config
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, only to clients whose token the API server authenticates and authorizes for GET /metrics (the metrics-reader role).")
@@ -69,19 +76,50 @@ func main() {
 	flag.StringVar(&etcd.UsernameFile, "catalog-username-file", "", "File holding the catalogue's username, for etcd authentication.")
 	flag.StringVar(&etcd.PasswordFile, "catalog-password-file", "", "File holding the catalogue's password, for etcd authentication.")
 	logOpts := zap.Options{}
+	flag.StringVar(&webhookHost, "webhook-bind-host", "", "Address the conversion webhook listens on; empty: every address.")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the conversion webhook listens on (HTTPS).")
+	flag.StringVar(&webhookCert.Secret.Name, "webhook-cert-secret", "cache-operator-webhook-cert", "Secret that holds the conversion webhook's CA and serving certificate; created when missing.")
+	flag.StringVar(&webhookCert.Secret.Namespace, "webhook-cert-namespace", "", "Namespace of that Secret; in a pod, defaults to the pod's namespace.")
+	flag.StringVar(&webhookCert.DNSName, "webhook-dns-name", "", "Host name in the webhook's serving certificate, which the API server connects to; defaults to the webhook Service's, cache-operator-webhook.<namespace>.svc.")
+	flag.StringVar(&webhookCert.CertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "cache-operator-webhook"), "Directory the current serving certificate is written to.")
+	flag.DurationVar(&webhookCert.CertValidity, "webhook-cert-validity", 365*24*time.Hour, "How long each serving certificate is valid.")
+	flag.DurationVar(&webhookCert.RenewBefore, "webhook-cert-renew-before", 90*24*time.Hour, "How long before a serving certificate expires a new one is issued.")
+	flag.DurationVar(&webhookCert.CheckInterval, "webhook-cert-check-interval", 12*time.Hour, "How often the serving certificate's expiry is checked.")
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 	log := ctrl.Log.WithName("setup")
 
+	if webhookCert.Secret.Namespace == "" {
+		namespace, err := os.ReadFile(podNamespaceFile)
+		if err != nil {
+			fail(log, err, "Out of a cluster, --webhook-cert-namespace must be given")
+		}
+		webhookCert.Secret.Namespace = strings.TrimSpace(string(namespace))
+	}
+	if webhookCert.DNSName == "" {
+		webhookCert.DNSName = "cache-operator-webhook." + webhookCert.Secret.Namespace + ".svc"
+	}
+	if webhookCert.RenewBefore >= webhookCert.CertValidity {
+		fail(log, errors.New("--webhook-cert-renew-before must be shorter than --webhook-cert-validity"), "Invalid webhook flags")
+	}
+
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS = float32(qps)
 	cfg.Burst = burst
 
+	informers := controller.InformerOptions()
+	informers.ByObject[&corev1.Secret{}] = conversionwebhook.SecretCache(webhookCert.Secret)
+	servingCert := &conversionwebhook.ServingCert{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 controller.NewScheme(),
-		Cache:                  controller.InformerOptions(),
+		Scheme: controller.NewScheme(),
+		Cache:  informers,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:    webhookHost,
+			Port:    webhookPort,
+			TLSOpts: []func(*tls.Config){servingCert.Configure},
+		}),
 		Metrics:                metricsOptions(metricsAddr, metricsSecure, metricsCertDir),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
@@ -125,13 +163,19 @@ func main() {
 	if err := ctrlmetrics.Registry.Register(metrics.NewCachesCollector(mgr.GetCache())); err != nil {
 		fail(log, err, "Unable to register metrics")
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := conversionwebhook.Setup(ctx, mgr, webhookCert, servingCert); err != nil {
+		fail(log, err, "Unable to set up the conversion webhook")
+	}
 	if err := r.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the Cache controller")
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		fail(log, err, "Unable to add health check")
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	// Ready once the webhook serves, so that a Service sends conversions only to replicas that
+	// can answer them.
+	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		fail(log, err, "Unable to add readiness check")
 	}
 
@@ -139,7 +183,7 @@ func main() {
 		"catalog", catalogEndpoints != "")
 	// A leader that loses its Lease gets an error here and exits, so it can never write
 	// alongside the new leader.
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		fail(log, err, "Manager stopped")
 	}
 }
@@ -162,6 +206,9 @@ func metricsOptions(addr string, secure bool, certDir string) metricsserver.Opti
 	}
 	return opts
 }
+
+// podNamespaceFile holds, in a pod, the pod's namespace.
+const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 func fail(log logr.Logger, err error, msg string) {
 	log.Error(err, msg)

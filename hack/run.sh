@@ -13,6 +13,7 @@ if [[ -z ${KUBECONFIG:-} ]]; then
 	# kwok plays the kubelet but runs no containers: the pod runner runs the cache pods' servers
 	# until this script ends, and stops them then.
 	go build -o bin/localcluster ./hack/localcluster
+	operator_args=$(bin/localcluster operator-args)
 	bin/localcluster run-pods &
 	runner=$!
 	trap 'kill $runner 2>/dev/null; wait $runner' EXIT
@@ -21,7 +22,11 @@ if [[ -z ${KUBECONFIG:-} ]]; then
 else
 	hack/toolchain.sh kubernetes
 	bin/kubectl apply --server-side -k config/crd
+	# Out of a cluster the manager cannot infer a namespace for its leader election Lease and
+	# webhook certificate. That cluster's API server cannot reach this process's conversion
+	# webhook: use v2 there, or install the operator in it (README).
+	operator_args="--leader-election-namespace=default --webhook-cert-namespace=default"
 fi
 
-# Out of a cluster the manager cannot infer a namespace for its leader election Lease.
-bin/cache-operator --leader-election-namespace=default ${ARGS:-}
+# shellcheck disable=SC2086 # the flags are words
+bin/cache-operator $operator_args ${ARGS:-}

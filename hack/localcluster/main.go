@@ -1,9 +1,10 @@
 // Command localcluster manages the local kwokctl cluster that `make run` uses.
 //
-//	go run ./hack/localcluster up           start it (creating it if needed), install the CRDs and print its kubeconfig path
-//	go run ./hack/localcluster kubeconfig   print its kubeconfig path
-//	go run ./hack/localcluster run-pods     run its Valkey pods as real servers until interrupted
-//	go run ./hack/localcluster down         delete it
+//	go run ./hack/localcluster up             start it (creating it if needed), install the CRDs and print its kubeconfig path
+//	go run ./hack/localcluster kubeconfig     print its kubeconfig path
+//	go run ./hack/localcluster operator-args  print the flags an operator beside it runs with
+//	go run ./hack/localcluster run-pods       run its Valkey pods as real servers until interrupted
+//	go run ./hack/localcluster down           delete it
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"k8s.io/client-go/kubernetes"
@@ -25,9 +27,12 @@ import (
 
 const nodes = 3
 
+// webhookPort is where `make run`'s operator serves the conversion webhook.
+const webhookPort = 9443
+
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|run-pods|down")
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|operator-args|run-pods|down")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -70,13 +75,21 @@ func run(ctx context.Context, command string) error {
 			return fmt.Errorf("local cluster %s was not made to run real Valkey servers (made by an earlier "+
 				"version, or its creation stopped half way): delete it with `make local-cluster-down`", c.Name)
 		}
-		if err := c.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(root, "config", "crd")); err != nil {
+		if err := c.InstallOperatorAccess(ctx, root); err != nil {
+			return err
+		}
+		if err := c.ServeConversionAt(ctx, root, webhookPort); err != nil {
 			return err
 		}
 		fmt.Println(c.Kubeconfig())
 		return nil
 	case "kubeconfig":
 		fmt.Println(c.Kubeconfig())
+		return nil
+	case "operator-args":
+		// Out of a cluster the manager cannot infer a namespace for its leader election Lease.
+		args := append([]string{"--leader-election-namespace=" + localcluster.OperatorNamespace}, localcluster.OperatorWebhookArgs(webhookPort)...)
+		fmt.Println(strings.Join(args, " "))
 		return nil
 	case "run-pods":
 		return runPods(ctx, c)
@@ -86,7 +99,7 @@ func run(ctx context.Context, command string) error {
 		}
 		return c.Delete(ctx)
 	}
-	return fmt.Errorf("unknown command %q: want up, kubeconfig, run-pods or down", command)
+	return fmt.Errorf("unknown command %q: want up, kubeconfig, operator-args, run-pods or down", command)
 }
 
 // runPods runs the cluster's Valkey pods as real valkey-server processes on their pod IPs until

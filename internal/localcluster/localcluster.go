@@ -20,9 +20,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 )
 
 // Cluster is one kwokctl cluster.
@@ -201,6 +203,43 @@ func (c *Cluster) InstallOperatorAccess(ctx context.Context, root string) error 
 		}
 	}
 	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/caches.cache.example.com", "--timeout=60s")
+}
+
+// ServeConversionAt applies the Cache CRD of the repository at root with its conversion webhook
+// at https://localhost:port instead of the webhook Service: a local cluster has no kube-proxy to
+// reach a Service, so the operators, which run beside it rather than in it, serve the webhook on
+// loopback (see OperatorWebhookArgs). It is applied as kubectl applies the install, so that
+// applying the install again points the webhook back at the Service.
+func (c *Cluster) ServeConversionAt(ctx context.Context, root string, port int) error {
+	manifest, err := c.KubectlOutput(ctx, "kustomize", filepath.Join(root, "config", "crd"))
+	if err != nil {
+		return err
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal([]byte(manifest), &crd); err != nil {
+		return fmt.Errorf("reading the CRD: %w", err)
+	}
+	url := fmt.Sprintf("https://localhost:%d/convert", port)
+	if err := unstructured.SetNestedMap(crd, map[string]any{"url": url}, "spec", "conversion", "webhook", "clientConfig"); err != nil {
+		return err
+	}
+	local, err := yaml.Marshal(crd)
+	if err != nil {
+		return err
+	}
+	return c.kubectlStdin(ctx, string(local), "apply", "--server-side", "--force-conflicts", "-f", "-")
+}
+
+// OperatorWebhookArgs are the flags that make an operator running beside a local cluster serve
+// the conversion webhook on 127.0.0.1:port, with a certificate for localhost kept in a Secret of
+// OperatorNamespace.
+func OperatorWebhookArgs(port int) []string {
+	return []string{
+		"--webhook-bind-host=127.0.0.1",
+		fmt.Sprintf("--webhook-port=%d", port),
+		"--webhook-dns-name=localhost",
+		"--webhook-cert-namespace=" + OperatorNamespace,
+	}
 }
 
 // WriteOperatorKubeconfig writes a kubeconfig that authenticates as the operator's

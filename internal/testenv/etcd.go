@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -108,6 +109,25 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer l.Close() //nolint:errcheck
 	return l.Addr().String()
+}
+
+// FreePort is the port of a free address of 127.0.0.1 (see FreeAddr).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	return netPort(t, FreeAddr(t))
+}
+
+func netPort(t testing.TB, addr string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // KeyValues lists every key and value stored under prefix.

@@ -34,6 +34,8 @@ type Operator struct {
 	Name string
 	// MetricsAddr is where it serves metrics (plain HTTP unless the caller asks otherwise).
 	MetricsAddr string
+	// ProbeAddr is where it serves /healthz and /readyz.
+	ProbeAddr string
 	// Exited is closed when the process has exited; ExitErr is then its exit status.
 	Exited  chan struct{}
 	ExitErr error
@@ -53,6 +55,7 @@ func StartOperator(t testing.TB, binary, name, kubeconfig string, args ...string
 	o := &Operator{
 		Name:        name,
 		MetricsAddr: FreeAddr(t),
+		ProbeAddr:   FreeAddr(t),
 		Exited:      make(chan struct{}),
 		log:         filepath.Join(t.TempDir(), name+".log"),
 	}
@@ -60,7 +63,7 @@ func StartOperator(t testing.TB, binary, name, kubeconfig string, args ...string
 		"--kubeconfig", kubeconfig,
 		"--metrics-bind-address", o.MetricsAddr,
 		"--metrics-secure=false",
-		"--health-probe-bind-address", FreeAddr(t),
+		"--health-probe-bind-address", o.ProbeAddr,
 	}, args...)
 	logFile, err := os.Create(o.log)
 	if err != nil {
@@ -88,6 +91,17 @@ func StartOperator(t testing.TB, binary, name, kubeconfig string, args ...string
 		}
 	})
 	return o
+}
+
+// Ready reports whether the process answers its readiness probe: for this operator, whether its
+// conversion webhook serves.
+func (o *Operator) Ready() bool {
+	resp, err := http.Get("http://" + o.ProbeAddr + "/readyz")
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // Signal sends sig to the process if it still runs.

@@ -136,6 +136,9 @@ func setUp(t *testing.T, r *Result) *bench {
 	b.audit = &auditLog{dir: b.cluster.Logs()}
 	b.etcd = testenv.StartEtcd(t)
 	b.args = append(operatorArgs(), "--catalog-endpoints", b.etcd.Endpoint)
+	// The benchmark reads and writes v2 only, so nothing calls the webhook; it is served all the
+	// same, as in production.
+	b.args = append(b.args, localcluster.OperatorWebhookArgs(testenv.FreePort(t))...)
 
 	b.timeline = newTimeline(*caches)
 	b.ready = watchReadiness(t, cfg, b.timeline)

@@ -76,7 +76,7 @@ func TestWorkedExampleScaleThreeToFive(t *testing.T) {
 	startOperator(t, "a", etcd.Endpoint)
 	ctx := context.Background()
 	key := client.ObjectKey{Namespace: "default", Name: "orders-cache"}
-	if err := cluster.Kubectl(ctx, "apply", "-f", filepath.Join(testenv.Root(), "config", "samples", "cache_v1_cache.yaml")); err != nil {
+	if err := cluster.Kubectl(ctx, "apply", "-f", filepath.Join(testenv.Root(), "config", "samples", "cache_v2_standalone.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

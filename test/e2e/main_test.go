@@ -39,6 +39,9 @@ var (
 	operatorKubeconfig string
 	// runner runs the cache pods' servers.
 	runner *podrunner.Runner
+	// webhooks plays the webhook Service: the API server's conversion requests reach the
+	// running operators' webhooks through it.
+	webhooks *testenv.Balancer
 )
 
 func TestMain(m *testing.M) {
@@ -75,6 +78,13 @@ func run(m *testing.M) int {
 		return fail(err)
 	}
 	if err := cluster.InstallOperatorAccess(ctx, testenv.Root()); err != nil {
+		return fail(err)
+	}
+	if webhooks, err = testenv.NewBalancer(); err != nil {
+		return fail(err)
+	}
+	defer webhooks.Close() //nolint:errcheck
+	if err := cluster.ServeConversionAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
 		return fail(err)
 	}
 	operatorKubeconfig = filepath.Join(workdir, "operator.kubeconfig")

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,10 +20,17 @@ const (
 )
 
 // startOperator starts an operator process under the operator's ServiceAccount, with the
-// catalogue at catalogEndpoint (empty: none) and any extra flags.
+// catalogue at catalogEndpoint (empty: none) and any extra flags. Its conversion webhook joins
+// the others behind the webhooks balancer until the test ends.
 func startOperator(t *testing.T, name, catalogEndpoint string, extraArgs ...string) *testenv.Operator {
 	t.Helper()
-	return startOperatorBinary(t, operatorBinary, name, catalogEndpoint, extraArgs...)
+	port := testenv.FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := append(localcluster.OperatorWebhookArgs(port), extraArgs...)
+	o := startOperatorBinary(t, operatorBinary, name, catalogEndpoint, args...)
+	webhooks.Add(addr)
+	t.Cleanup(func() { webhooks.Remove(addr) })
+	return o
 }
 
 // startOperatorBinary is startOperator for an operator binary other than this checkout's.

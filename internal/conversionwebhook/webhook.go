@@ -1,0 +1,196 @@
+// Package conversionwebhook serves the Cache conversion webhook, which the API server calls to
+// turn a stored v2 Cache into v1 for a v1 client and back. Every replica of the operator serves
+// it, not only the leader: while no replica answers, every read and write of a Cache through v1
+// fails, and so does every list of Caches that includes one stored as v1.
+//
+// The operator issues its own serving certificate and rotates it before it expires, with
+// open-policy-agent/cert-controller: a CA and a certificate kept in a Secret in the operator's
+// namespace, the CA injected into the Cache CRD's conversion webhook, so installing needs
+// nothing else.
+package conversionwebhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	cachev2 "example.com/cache-operator/api/v2"
+)
+
+// CRDName is the name of the CRD whose conversion webhook this is.
+const CRDName = "caches.cache.example.com"
+
+// cert-controller keeps the certificate under these keys of the Secret.
+const (
+	certKey = "tls.crt"
+	keyKey  = "tls.key"
+)
+
+// Config says where the certificate lives and how it is made.
+type Config struct {
+	// Secret holds the CA and the serving certificate. The operator creates it, empty, when it
+	// is missing; cert-controller fills it.
+	Secret types.NamespacedName
+	// DNSName is the name in the serving certificate: the host name the API server connects
+	// to, the webhook Service's in a cluster.
+	DNSName string
+	// CertDir is where the current certificate is written, as tls.crt and tls.key, for
+	// cert-controller, which checks there that it reached the server.
+	CertDir string
+	// CertValidity is how long a serving certificate is valid; RenewBefore, how long before it
+	// expires a new one is issued; CheckInterval, how often that is checked.
+	CertValidity, RenewBefore, CheckInterval time.Duration
+}
+
+// +kubebuilder:rbac:groups="",namespace=cache-operator-system,resources=secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=update,resourceNames=caches.cache.example.com
+
+// Setup registers the conversion webhook with the manager's webhook server, whose TLS comes from
+// cert (see ServingCert.Configure), and the certificate's rotation. It creates the Secret when
+// it is missing, before the manager starts, since cert-controller only fills one that exists.
+func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert) error {
+	if err := ensureSecret(ctx, mgr, cfg.Secret); err != nil {
+		return err
+	}
+	err := rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      cfg.Secret,
+		CertDir:        cfg.CertDir,
+		CAName:         "cache-operator-webhook-ca",
+		CAOrganization: "cache-operator",
+		DNSName:        cfg.DNSName,
+		IsReady:        make(chan struct{}),
+		Webhooks:       []rotator.WebhookInfo{{Name: CRDName, Type: rotator.CRDConversion}},
+		FieldOwner:     "cache-operator",
+		// Every replica serves the webhook, so every replica must have the certificate.
+		RequireLeaderElection:  false,
+		ServerCertDuration:     cfg.CertValidity,
+		LookaheadInterval:      cfg.RenewBefore,
+		RotationCheckFrequency: cfg.CheckInterval,
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the webhook certificate's rotation: %w", err)
+	}
+	if err := mgr.Add(&certLoader{cache: mgr.GetCache(), secret: cfg.Secret, dir: cfg.CertDir, cert: cert}); err != nil {
+		return err
+	}
+	return ctrl.NewWebhookManagedBy(mgr, &cachev2.Cache{}).Complete()
+}
+
+// SecretCache restricts the manager's informer for Secrets to the certificate's Secret.
+func SecretCache(secret types.NamespacedName) cache.ByObject {
+	return cache.ByObject{
+		Namespaces: map[string]cache.Config{secret.Namespace: {}},
+		Field:      fields.OneTermEqualSelector("metadata.name", secret.Name),
+	}
+}
+
+func ensureSecret(ctx context.Context, mgr ctrl.Manager, key types.NamespacedName) error {
+	err := mgr.GetAPIReader().Get(ctx, key, &corev1.Secret{})
+	if apierrors.IsNotFound(err) {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+		err = client.IgnoreAlreadyExists(mgr.GetClient().Create(ctx, secret))
+	}
+	if err != nil {
+		return fmt.Errorf("ensuring the webhook certificate's Secret %s: %w", key, err)
+	}
+	return nil
+}
+
+// ServingCert is the certificate the webhook server presents, the latest one in the Secret. It
+// is held in memory, not read from files, so that a rotated certificate is served as soon as
+// the Secret changes, without waiting for a kubelet to update a mounted volume.
+type ServingCert struct {
+	current atomic.Pointer[tls.Certificate]
+}
+
+// Configure makes a TLS configuration present the current certificate.
+func (s *ServingCert) Configure(c *tls.Config) {
+	c.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if cert := s.current.Load(); cert != nil {
+			return cert, nil
+		}
+		return nil, errors.New("no webhook serving certificate yet: cert-controller has not issued one")
+	}
+}
+
+// certLoader loads the certificate from the Secret whenever it changes.
+type certLoader struct {
+	cache  cache.Cache
+	secret types.NamespacedName
+	dir    string
+	cert   *ServingCert
+}
+
+// NeedLeaderElection is false: every replica serves the webhook.
+func (l *certLoader) NeedLeaderElection() bool { return false }
+
+func (l *certLoader) Start(ctx context.Context) error {
+	informer, err := l.cache.GetInformer(ctx, &corev1.Secret{})
+	if err != nil {
+		return err
+	}
+	_, err = informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { l.load(ctx, obj) },
+		UpdateFunc: func(_, obj any) { l.load(ctx, obj) },
+	})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (l *certLoader) load(ctx context.Context, obj any) {
+	secret, ok := obj.(*corev1.Secret)
+	if !ok || secret.Name != l.secret.Name || secret.Namespace != l.secret.Namespace || len(secret.Data[certKey]) == 0 {
+		return
+	}
+	logger := log.FromContext(ctx).WithValues("secret", l.secret)
+	cert, err := tls.X509KeyPair(secret.Data[certKey], secret.Data[keyKey])
+	if err != nil {
+		logger.Error(err, "The webhook certificate's Secret holds no valid key pair; serving the previous one")
+		return
+	}
+	l.cert.current.Store(&cert)
+	if err := l.writeFiles(secret); err != nil {
+		logger.Error(err, "Cannot write the webhook certificate where cert-controller checks for it", "dir", l.dir)
+		return
+	}
+	logger.Info("Serving the webhook certificate", "expires", cert.Leaf.NotAfter)
+}
+
+// writeFiles writes the certificate and key, each replaced in one rename so that no reader sees
+// half a file.
+func (l *certLoader) writeFiles(secret *corev1.Secret) error {
+	if err := os.MkdirAll(l.dir, 0o700); err != nil {
+		return err
+	}
+	for _, key := range []string{keyKey, certKey} {
+		tmp := filepath.Join(l.dir, "."+key)
+		if err := os.WriteFile(tmp, secret.Data[key], 0o600); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(l.dir, key)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
