@@ -45,6 +45,7 @@ func main() {
 		layout                              catalog.Layout
 		catalogTimeout                      time.Duration
 		clusterDomain                       string
+		clusterCheckInterval                time.Duration
 		webhookHost                         string
 		webhookPort                         int
 		webhookCert                         conversionwebhook.Config
@@ -76,6 +77,7 @@ func main() {
 	flag.StringVar(&etcd.UsernameFile, "catalog-username-file", "", "File holding the catalogue's username, for etcd authentication.")
 	flag.StringVar(&etcd.PasswordFile, "catalog-password-file", "", "File holding the catalogue's password, for etcd authentication.")
 	logOpts := zap.Options{}
+	flag.DurationVar(&clusterCheckInterval, "cluster-check-interval", 30*time.Second, "How often the Valkey servers of a ready Cluster Cache are asked whether it is still ready (one that is not is asked every 2 s).")
 	flag.StringVar(&webhookHost, "webhook-bind-host", "", "Address the conversion webhook listens on; empty: every address.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the conversion webhook listens on (HTTPS).")
 	flag.StringVar(&webhookCert.Secret.Name, "webhook-cert-secret", "cache-operator-webhook-cert", "Secret that holds the conversion webhook's CA and serving certificate; created when missing.")
@@ -144,6 +146,8 @@ func main() {
 		Recorder:        mgr.GetEventRecorder("cache-operator"),
 		ImageRepository: imageRepository,
 		ClusterDomain:   clusterDomain,
+
+		ClusterCheckInterval: clusterCheckInterval,
 	}
 	if catalogEndpoints != "" {
 		layout.Zone = strings.Trim(layout.Zone, ".")

@@ -38,6 +38,9 @@ type CacheReconciler struct {
 	Catalog catalog.Catalog
 	// ClusterDomain is the cluster's DNS domain, part of each node's name in the catalogue.
 	ClusterDomain string
+	// ClusterCheckInterval is how often the servers of a ready Cluster Cache are asked whether
+	// it is still ready.
+	ClusterCheckInterval time.Duration
 }
 
 // +kubebuilder:rbac:groups=cache.example.com,resources=caches,verbs=get;list;watch;patch

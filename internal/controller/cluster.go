@@ -21,14 +21,11 @@ import (
 	"example.com/cache-operator/internal/valkey"
 )
 
-// Valkey sends no watch events, so a Cluster Cache is looked at again on a timer: soon while
-// the cluster is not ready, to take the next step or see the one taken land; rarely once it is,
-// to notice what breaks without any pod changing (a replica's link going down, a slot left
-// migrating).
-const (
-	clusterPollWhileNotReady = 2 * time.Second
-	clusterPollWhileReady    = 30 * time.Second
-)
+// clusterPollWhileNotReady is how soon a Cluster Cache that is not ready is looked at again, to
+// take the next step or see the one taken land: Valkey sends no watch events. A ready one is
+// looked at every CacheReconciler.ClusterCheckInterval, to notice what breaks without any pod
+// changing (a replica's link going down, a slot left migrating).
+const clusterPollWhileNotReady = 2 * time.Second
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
@@ -49,7 +46,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	health := topology.Assess(want, members)
 	reportCluster(status, want, members, health, cache.Generation)
 	if health.Ready() && len(plan.Actions) == 0 {
-		return clusterPollWhileReady, actErr
+		return r.ClusterCheckInterval, actErr
 	}
 	return clusterPollWhileNotReady, actErr
 }

@@ -1,0 +1,308 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// clusterCheckInterval is how often the e2e operators check a ready cluster: short, so that a
+// test sees a break soon.
+const clusterCheckInterval = "--cluster-check-interval=2s"
+
+func newClusterCache(t *testing.T, namespace, name string, shards, replicas int32) client.ObjectKey {
+	t.Helper()
+	c := &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: shards, ReplicasPerShard: &replicas,
+			Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+	}
+	if err := admin.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return client.ObjectKeyFromObject(c)
+}
+
+// waitReadyAs waits until the Cache's Ready condition has the status and reason given, for the
+// current generation, and returns the Cache.
+func waitReadyAs(t *testing.T, key client.ObjectKey, status metav1.ConditionStatus, reason string, timeout time.Duration) *cachev2.Cache {
+	t.Helper()
+	var c *cachev2.Cache
+	testenv.WaitFor(t, timeout, fmt.Sprintf("%s to be Ready=%s %s", key, status, reason), func() (bool, string) {
+		var err error
+		if c, err = getCache(t, key); err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+		if ready == nil {
+			return false, "no Ready condition"
+		}
+		return ready.Status == status && ready.Reason == reason && ready.ObservedGeneration == c.Generation,
+			fmt.Sprintf("Ready=%s %s: %s", ready.Status, ready.Reason, ready.Message)
+	})
+	return c
+}
+
+// clusterClient is a cluster client seeded with one of the Cache's nodes: it learns the others,
+// and where each slot is, from the cluster itself.
+func clusterClient(t *testing.T, key client.ObjectKey) valkeygo.Client {
+	t.Helper()
+	pods := cachePods(t, key)
+	c, err := valkeygo.NewClient(valkeygo.ClientOption{
+		InitAddress:      []string{net.JoinHostPort(pods[len(pods)-1].Status.PodIP, fmt.Sprint(resources.Port))},
+		DisableCache:     true,
+		Dialer:           net.Dialer{Timeout: 5 * time.Second},
+		ConnWriteTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// assertClusterServesKeys writes n keys through a cluster client and reads every one back.
+func assertClusterServesKeys(t *testing.T, key client.ObjectKey, n int) {
+	t.Helper()
+	ctx := context.Background()
+	c := clusterClient(t, key)
+	cmds := make(valkeygo.Commands, 0, n)
+	for i := range n {
+		cmds = append(cmds, c.B().Set().Key(fmt.Sprintf("key-%d", i)).Value(fmt.Sprint(i)).Build())
+	}
+	for i, res := range c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			t.Fatalf("SET key-%d: %v", i, err)
+		}
+	}
+	cmds = cmds[:0]
+	for i := range n {
+		cmds = append(cmds, c.B().Get().Key(fmt.Sprintf("key-%d", i)).Build())
+	}
+	for i, res := range c.DoMulti(ctx, cmds...) {
+		if got, err := res.ToString(); err != nil || got != fmt.Sprint(i) {
+			t.Fatalf("GET key-%d = %q, %v; want %d", i, got, err, i)
+		}
+	}
+}
+
+// assertClusterStateOK checks that every node of the Cache says cluster_state:ok.
+func assertClusterStateOK(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	for _, pod := range cachePods(t, key) {
+		v := node(t, &pod)
+		info, err := v.Do(context.Background(), v.B().ClusterInfo().Build()).ToString()
+		if state := valkey.InfoField(strings.TrimPrefix(info, "txt:"), "cluster_state"); err != nil || state != "ok" {
+			t.Errorf("%s: cluster_state %q, %v", pod.Name, state, err)
+		}
+	}
+}
+
+// do runs one command on a pod's server and fails the test on an error reply.
+func do(t *testing.T, pod *corev1.Pod, build func(valkeygo.Builder) valkeygo.Completed) valkeygo.ValkeyResult {
+	t.Helper()
+	v := node(t, pod)
+	reply := v.Do(context.Background(), build(v.B()))
+	if err := reply.Error(); err != nil {
+		t.Fatalf("%s: %v", pod.Name, err)
+	}
+	return reply
+}
+
+// podOfRole is the first pod whose node has the role given, in the Cache's status.
+func podOfRole(t *testing.T, c *cachev2.Cache, role cachev2.Role) (*corev1.Pod, cachev2.ClusterNode) {
+	t.Helper()
+	for _, n := range c.Status.Nodes {
+		if n.Role == role {
+			for _, pod := range cachePods(t, client.ObjectKeyFromObject(c)) {
+				if pod.Name == n.Pod {
+					return &pod, n
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s in %+v", role, c.Status.Nodes)
+	return nil, cachev2.ClusterNode{}
+}
+
+func TestClusterFormsServesAndIsListedInTheCatalogue(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	startOperator(t, "a", etcd.Endpoint, clusterCheckInterval)
+	ns := newNamespace(t)
+	big := newClusterCache(t, ns, "sessions", 3, 1)
+	small := newClusterCache(t, ns, "tiny", 1, 0)
+
+	for _, tc := range []struct {
+		key            client.ObjectKey
+		nodes, shards  int32
+		replicasLinked int
+	}{{big, 6, 3, 1}, {small, 1, 1, 0}} {
+		c := waitReadyAs(t, tc.key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+		assertClusterStateOK(t, tc.key)
+		assertClusterServesKeys(t, tc.key, 10000)
+
+		st := c.Status
+		if st.Shards != tc.shards || st.ReadyShards != tc.shards || st.SlotsAssigned != valkey.SlotCount || int32(len(st.Nodes)) != tc.nodes {
+			t.Errorf("%s: status shards %d, ready %d, slots %d, %d nodes; want %d shards, all ready, %d slots, %d nodes",
+				tc.key, st.Shards, st.ReadyShards, st.SlotsAssigned, len(st.Nodes), tc.shards, valkey.SlotCount, tc.nodes)
+		}
+		primaries := map[string]int{}
+		for _, n := range st.Nodes {
+			if n.Role == cachev2.RoleReplica {
+				primaries[n.PrimaryPod]++
+			}
+		}
+		for _, n := range st.Nodes {
+			if n.Role == cachev2.RolePrimary && primaries[n.Pod] != tc.replicasLinked {
+				t.Errorf("%s: primary %s has %d replicas in status, want %d", tc.key, n.Pod, primaries[n.Pod], tc.replicasLinked)
+			}
+		}
+
+		etcdClient := etcd.Client(t)
+		if got := testenv.KeyValues(t, etcdClient, catalogDir(tc.key)); int32(len(got)) != tc.nodes {
+			t.Errorf("%s: catalogue lists %d nodes, want all %d: %v", tc.key, len(got), tc.nodes, got)
+		}
+		_ = etcdClient.Close()
+	}
+}
+
+// Ready is True only while Valkey says the cluster serves; each way of breaking it makes the Cache
+// not Ready with a reason and a message that names what is wrong, and mending it makes it Ready
+// again.
+func TestClusterReadyFallsWithWhatValkeyReports(t *testing.T) {
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "sessions", 3, 1)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	replicaPod, replica := podOfRole(t, c, cachev2.RoleReplica)
+	var primaryPod *corev1.Pod
+	var otherPrimary cachev2.ClusterNode
+	for _, pod := range cachePods(t, key) {
+		if pod.Name == replica.PrimaryPod {
+			primaryPod = &pod
+		}
+	}
+	for _, n := range c.Status.Nodes {
+		if n.Role == cachev2.RolePrimary && n.Pod != replica.PrimaryPod {
+			otherPrimary = n
+		}
+	}
+	slot := firstSlot(t, primaryPod)
+	run := func(pod *corev1.Pod, cmds ...func(valkeygo.Builder) valkeygo.Completed) func(t *testing.T) {
+		return func(t *testing.T) {
+			for _, cmd := range cmds {
+				do(t, pod, cmd)
+			}
+		}
+	}
+
+	for _, tc := range []struct {
+		name        string
+		reason      string
+		message     string
+		break_, mend func(t *testing.T)
+	}{{
+		name:    "a slot left migrating",
+		reason:  cachev2.ReasonSlotsMigrating,
+		message: fmt.Sprintf("%d (%s)", slot, primaryPod.Name),
+		break_: run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed {
+			return b.ClusterSetslot().Slot(int64(slot)).Migrating().NodeId(otherPrimary.ID).Build()
+		}),
+		mend: run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterSetslot().Slot(int64(slot)).Stable().Build() }),
+	}, {
+		// The replica cannot authenticate to its primary, which it then tries to: its link stays
+		// down once cut.
+		name:    "a replica whose link to its primary is down",
+		reason:  cachev2.ReasonReplicasMissing,
+		message: "has 0 of 1 replicas with their link up",
+		break_: run(replicaPod,
+			func(b valkeygo.Builder) valkeygo.Completed {
+				return b.ConfigSet().ParameterValue().ParameterValue("masteruser", "nobody").ParameterValue("masterauth", "wrong").Build()
+			},
+			func(b valkeygo.Builder) valkeygo.Completed { return b.ClientKill().TypeMaster().Build() }),
+		mend: run(replicaPod, func(b valkeygo.Builder) valkeygo.Completed {
+			return b.ConfigSet().ParameterValue().ParameterValue("masteruser", "").ParameterValue("masterauth", "").Build()
+		}),
+	}, {
+		name:    "a node that serves less than every slot",
+		reason:  cachev2.ReasonClusterStateNotOK,
+		message: primaryPod.Name + " (fail)",
+		break_:  run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterDelslots().Slot(int64(slot)).Build() }),
+		mend:    run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterAddslots().Slot(int64(slot)).Build() }),
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.break_(t)
+			broken := waitReadyAs(t, key, metav1.ConditionFalse, tc.reason, time.Minute)
+			if ready := meta.FindStatusCondition(broken.Status.Conditions, cachev2.ConditionReady); !strings.Contains(ready.Message, tc.message) {
+				t.Errorf("Ready message %q does not name %q", ready.Message, tc.message)
+			}
+			tc.mend(t)
+			waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
+		})
+	}
+}
+
+// firstSlot is the first slot a primary's server serves.
+func firstSlot(t *testing.T, pod *corev1.Pod) int {
+	t.Helper()
+	reply, err := do(t, pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterNodes().Build() }).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := valkey.ParseClusterNodes(strings.TrimPrefix(reply, "txt:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := valkey.Myself(nodes)
+	if len(self.Slots) == 0 {
+		t.Fatalf("%s serves no slot", pod.Name)
+	}
+	return self.Slots[0].Start
+}
+
+// Every pod replaced at once, so every node is new, with a new ID and a new IP: the cluster
+// forms again by itself, and serves.
+func TestClusterFormsAgainAfterEveryPodIsReplaced(t *testing.T) {
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "sessions", 3, 1)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	old := map[string]bool{}
+	for _, pod := range cachePods(t, key) {
+		old[string(pod.UID)] = true
+	}
+
+	if err := admin.DeleteAllOf(context.Background(), &corev1.Pod{}, client.InNamespace(ns),
+		client.MatchingLabels{resources.LabelInstance: key.Name}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 2*time.Minute, "every pod to be replaced", func() (bool, string) {
+		pods := cachePods(t, key)
+		for _, pod := range pods {
+			if old[string(pod.UID)] || !podReady(&pod) {
+				return false, pod.Name + " is old or not ready"
+			}
+		}
+		return len(pods) == 6, fmt.Sprintf("%d pods", len(pods))
+	})
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertClusterStateOK(t, key)
+	assertClusterServesKeys(t, key, 1000)
+}
