@@ -214,9 +214,9 @@ func TestClusterReadyFallsWithWhatValkeyReports(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name        string
-		reason      string
-		message     string
+		name         string
+		reason       string
+		message      string
 		break_, mend func(t *testing.T)
 	}{{
 		name:    "a slot left migrating",
@@ -225,7 +225,9 @@ func TestClusterReadyFallsWithWhatValkeyReports(t *testing.T) {
 		break_: run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed {
 			return b.ClusterSetslot().Slot(int64(slot)).Migrating().NodeId(otherPrimary.ID).Build()
 		}),
-		mend: run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterSetslot().Slot(int64(slot)).Stable().Build() }),
+		mend: run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed {
+			return b.ClusterSetslot().Slot(int64(slot)).Stable().Build()
+		}),
 	}, {
 		// The replica cannot authenticate to its primary, which it then tries to: its link stays
 		// down once cut.
