@@ -108,6 +108,27 @@ func (c *Cluster) LeavesValkeyPodsToRunner() (bool, error) {
 	return bytes.Contains(config, []byte("name: "+valkeyPodStartStage)), nil
 }
 
+// EtcdEndpoint is the client URL of the cluster's own etcd, where the API server stores
+// objects: for tests that must see how an object is stored, not how the API server serves it.
+func (c *Cluster) EtcdEndpoint() (string, error) {
+	config, err := os.ReadFile(c.kwokConfig())
+	if err != nil {
+		return "", err
+	}
+	for _, doc := range bytes.Split(config, []byte("\n---\n")) {
+		var obj struct {
+			Kind    string `json:"kind"`
+			Options struct {
+				EtcdPort int `json:"etcdPort"`
+			} `json:"options"`
+		}
+		if err := yaml.Unmarshal(doc, &obj); err == nil && obj.Kind == "KwokctlConfiguration" && obj.Options.EtcdPort != 0 {
+			return fmt.Sprintf("http://127.0.0.1:%d", obj.Options.EtcdPort), nil
+		}
+	}
+	return "", fmt.Errorf("%s names no etcd port", c.kwokConfig())
+}
+
 func (c *Cluster) kwokConfig() string {
 	return filepath.Join(c.Workdir, "clusters", c.Name, "kwok.yaml")
 }

@@ -7,25 +7,34 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/testenv"
 )
 
-// The upgrade rehearsal: the previous release (hack/previous-release), built from this
-// repository's history, runs Caches; then the CRDs and RBAC are upgraded, and then the operator.
+// The upgrade rehearsal, as docs/operations.md tells a user to upgrade: the previous release
+// (hack/previous-release, the last before API v2), built from this repository's history, runs
+// Caches through v1; then the CRDs and RBAC are upgraded, then the operator, then the storage.
 // Every Cache must reconcile under the new operator without one cache pod restarted and without
 // one StatefulSet written, a Cache left Terminating by a catalogue that is down must finish once
-// the catalogue is back, and the upgraded Caches must take changes.
+// the catalogue is back, v1 clients must still read and write the Caches, v2 Cluster Caches can
+// be made, and after the storage migration etcd holds every Cache as v2.
 func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
 	ctx := context.Background()
 	commit, err := testenv.PreviousRelease()
@@ -37,11 +46,12 @@ func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Whatever happens, the tests after this one get this checkout's CRDs and RBAC back.
-	t.Cleanup(func() {
-		if err := cluster.InstallOperatorAccess(ctx, testenv.Root()); err != nil {
-			t.Errorf("reinstalling the current CRDs and RBAC: %v", err)
-		}
-	})
+	t.Cleanup(func() { installCurrent(t) })
+	// The CRD of the previous release cannot replace one that has stored v2 objects, so the
+	// rehearsal starts from a cluster without Caches, as on the day of the first install.
+	if err := cluster.Kubectl(ctx, "delete", "customresourcedefinition", "caches.cache.example.com", "--timeout=60s"); err != nil {
+		t.Fatalf("removing the current CRD (are Caches of earlier tests left with finalizers?): %v", err)
+	}
 	if err := cluster.InstallOperatorAccess(ctx, source); err != nil {
 		t.Fatalf("installing the CRDs and RBAC of %s: %v", commit, err)
 	}
@@ -51,9 +61,9 @@ func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
 	ns := newNamespace(t)
 	live := []string{"orders-cache", "sessions-cache", "pages-cache"}
 	for _, name := range append(live, "leaving-cache") {
-		newCache(t, ns, name)
+		newV1Cache(t, ns, name)
 	}
-	waitSettled(t, ns, 2*time.Minute)
+	waitSettledV1(t, ns)
 	etcd.Stop(t)
 	leaving := &cachev1.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leaving-cache"}}
 	if err := admin.Delete(ctx, leaving); err != nil {
@@ -62,11 +72,9 @@ func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
 	before := upgradeSnapshot(t, ns, live)
 
 	// CRDs and RBAC first, then the operator.
-	if err := cluster.InstallOperatorAccess(ctx, testenv.Root()); err != nil {
-		t.Fatal(err)
-	}
+	installCurrent(t)
 	old.Stop(t, syscall.SIGTERM)
-	current := startOperatorBinary(t, operatorBinary, "current", etcd.Endpoint)
+	current := startOperator(t, "current", etcd.Endpoint, clusterCheckInterval)
 	t.Cleanup(func() { deleteAllCaches(t, ns) }) // while the current operator runs
 	waitLeader(t, current)
 	// With the catalogue down every pass fails at registration, after the children are
@@ -100,8 +108,123 @@ func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
 		t.Errorf("the upgrade changed the set of pods and StatefulSets: %v → %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
 
-	patchCache(t, client.ObjectKey{Namespace: ns, Name: live[0]}, `{"spec":{"replicas":4}}`)
+	// A v1 client reads the Cache it made as it was, and scales it.
+	var v1 cachev1.Cache
+	key := client.ObjectKey{Namespace: ns, Name: live[0]}
+	if err := admin.Get(ctx, key, &v1); err != nil {
+		t.Fatalf("reading through v1 after the upgrade: %v", err)
+	}
+	if _, extra := v1.Annotations[cachev1.AnnotationV2Fields]; v1.Spec.Replicas != 3 || extra {
+		t.Errorf("through v1 the Cache reads as %+v with annotations %v; want it as it was made", v1.Spec, v1.Annotations)
+	}
+	v1.Spec.Replicas = 4
+	if err := admin.Update(ctx, &v1); err != nil {
+		t.Fatalf("scaling through v1 after the upgrade: %v", err)
+	}
 	waitSettled(t, ns, 2*time.Minute)
+	if c, err := getCache(t, key); err != nil || c.Spec.Mode != cachev2.ModeStandalone || c.Spec.Shards != 4 {
+		t.Errorf("after scaling to 4 through v1, v2 reads %+v, %v; want Standalone with 4 shards", c.Spec, err)
+	}
+
+	// The new API's Cluster mode works on the upgraded cluster.
+	waitReadyAs(t, newClusterCache(t, ns, "cluster-cache", 1, 0), metav1.ConditionTrue, cachev2.ReasonClusterReady, 2*time.Minute)
+
+	// Last, the storage: every Cache rewritten as v2, and v1 struck from the stored versions.
+	// Before, the Caches that no one wrote since the upgrade are still stored as v1.
+	var storedAsV1 []string
+	for key, apiVersion := range storedVersions(t, ns) {
+		if apiVersion == cachev1.GroupVersion.String() {
+			storedAsV1 = append(storedAsV1, key)
+		}
+	}
+	if len(storedAsV1) != len(live)-1 {
+		t.Errorf("before the migration etcd holds %v as v1; want the %d Caches that no one wrote since the upgrade", storedAsV1, len(live)-1)
+	}
+	migrate := exec.CommandContext(ctx, filepath.Join(testenv.Root(), "hack", "migrate-storage.sh"))
+	migrate.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig(), "KUBECTL="+filepath.Join(testenv.BinDir(), "kubectl"))
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("hack/migrate-storage.sh: %v\n%s", err, out)
+	}
+	stored, err := cluster.KubectlOutput(ctx, "get", "crd", "caches.cache.example.com", "-o", "jsonpath={.status.storedVersions}")
+	if err != nil || stored != `["v2"]` {
+		t.Errorf("after the migration the CRD lists stored versions %s, %v; want only v2", stored, err)
+	}
+	for key, apiVersion := range storedVersions(t, ns) {
+		if apiVersion != cachev2.GroupVersion.String() {
+			t.Errorf("after the migration etcd holds %s as %s", key, apiVersion)
+		}
+	}
+}
+
+// installCurrent installs this checkout's CRDs and RBAC, with the conversion webhook at the
+// e2e operators' balancer.
+func installCurrent(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cluster.InstallOperatorAccess(ctx, testenv.Root()); err != nil {
+		t.Fatalf("installing the current CRDs and RBAC: %v", err)
+	}
+	if err := cluster.ServeConversionAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newV1Cache creates a Cache of three nodes through v1, as a client of the previous release.
+func newV1Cache(t *testing.T, namespace, name string) {
+	t.Helper()
+	c := &cachev1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       cachev1.CacheSpec{Replicas: 3, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+	}
+	if err := admin.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitSettledV1 is waitSettled through v1, for a cluster that serves only v1.
+func waitSettledV1(t *testing.T, namespace string) {
+	t.Helper()
+	testenv.WaitFor(t, 2*time.Minute, "every Cache in "+namespace+" to be Ready", func() (bool, string) {
+		var list cachev1.CacheList
+		if err := admin.List(context.Background(), &list, client.InNamespace(namespace)); err != nil {
+			return false, err.Error()
+		}
+		for _, c := range list.Items {
+			ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+			if ready == nil || ready.Status != metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
+				return false, fmt.Sprintf("%s: %+v", c.Name, c.Status)
+			}
+		}
+		return true, ""
+	})
+}
+
+// storedVersions is the API version each Cache of the namespace is stored as, by etcd key: what
+// the local cluster's own etcd holds, not what the API server serves.
+func storedVersions(t *testing.T, namespace string) map[string]string {
+	t.Helper()
+	prefix := "/registry/cache.example.com/caches/" + namespace + "/"
+	endpoint, err := cluster.EtcdEndpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close() //nolint:errcheck
+	versions := map[string]string{}
+	for key, value := range testenv.KeyValues(t, c, prefix) {
+		var stored metav1.TypeMeta
+		if err := json.Unmarshal([]byte(value), &stored); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		versions[key] = stored.APIVersion
+	}
+	if len(versions) == 0 {
+		t.Fatalf("etcd holds nothing under %s", prefix)
+	}
+	return versions
 }
 
 // upgradeSnapshot records what an upgrade must leave alone: each pod of the Caches (its UID and
