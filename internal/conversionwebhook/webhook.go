@@ -14,6 +14,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -70,13 +71,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert)
 	if err := ensureSecret(ctx, mgr, cfg.Secret); err != nil {
 		return err
 	}
+	certReady := make(chan struct{})
 	err := rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      cfg.Secret,
 		CertDir:        cfg.CertDir,
 		CAName:         "cache-operator-webhook-ca",
 		CAOrganization: "cache-operator",
 		DNSName:        cfg.DNSName,
-		IsReady:        make(chan struct{}),
+		IsReady:        certReady,
 		Webhooks:       []rotator.WebhookInfo{{Name: CRDName, Type: rotator.CRDConversion}},
 		FieldOwner:     "cache-operator",
 		// Every replica serves the webhook, so every replica must have the certificate.
@@ -89,6 +91,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert)
 		return fmt.Errorf("setting up the webhook certificate's rotation: %w", err)
 	}
 	if err := mgr.Add(&certLoader{cache: mgr.GetCache(), secret: cfg.Secret, dir: cfg.CertDir, cert: cert}); err != nil {
+		return err
+	}
+	// Not ready, so not behind the webhook Service, until the certificate is served and its CA
+	// is in the CRD: before that, the API server would refuse the certificate.
+	err = mgr.AddReadyzCheck("webhook-certificate", func(*http.Request) error {
+		select {
+		case <-certReady:
+			return nil
+		default:
+			return errors.New("the webhook certificate is not served yet, or its CA is not in the CRD")
+		}
+	})
+	if err != nil {
 		return err
 	}
 	return ctrl.NewWebhookManagedBy(mgr, &cachev2.Cache{}).Complete()

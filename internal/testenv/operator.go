@@ -36,6 +36,8 @@ type Operator struct {
 	MetricsAddr string
 	// ProbeAddr is where it serves /healthz and /readyz.
 	ProbeAddr string
+	// WebhookAddr is where it serves the conversion webhook, when the caller gave it one.
+	WebhookAddr string
 	// Exited is closed when the process has exited; ExitErr is then its exit status.
 	Exited  chan struct{}
 	ExitErr error

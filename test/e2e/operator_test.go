@@ -28,6 +28,7 @@ func startOperator(t *testing.T, name, catalogEndpoint string, extraArgs ...stri
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append(localcluster.OperatorWebhookArgs(port), extraArgs...)
 	o := startOperatorBinary(t, operatorBinary, name, catalogEndpoint, args...)
+	o.WebhookAddr = addr
 	webhooks.Add(addr)
 	t.Cleanup(func() { webhooks.Remove(addr) })
 	return o
