@@ -164,7 +164,7 @@ func main() {
 		}
 		r.Catalog = metrics.InstrumentCatalog(&catalog.Etcd{Client: etcdClient, Layout: layout, Timeout: catalogTimeout})
 	}
-	if err := ctrlmetrics.Registry.Register(metrics.NewCachesCollector(mgr.GetCache())); err != nil {
+	if err := ctrlmetrics.Registry.Register(metrics.NewCachesCollector(mgr.GetCache(), servingCert.Serving)); err != nil {
 		fail(log, err, "Unable to register metrics")
 	}
 	ctx := ctrl.SetupSignalHandler()

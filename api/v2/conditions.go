@@ -67,3 +67,16 @@ const (
 	// catalogue's error. The operator retries with backoff.
 	ReasonCatalogUnavailable = "CatalogUnavailable"
 )
+
+// PodTemplateCurrent reports, when False, that the Cache's pods run a pod template of an earlier
+// operator release: the operator does not restart a Cache's pods only because it was upgraded.
+// The newer template is applied with the Cache's next spec change, or at once with
+// AnnotationPodTemplate. The condition is absent while the template is current.
+const (
+	// ConditionPodTemplateCurrent is the type of the PodTemplateCurrent condition.
+	ConditionPodTemplateCurrent = "PodTemplateCurrent"
+
+	// ReasonNewerTemplateAvailable means this operator release would build the pods
+	// differently from how they run: the message says how to apply it.
+	ReasonNewerTemplateAvailable = "NewerTemplateAvailable"
+)

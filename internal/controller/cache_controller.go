@@ -69,7 +69,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 	}
 
-	sts, err := r.ensureChildren(ctx, &cache)
+	sts, templateHeld, err := r.ensureChildren(ctx, &cache)
 	if err != nil {
 		return ctrl.Result{}, r.reportFailure(ctx, &cache, err)
 	}
@@ -80,7 +80,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	// No requeue while the StatefulSet converges: every change to its status enqueues the
 	// Cache again through the owner reference. A Valkey Cluster sends no such events, so a
 	// Cluster Cache is looked at again on a timer.
-	status := observedStatus(&cache, sts, registered)
+	status := observedStatus(&cache, sts, registered, templateHeld)
 	var pollAfter time.Duration
 	var clusterErr error
 	if cache.Spec.Mode == cachev2.ModeCluster {

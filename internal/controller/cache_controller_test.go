@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -334,4 +335,70 @@ func TestFailureToUpdateAChildShowsInTheReadyCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "3/5 replicas ready")
+}
+
+// A template that differs from this release's only in what the release decides (here a probe's
+// period, as an earlier release might have set it) is kept: an operator upgrade alone restarts no
+// pod. The Cache says so, and the newer template goes out on request, or whole with the next
+// change of the spec.
+func TestAnEarlierReleasesPodTemplateIsKeptUntilTheSpecChangesOrTheUserOptsIn(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	startManager(t, ns, nil)
+	c := newCache(t, ns)
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
+
+	livenessPeriod := func() int32 {
+		return getStatefulSet(t, ns).Spec.Template.Spec.Containers[0].LivenessProbe.PeriodSeconds
+	}
+	earlierRelease := func() int64 {
+		sts := getStatefulSet(t, ns)
+		sts.Spec.Template.Spec.Containers[0].LivenessProbe.PeriodSeconds = 20
+		if err := k8s.Update(ctx, sts); err != nil {
+			t.Fatal(err)
+		}
+		return sts.Generation
+	}
+	templateCurrent := func(want metav1.ConditionStatus) {
+		t.Helper()
+		waitFor(t, "PodTemplateCurrent "+string(want), func() (bool, string) {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+				return false, err.Error()
+			}
+			cond := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionPodTemplateCurrent)
+			if want == metav1.ConditionTrue { // current: no condition at all
+				return cond == nil, fmt.Sprintf("%+v", cond)
+			}
+			return cond != nil && cond.Reason == cachev2.ReasonNewerTemplateAvailable, fmt.Sprintf("%+v", cond)
+		})
+	}
+
+	generation := earlierRelease()
+	templateCurrent(metav1.ConditionFalse)
+	if sts := getStatefulSet(t, ns); sts.Generation != generation || livenessPeriod() != 20 {
+		t.Errorf("the operator rewrote the earlier release's template: generation %d → %d, period %d", generation, sts.Generation, livenessPeriod())
+	}
+
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, cachev2.AnnotationPodTemplate, cachev2.PodTemplateLatest))
+	if err := k8s.Patch(ctx, c, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the release's template on request", func() (bool, string) { return livenessPeriod() == 10, fmt.Sprint(livenessPeriod()) })
+	templateCurrent(metav1.ConditionTrue)
+
+	patch = client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}}}`, cachev2.AnnotationPodTemplate))
+	if err := k8s.Patch(ctx, c, patch); err != nil {
+		t.Fatal(err)
+	}
+	earlierRelease()
+	templateCurrent(metav1.ConditionFalse)
+	if err := k8s.Patch(ctx, c, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"version":"8.1.2"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the whole template with the new version", func() (bool, string) {
+		sts := getStatefulSet(t, ns)
+		image := sts.Spec.Template.Spec.Containers[0].Image
+		return image == "valkey/valkey:8.1.2" && livenessPeriod() == 10, fmt.Sprintf("image %s, period %d", image, livenessPeriod())
+	})
+	templateCurrent(metav1.ConditionTrue)
 }

@@ -19,37 +19,64 @@ import (
 )
 
 // ensureChildren makes the Cache's Service and StatefulSet match its spec. The Service comes
-// first: the StatefulSet's pods get their DNS names from it.
-func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache) (*appsv1.StatefulSet, error) {
+// first: the StatefulSet's pods get their DNS names from it. It also reports whether the pods
+// keep the template of an earlier operator release (see holdsReleaseTemplate).
+func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache) (*appsv1.StatefulSet, bool, error) {
 	if err := r.ensureService(ctx, cache); err != nil {
-		return nil, fmt.Errorf("ensuring Service: %w", err)
+		return nil, false, fmt.Errorf("ensuring Service: %w", err)
 	}
-	sts, err := r.ensureStatefulSet(ctx, cache)
+	sts, templateHeld, err := r.ensureStatefulSet(ctx, cache)
 	if err != nil {
-		return nil, fmt.Errorf("ensuring StatefulSet: %w", err)
+		return nil, false, fmt.Errorf("ensuring StatefulSet: %w", err)
 	}
-	return sts, nil
+	return sts, templateHeld, nil
 }
 
 // ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod
 // template (see InformerOptions), whether anything needs writing. Only an update, rare next to the
 // passes that find nothing to do, reads the whole stored object first.
-func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache) (*appsv1.StatefulSet, error) {
+func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache) (*appsv1.StatefulSet, bool, error) {
 	desired := resources.StatefulSet(cache, r.ImageRepository)
 	cached := &appsv1.StatefulSet{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(desired), cached)
-	if err == nil && resources.StatefulSetUpToDate(cached, desired) && metav1.IsControlledBy(cached, cache) {
-		return cached, nil
+	if err == nil && metav1.IsControlledBy(cached, cache) {
+		held := holdsReleaseTemplate(cache, cached, desired)
+		upToDate := resources.StatefulSetUpToDate(cached, desired) ||
+			held && resources.StatefulSetUpToDateBesidesTemplate(cached, desired)
+		if upToDate {
+			return cached, held, nil
+		}
 	}
 	if client.IgnoreNotFound(err) != nil {
-		return nil, err
+		return nil, false, err
 	}
 	c := r.Client
 	if err == nil {
 		c = storedReads{Client: r.Client, reader: r.APIReader}
 	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	return sts, r.ensureChild(ctx, c, cache, sts, func() { resources.MergeStatefulSet(sts, desired) })
+	held := false
+	err = r.ensureChild(ctx, c, cache, sts, func() {
+		want := desired
+		// Decided again on the stored object, which this closure gets fresh.
+		if held = holdsReleaseTemplate(cache, sts, desired); held {
+			want = desired.DeepCopy()
+			want.Spec.Template = *sts.Spec.Template.DeepCopy()
+		}
+		resources.MergeStatefulSet(sts, want)
+	})
+	return sts, held, err
+}
+
+// holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although
+// this release would build it differently: it was built from the same spec (version and memory),
+// so the difference is the operator release's, and an upgrade of the operator alone restarts no
+// cache pod. The newer template goes out with the next change of those, or at once when the Cache
+// carries AnnotationPodTemplate: latest.
+func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
+	return cache.Annotations[cachev2.AnnotationPodTemplate] != cachev2.PodTemplateLatest &&
+		resources.SpecInputs(&sts.Spec.Template) == resources.SpecInputs(&desired.Spec.Template) &&
+		resources.OwnedTemplateDigest(&sts.Spec.Template) != resources.OwnedTemplateDigest(&desired.Spec.Template)
 }
 
 func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache) error {

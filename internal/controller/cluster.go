@@ -118,6 +118,8 @@ func (r *CacheReconciler) act(ctx context.Context, members []topology.Member, ac
 			err = server.AddSlots(ctx, a.AddSlots)
 		case a.Forget != "":
 			err = server.Forget(ctx, a.Forget)
+		case a.Takeover:
+			err = server.FailoverTakeover(ctx)
 		default:
 			err = server.Replicate(ctx, a.Replicate)
 		}

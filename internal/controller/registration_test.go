@@ -366,7 +366,7 @@ func labelValue(m *dto.Metric, name string) string {
 func terminatingMetrics(t *testing.T, namespace string) (count, oldestAge float64) {
 	t.Helper()
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(metrics.NewCachesCollector(client.NewNamespacedClient(k8s, namespace)))
+	registry.MustRegister(metrics.NewCachesCollector(client.NewNamespacedClient(k8s, namespace), func() bool { return true }))
 	families, err := registry.Gather()
 	if err != nil {
 		t.Fatal(err)

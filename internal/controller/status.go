@@ -60,10 +60,10 @@ func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev2.Cach
 	return err
 }
 
-// observedStatus is the status of cache given the state of its StatefulSet and the outcome of
-// its registration in the catalogue (nil: no catalogue). A condition's transition time moves
-// only when its status flips.
-func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition) cachev2.CacheStatus {
+// observedStatus is the status of cache given the state of its StatefulSet, the outcome of its
+// registration in the catalogue (nil: no catalogue) and whether its pods keep an earlier
+// release's template. A condition's transition time moves only when its status flips.
+func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition, templateHeld bool) cachev2.CacheStatus {
 	status := *cache.Status.DeepCopy()
 	status.ObservedGeneration = cache.Generation
 	status.Replicas = sts.Status.Replicas
@@ -78,6 +78,19 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 		meta.SetStatusCondition(&status.Conditions, *registered)
 	} else {
 		meta.RemoveStatusCondition(&status.Conditions, cachev2.ConditionRegistered)
+	}
+	if templateHeld {
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+			Type:               cachev2.ConditionPodTemplateCurrent,
+			Status:             metav1.ConditionFalse,
+			Reason:             cachev2.ReasonNewerTemplateAvailable,
+			ObservedGeneration: cache.Generation,
+			Message: fmt.Sprintf("the pods run an earlier operator release's template; the running release's goes out "+
+				"with the next change of version or memory, or now with the annotation %s=%s (a rolling restart)",
+				cachev2.AnnotationPodTemplate, cachev2.PodTemplateLatest),
+		})
+	} else {
+		meta.RemoveStatusCondition(&status.Conditions, cachev2.ConditionPodTemplateCurrent)
 	}
 	return status
 }

@@ -5,13 +5,15 @@
 //
 // The operator issues its own serving certificate and rotates it before it expires, with
 // open-policy-agent/cert-controller: a CA and a certificate kept in a Secret in the operator's
-// namespace, the CA injected into the Cache CRD's conversion webhook, so installing needs
-// nothing else.
+// namespace. The operator injects the CA into the Cache CRD's conversion webhook, so installing
+// needs nothing else.
 package conversionwebhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,7 +26,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,10 +42,11 @@ import (
 // CRDName is the name of the CRD whose conversion webhook this is.
 const CRDName = "caches.cache.example.com"
 
-// cert-controller keeps the certificate under these keys of the Secret.
+// cert-controller keeps the certificate, its key and the CA under these keys of the Secret.
 const (
 	certKey = "tls.crt"
 	keyKey  = "tls.key"
+	caKey   = "ca.crt"
 )
 
 // Config says where the certificate lives and how it is made.
@@ -61,26 +66,28 @@ type Config struct {
 }
 
 // +kubebuilder:rbac:groups="",namespace=cache-operator-system,resources=secrets,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=update,resourceNames=caches.cache.example.com
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;patch,resourceNames=caches.cache.example.com
 
 // Setup registers the conversion webhook with the manager's webhook server, whose TLS comes from
-// cert (see ServingCert.Configure), and the certificate's rotation. It creates the Secret when
-// it is missing, before the manager starts, since cert-controller only fills one that exists.
+// cert (see ServingCert.Configure), the certificate's issue and rotation (cert-controller), and
+// what serves each new certificate and injects its CA (certificateLoader). It
+// creates the Secret when it is missing, before the manager starts, since cert-controller only
+// fills one that exists.
 func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert) error {
 	if err := ensureSecret(ctx, mgr, cfg.Secret); err != nil {
 		return err
 	}
-	certReady := make(chan struct{})
+	certsWritten := make(chan struct{})
 	err := rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      cfg.Secret,
 		CertDir:        cfg.CertDir,
 		CAName:         "cache-operator-webhook-ca",
 		CAOrganization: "cache-operator",
 		DNSName:        cfg.DNSName,
-		IsReady:        certReady,
-		Webhooks:       []rotator.WebhookInfo{{Name: CRDName, Type: rotator.CRDConversion}},
-		FieldOwner:     "cache-operator",
+		IsReady:        certsWritten,
+		// No webhook for cert-controller to inject the CA into: its injection updates the CRD on
+		// every start, written or not, and an operator that restarts must write nothing.
+		Webhooks: nil,
 		// Every replica serves the webhook, so every replica must have the certificate.
 		RequireLeaderElection:  false,
 		ServerCertDuration:     cfg.CertValidity,
@@ -90,18 +97,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert)
 	if err != nil {
 		return fmt.Errorf("setting up the webhook certificate's rotation: %w", err)
 	}
-	if err := mgr.Add(&certLoader{cache: mgr.GetCache(), secret: cfg.Secret, dir: cfg.CertDir, cert: cert}); err != nil {
+	certs := &certificateLoader{cache: mgr.GetCache(), client: mgr.GetClient(), crdReader: mgr.GetAPIReader(),
+		secret: cfg.Secret, dir: cfg.CertDir, cert: cert}
+	if err := mgr.Add(certs); err != nil {
 		return err
 	}
 	// Not ready, so not behind the webhook Service, until the certificate is served and its CA
 	// is in the CRD: before that, the API server would refuse the certificate.
 	err = mgr.AddReadyzCheck("webhook-certificate", func(*http.Request) error {
 		select {
-		case <-certReady:
-			return nil
+		case <-certsWritten:
 		default:
-			return errors.New("the webhook certificate is not served yet, or its CA is not in the CRD")
+			return errors.New("cert-controller has not issued the webhook certificate yet")
 		}
+		if !cert.caInjected.Load() {
+			return errors.New("the webhook certificate's CA is not in the CRD yet")
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -133,7 +145,14 @@ func ensureSecret(ctx context.Context, mgr ctrl.Manager, key types.NamespacedNam
 // is held in memory, not read from files, so that a rotated certificate is served as soon as
 // the Secret changes, without waiting for a kubelet to update a mounted volume.
 type ServingCert struct {
-	current atomic.Pointer[tls.Certificate]
+	current    atomic.Pointer[tls.Certificate]
+	caInjected atomic.Bool
+}
+
+// Serving reports whether the webhook can convert: it presents a certificate whose CA is in the
+// CRD. Until then, listing Caches may block on conversions that cannot succeed.
+func (s *ServingCert) Serving() bool {
+	return s.current.Load() != nil && s.caInjected.Load()
 }
 
 // Configure makes a TLS configuration present the current certificate.
@@ -146,18 +165,31 @@ func (s *ServingCert) Configure(c *tls.Config) {
 	}
 }
 
-// certLoader loads the certificate from the Secret whenever it changes.
-type certLoader struct {
+// certificateLoader serves the certificate in the Secret, writes it where cert-controller checks
+// for it, and puts its CA into the CRD's conversion webhook, which it patches only when the CA
+// there differs. It acts on every change of the Secret and, since a CRD applied again or replaced
+// (kubectl apply, a Helm upgrade) may lose the CA while the Secret stays as it is, looks again
+// now and then: every caRecheckInterval, or every caRetryInterval until the CA is in. Every
+// replica runs it.
+type certificateLoader struct {
 	cache  cache.Cache
-	secret types.NamespacedName
-	dir    string
-	cert   *ServingCert
+	client client.Writer
+	// crdReader reads the CRD from the API server: the operator caches no CRDs.
+	crdReader client.Reader
+	secret    types.NamespacedName
+	dir       string
+	cert      *ServingCert
 }
 
-// NeedLeaderElection is false: every replica serves the webhook.
-func (l *certLoader) NeedLeaderElection() bool { return false }
+const (
+	caRecheckInterval = time.Minute
+	caRetryInterval   = 2 * time.Second
+)
 
-func (l *certLoader) Start(ctx context.Context) error {
+// NeedLeaderElection is false: every replica serves the webhook.
+func (l *certificateLoader) NeedLeaderElection() bool { return false }
+
+func (l *certificateLoader) Start(ctx context.Context) error {
 	informer, err := l.cache.GetInformer(ctx, &corev1.Secret{})
 	if err != nil {
 		return err
@@ -169,32 +201,75 @@ func (l *certLoader) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
-	return nil
+	for {
+		interval := caRecheckInterval
+		if !l.cert.caInjected.Load() {
+			interval = caRetryInterval
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+		var secret corev1.Secret
+		if err := l.cache.Get(ctx, l.secret, &secret); err == nil {
+			l.load(ctx, &secret)
+		}
+	}
 }
 
-func (l *certLoader) load(ctx context.Context, obj any) {
+// load serves the Secret's certificate and makes sure its CA is in the CRD; a failure is logged
+// and tried again at the next look.
+func (l *certificateLoader) load(ctx context.Context, obj any) {
 	secret, ok := obj.(*corev1.Secret)
 	if !ok || secret.Name != l.secret.Name || secret.Namespace != l.secret.Namespace || len(secret.Data[certKey]) == 0 {
-		return
+		return // not ours, or cert-controller has not filled it yet
 	}
 	logger := log.FromContext(ctx).WithValues("secret", l.secret)
 	cert, err := tls.X509KeyPair(secret.Data[certKey], secret.Data[keyKey])
 	if err != nil {
-		logger.Error(err, "The webhook certificate's Secret holds no valid key pair; serving the previous one")
+		logger.Error(err, "The Secret holds no valid key pair; serving the previous one")
 		return
 	}
-	l.cert.current.Store(&cert)
+	if previous := l.cert.current.Swap(&cert); previous == nil || !bytes.Equal(previous.Certificate[0], cert.Certificate[0]) {
+		logger.Info("Serving the webhook certificate", "expires", cert.Leaf.NotAfter)
+	}
 	if err := l.writeFiles(secret); err != nil {
 		logger.Error(err, "Cannot write the webhook certificate where cert-controller checks for it", "dir", l.dir)
 		return
 	}
-	logger.Info("Serving the webhook certificate", "expires", cert.Leaf.NotAfter)
+	if err := l.injectCA(ctx, secret.Data[caKey]); err != nil {
+		logger.Error(err, "Cannot inject the webhook's CA into the CRD; trying again")
+		return
+	}
+	l.cert.caInjected.Store(true)
+}
+
+// injectCA makes ca the CRD's conversion webhook's CA bundle.
+func (l *certificateLoader) injectCA(ctx context.Context, ca []byte) error {
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	if err := l.crdReader.Get(ctx, types.NamespacedName{Name: CRDName}, crd); err != nil {
+		return fmt.Errorf("reading the CRD to inject the webhook's CA: %w", err)
+	}
+	if strategy, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "strategy"); strategy != "Webhook" {
+		return nil // nothing calls the webhook
+	}
+	want := base64.StdEncoding.EncodeToString(ca)
+	if have, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle"); have == want {
+		return nil
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"conversion":{"webhook":{"clientConfig":{"caBundle":%q}}}}}`, want)
+	if err := l.client.Patch(ctx, crd, client.RawPatch(types.MergePatchType, patch), client.FieldOwner("cache-operator")); err != nil {
+		return fmt.Errorf("injecting the webhook's CA into the CRD: %w", err)
+	}
+	log.FromContext(ctx).Info("Injected the webhook's CA into the CRD", "crd", CRDName)
+	return nil
 }
 
 // writeFiles writes the certificate and key, each replaced in one rename so that no reader sees
 // half a file.
-func (l *certLoader) writeFiles(secret *corev1.Secret) error {
+func (l *certificateLoader) writeFiles(secret *corev1.Secret) error {
 	if err := os.MkdirAll(l.dir, 0o700); err != nil {
 		return err
 	}

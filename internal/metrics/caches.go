@@ -30,12 +30,18 @@ var (
 // computed when Prometheus scrapes. They are read off the world each time, like a reconcile,
 // rather than kept up to date by the reconciler: a crash loses nothing, and every replica
 // reports the same numbers. Register it with ctrlmetrics.Registry to serve it.
-func NewCachesCollector(reader client.Reader) prometheus.Collector {
-	return &cachesCollector{reader: reader}
+//
+// Until readable reports true it reports nothing: listing Caches may take the conversion webhook
+// (while some are stored as v1), and a list before the webhook serves would make the manager's
+// start wait for an informer that cannot sync, and so never start what gives the webhook its
+// certificate.
+func NewCachesCollector(reader client.Reader, readable func() bool) prometheus.Collector {
+	return &cachesCollector{reader: reader, readable: readable}
 }
 
 type cachesCollector struct {
-	reader client.Reader
+	reader   client.Reader
+	readable func() bool
 }
 
 func (c *cachesCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -46,6 +52,9 @@ func (c *cachesCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *cachesCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.readable() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var caches cachev2.CacheList

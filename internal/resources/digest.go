@@ -15,30 +15,52 @@ import (
 // so that there is nothing to write. sts may be a stored StatefulSet or one whose pod template
 // StripPodTemplate replaced by its digest.
 func StatefulSetUpToDate(sts, desired *appsv1.StatefulSet) bool {
-	if OwnedTemplateDigest(&sts.Spec.Template) != OwnedTemplateDigest(&desired.Spec.Template) {
-		return false
-	}
-	// The templates agree on every owned field; compare the rest the way the merge sees it.
+	return OwnedTemplateDigest(&sts.Spec.Template) == OwnedTemplateDigest(&desired.Spec.Template) &&
+		StatefulSetUpToDateBesidesTemplate(sts, desired)
+}
+
+// StatefulSetUpToDateBesidesTemplate is StatefulSetUpToDate for everything but the pod template.
+func StatefulSetUpToDateBesidesTemplate(sts, desired *appsv1.StatefulSet) bool {
 	merged := sts.DeepCopy()
 	MergeStatefulSet(merged, desired)
 	merged.Spec.Template = sts.Spec.Template
 	return equality.Semantic.DeepEqual(merged, sts)
 }
 
-// templateDigestAnnotation holds a stripped pod template's digest. It exists only on the
-// operator's cached copies and is never sent to the API server: a template without containers
-// would not pass validation anyway.
-const templateDigestAnnotation = "cache.example.com/owned-template-digest"
+// templateDigestAnnotation holds a stripped pod template's digest, and specInputsAnnotation its
+// SpecInputs. They exist only on the operator's cached copies and are never sent to the API
+// server: a template without containers would not pass validation anyway.
+const (
+	templateDigestAnnotation = "cache.example.com/owned-template-digest"
+	specInputsAnnotation     = "cache.example.com/spec-inputs"
+)
 
 // StripPodTemplate replaces a StatefulSet's pod template by the digest of its owned fields.
 // The pod template is most of a StatefulSet's size, and the reconciler only needs to know
 // whether its owned fields match (StatefulSetUpToDate); so the informer keeps StatefulSets
 // stripped, and an update starts from a fresh read of the whole object.
 func StripPodTemplate(sts *appsv1.StatefulSet) {
-	digest := OwnedTemplateDigest(&sts.Spec.Template)
+	digest, inputs := OwnedTemplateDigest(&sts.Spec.Template), SpecInputs(&sts.Spec.Template)
 	sts.Spec.Template = corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{templateDigestAnnotation: digest}},
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{templateDigestAnnotation: digest, specInputsAnnotation: inputs}},
 	}
+}
+
+// SpecInputs names what a pod template took from its Cache's spec: the Valkey image (the
+// version) and the memory limit. Two templates with the same inputs that differ otherwise were
+// built by different operator releases, which is how the reconciler tells an upgrade of itself,
+// which restarts no pod, from a change of the spec. A template stripped by StripPodTemplate
+// gives the inputs it kept.
+func SpecInputs(template *corev1.PodTemplateSpec) string {
+	if inputs, ok := template.Annotations[specInputsAnnotation]; ok && len(template.Spec.Containers) == 0 {
+		return inputs
+	}
+	for _, c := range template.Spec.Containers {
+		if c.Name == ContainerName {
+			return c.Image + " " + c.Resources.Limits.Memory().String()
+		}
+	}
+	return ""
 }
 
 // OwnedTemplateDigest is a digest of the pod template fields the operator owns: two templates

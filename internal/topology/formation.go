@@ -49,6 +49,8 @@ type Action struct {
 	Replicate string
 	// Forget, when set, is the node ID of a departed node for On to forget.
 	Forget string
+	// Takeover, when set, makes On, a replica, the primary of its shard at once.
+	Takeover bool
 }
 
 // Address is where a server listens.
@@ -69,6 +71,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s: CLUSTER ADDSLOTSRANGE %s", a.On, strings.Join(ranges, " "))
 	case a.Forget != "":
 		return fmt.Sprintf("%s: CLUSTER FORGET %s", a.On, a.Forget)
+	case a.Takeover:
+		return a.On + ": CLUSTER FAILOVER TAKEOVER"
 	default:
 		return fmt.Sprintf("%s: CLUSTER REPLICATE %s", a.On, a.Replicate)
 	}
@@ -119,29 +123,51 @@ func Form(want Want, members []Member) Plan {
 	return attachReplicas(want, members)
 }
 
-// forgetDeparted has every member forget the nodes that the cluster agrees have failed and that
-// are no member's server: the servers of replaced pods, which never come back, since a new pod
-// starts a new, empty node with a new ID and, usually, a new IP. Until they are forgotten their
-// slots stay theirs, and the cluster cannot serve them again. All members forget in one step,
-// within the minute for which a forgotten node is not re-learnt from a member that still knows
-// it.
+// forgetDeparted heals the cluster of the nodes of pods that are gone. A replaced pod starts a
+// new, empty node with a new ID; the old one never comes back, and often cannot even be judged
+// failed by the others: when the new pod gets the old one's IP, they mark the old node noaddr
+// and stop probing it. So, with every pod's server answering (Form checks that first), a node
+// that is no member's own, that the cluster no longer reaches, and that is not a handshake in
+// progress, is departed. A departed primary with a replica among the members is replaced by it
+// (CLUSTER FAILOVER TAKEOVER, which needs no vote of a cluster that may never agree it failed);
+// then every member forgets every departed node, in one step, within the minute for which a
+// forgotten node is not re-learnt from a member that still knows it. A departed primary without
+// a replica leaves its slots unserved once forgotten, and assignSlots gives them to a new node.
 func forgetDeparted(members []Member) (Plan, bool) {
 	ours := map[string]bool{}
 	for i := range members {
 		self, _ := members[i].self()
 		ours[self.ID] = true
 	}
-	var actions []Action
+	departed := map[string]bool{}
 	for i := range members {
-		self, _ := members[i].self()
 		for _, n := range members[i].Nodes {
-			// A replica cannot forget its own primary; it is re-pointed once a new one exists.
-			if n.Failing && !ours[n.ID] && n.ID != self.PrimaryID {
-				actions = append(actions, Action{On: members[i].Pod, Forget: n.ID})
+			if !ours[n.ID] && !n.Handshake && (n.Failing || n.Suspected || n.IP == "") {
+				departed[n.ID] = true
 			}
 		}
 	}
-	return Plan{Actions: actions}, len(actions) == 0
+	var takeovers []Action
+	takenOver := map[string]bool{}
+	for i := range members {
+		self, _ := members[i].self()
+		if departed[self.PrimaryID] && !takenOver[self.PrimaryID] {
+			takenOver[self.PrimaryID] = true
+			takeovers = append(takeovers, Action{On: members[i].Pod, Takeover: true})
+		}
+	}
+	if len(takeovers) > 0 {
+		return Plan{Actions: takeovers}, false
+	}
+	var forgets []Action
+	for i := range members {
+		for _, n := range members[i].Nodes {
+			if departed[n.ID] {
+				forgets = append(forgets, Action{On: members[i].Pod, Forget: n.ID})
+			}
+		}
+	}
+	return Plan{Actions: forgets}, len(forgets) == 0
 }
 
 // meet has one member, the one that knows most of the others, meet every member it does not

@@ -155,27 +155,54 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 		name: "slots held by a node that is not a member: not given to another",
 		members: func() []Member {
 			m := world(all(fresh(6)...)...)
-			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Slots: []valkey.SlotRange{r(0, 99)}})
+			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-gone", IP: "127.64.0.9", Port: 6379, Connected: true, Primary: true, Slots: []valkey.SlotRange{r(0, 99)}})
 			return m
 		}(),
 		waiting: "slots are held by nodes that are not this Cache's servers: id-gone",
 	}, {
-		name: "a replaced primary's old node, failed: every member that knows it forgets it",
+		name: "a replaced primary's old node, failed, with a replica: the replica takes over first",
 		members: func() []Member {
 			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)
-			for i := range m[:4] {
-				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Failing: true})
+			for i := range m[:5] {
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Failing: true, Slots: []valkey.SlotRange{r(0, 5461)}})
+			}
+			m[2].Nodes[0].PrimaryID = "id-gone" // pod-3
+			return m
+		}(),
+		wantActions: []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
+	}, {
+		name: "a replaced primary's old node at an address reused by its new pod (noaddr): taken over the same way",
+		members: func() []Member {
+			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)
+			for i := range m[:5] {
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Slots: []valkey.SlotRange{r(0, 5461)}})
 			}
 			m[2].Nodes[0].PrimaryID = "id-gone"
 			return m
 		}(),
-		// pod-3 replicated the departed node: it keeps it until it gets a new primary.
-		wantActions: []string{"pod-1: CLUSTER FORGET id-gone", "pod-2: CLUSTER FORGET id-gone", "pod-4: CLUSTER FORGET id-gone"},
+		wantActions: []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
 	}, {
-		name: "a node that is no member but not failed is not forgotten: it may still be leaving",
+		name: "a departed node nobody replicates: every member that knows it forgets it",
+		members: func() []Member {
+			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)
+			for i := range m[:3] {
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Suspected: true})
+			}
+			return m
+		}(),
+		wantActions: []string{"pod-1: CLUSTER FORGET id-gone", "pod-2: CLUSTER FORGET id-gone", "pod-3: CLUSTER FORGET id-gone"},
+	}, {
+		name: "a node in handshake has a made-up ID that is no member's: it is not forgotten",
 		members: func() []Member {
 			m := world(all(formed...)...)
-			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-other", Primary: true, Suspected: true})
+			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-random", Handshake: true, IP: "127.64.0.9", Port: 6379})
+			return m
+		}(),
+	}, {
+		name: "a node that is no member but that the cluster still reaches is not forgotten: it may be leaving",
+		members: func() []Member {
+			m := world(all(formed...)...)
+			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-other", Primary: true, IP: "127.64.0.9", Port: 6379, Connected: true})
 			return m
 		}(),
 	}, {

@@ -109,6 +109,12 @@ func (s *Server) Forget(ctx context.Context, nodeID string) error {
 	return s.wrap("CLUSTER FORGET", s.do(ctx, s.client.B().ClusterForget().NodeId(nodeID).Build()).Error())
 }
 
+// FailoverTakeover makes this server, a replica, the primary of its shard at once, without the
+// agreement of the other primaries.
+func (s *Server) FailoverTakeover(ctx context.Context) error {
+	return s.wrap("CLUSTER FAILOVER TAKEOVER", s.do(ctx, s.client.B().ClusterFailover().Takeover().Build()).Error())
+}
+
 // ReplicationLinkUp reports whether this server, a replica, has its link to its primary up
 // (master_link_status in INFO replication).
 func (s *Server) ReplicationLinkUp(ctx context.Context) (bool, error) {

@@ -279,18 +279,49 @@ func firstSlot(t *testing.T, pod *corev1.Pod) int {
 	return self.Slots[0].Start
 }
 
-// Every pod replaced at once, so every node is new, with a new ID and a new IP: the cluster
-// forms again by itself, and serves.
-func TestClusterFormsAgainAfterEveryPodIsReplaced(t *testing.T) {
+// A pod replaced gets a new, empty node with a new ID and, usually, a new IP: with a primary
+// replaced, Valkey promotes its replica, and the operator has the others forget the old node and
+// brings the new one in as a replica, with no human. Then every pod replaced at once: every node
+// is new, and the cluster forms again by itself, and serves.
+func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newClusterCache(t, ns, "sessions", 3, 1)
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+
+	primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
+	if err := admin.Delete(context.Background(), primaryPod); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 3*time.Minute, "the cluster whole again, with the replaced pod's new node in it", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+		for _, n := range c.Status.Nodes {
+			if n.Pod == primaryPod.Name && (n.ID == primary.ID || n.ID == "") {
+				return false, "the pod still has its old node, or none"
+			}
+		}
+		return ready != nil && ready.Reason == cachev2.ReasonClusterReady && len(c.Status.Nodes) == 6,
+			fmt.Sprintf("%d nodes, Ready %+v", len(c.Status.Nodes), ready)
+	})
+	for _, pod := range cachePods(t, key) {
+		reply, err := do(t, &pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterNodes().Build() }).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(reply, primary.ID) {
+			t.Errorf("%s still knows the replaced node %s", pod.Name, primary.ID)
+		}
+	}
+	assertClusterServesKeys(t, key, 1000)
+
 	old := map[string]bool{}
 	for _, pod := range cachePods(t, key) {
 		old[string(pod.UID)] = true
 	}
-
 	if err := admin.DeleteAllOf(context.Background(), &corev1.Pod{}, client.InNamespace(ns),
 		client.MatchingLabels{resources.LabelInstance: key.Name}); err != nil {
 		t.Fatal(err)
