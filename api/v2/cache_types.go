@@ -36,6 +36,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || self.shards <= 9",message="a Standalone Cache has at most 9 shards (nodes)"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Cluster' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster mode only; a Standalone Cache has no replicas"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || oldSelf.mode != 'Cluster' || (self.shards == oldSelf.shards && (has(self.replicasPerShard) ? self.replicasPerShard : 0) >= (has(oldSelf.replicasPerShard) ? oldSelf.replicasPerShard : 0))",message="this release cannot change the shards of a Cluster Cache or remove replicas: it does not move slots between shards yet, and removing pods by ordinal could remove a primary; adding replicas works"
 type CacheSpec struct {
 	// Mode is Standalone (independent nodes, each holding the keys that clients send it) or
 	// Cluster (a Valkey Cluster with replicas, formed and kept whole by the operator). It cannot

@@ -144,6 +144,34 @@ func TestSchemaTakesAClusterOfUpTo100ShardsWithUpTo2Replicas(t *testing.T) {
 	}
 }
 
+// Until the operator moves slots between shards, a Cluster keeps its shards and its replicas
+// can only grow.
+func TestSchemaRefusesClusterChangesTheOperatorCannotMakeYet(t *testing.T) {
+	ctx := context.Background()
+	u := cacheObject("fixed-shards", map[string]any{"mode": "Cluster", "shards": int64(3), "replicasPerShard": int64(1), "version": "8.1.1"})
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+
+	for _, tc := range []struct {
+		patch string
+		ok    bool
+	}{
+		{`{"spec":{"shards":4}}`, false},
+		{`{"spec":{"replicasPerShard":0}}`, false},
+		{`{"spec":{"replicasPerShard":2}}`, true},
+	} {
+		err := k8s.Patch(ctx, u, client.RawPatch(types.MergePatchType, []byte(tc.patch)))
+		if tc.ok && err != nil {
+			t.Errorf("%s: refused: %v", tc.patch, err)
+		}
+		if !tc.ok && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "cannot change the shards of a Cluster Cache")) {
+			t.Errorf("%s: got %v, want it refused", tc.patch, err)
+		}
+	}
+}
+
 func TestSchemaRefusesToChangeTheMode(t *testing.T) {
 	ctx := context.Background()
 	u := cacheObject("fixed-mode", map[string]any{"mode": "Standalone", "shards": int64(3), "version": "8.1.1"})
