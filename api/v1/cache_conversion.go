@@ -87,6 +87,8 @@ func (src *Cache) toV2(dst *cachev2.Cache) {
 func (dst *Cache) ConvertFrom(srcRaw conversion.Hub) error {
 	src := srcRaw.(*cachev2.Cache)
 	dst.ObjectMeta = *src.ObjectMeta.DeepCopy()
+	// Only this conversion writes the annotation: one set on the v2 object by hand says nothing.
+	delete(dst.Annotations, AnnotationV2Fields)
 	dst.Spec = CacheSpec{
 		Replicas: min(src.Spec.Shards, cachev2.MaxStandaloneShards),
 		Version:  src.Spec.Version,

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
 )
 
 // readyIs waits until the Cache's status describes its current generation and its Ready
@@ -351,9 +352,14 @@ func TestAnEarlierReleasesPodTemplateIsKeptUntilTheSpecChangesOrTheUserOptsIn(t 
 	livenessPeriod := func() int32 {
 		return getStatefulSet(t, ns).Spec.Template.Spec.Containers[0].LivenessProbe.PeriodSeconds
 	}
-	earlierRelease := func() int64 {
+	// An earlier release wrote its template and no record of it, as the releases before the
+	// record did; a hand edit keeps the record, which then no longer matches.
+	edit := func(byHand bool) int64 {
 		sts := getStatefulSet(t, ns)
 		sts.Spec.Template.Spec.Containers[0].LivenessProbe.PeriodSeconds = 20
+		if !byHand {
+			delete(sts.Annotations, resources.AnnotationTemplateWritten)
+		}
 		if err := k8s.Update(ctx, sts); err != nil {
 			t.Fatal(err)
 		}
@@ -373,7 +379,10 @@ func TestAnEarlierReleasesPodTemplateIsKeptUntilTheSpecChangesOrTheUserOptsIn(t 
 		})
 	}
 
-	generation := earlierRelease()
+	edit(true)
+	waitFor(t, "the hand edit undone", func() (bool, string) { return livenessPeriod() == 10, fmt.Sprint(livenessPeriod()) })
+
+	generation := edit(false)
 	templateCurrent(metav1.ConditionFalse)
 	if sts := getStatefulSet(t, ns); sts.Generation != generation || livenessPeriod() != 20 {
 		t.Errorf("the operator rewrote the earlier release's template: generation %d → %d, period %d", generation, sts.Generation, livenessPeriod())
@@ -390,7 +399,7 @@ func TestAnEarlierReleasesPodTemplateIsKeptUntilTheSpecChangesOrTheUserOptsIn(t 
 	if err := k8s.Patch(ctx, c, patch); err != nil {
 		t.Fatal(err)
 	}
-	earlierRelease()
+	edit(false)
 	templateCurrent(metav1.ConditionFalse)
 	if err := k8s.Patch(ctx, c, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"version":"8.1.2"}}`))); err != nil {
 		t.Fatal(err)

@@ -69,12 +69,14 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 }
 
 // holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although
-// this release would build it differently: it was built from the same spec (version and memory),
-// so the difference is the operator release's, and an upgrade of the operator alone restarts no
-// cache pod. The newer template goes out with the next change of those, or at once when the Cache
-// carries AnnotationPodTemplate: latest.
+// this release would build it differently: it is as an operator release wrote it (a hand edit is
+// undone) and was built from the same spec (version and memory), so the difference is the
+// operator release's, and an upgrade of the operator alone restarts no cache pod. The newer
+// template goes out with the next change of those, or at once when the Cache carries
+// AnnotationPodTemplate: latest.
 func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
 	return cache.Annotations[cachev2.AnnotationPodTemplate] != cachev2.PodTemplateLatest &&
+		resources.TemplateAsWritten(sts) &&
 		resources.SpecInputs(&sts.Spec.Template) == resources.SpecInputs(&desired.Spec.Template) &&
 		resources.OwnedTemplateDigest(&sts.Spec.Template) != resources.OwnedTemplateDigest(&desired.Spec.Template)
 }

@@ -44,7 +44,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	actErr := r.act(ctx, members, plan.Actions)
 
 	health := topology.Assess(want, members)
-	reportCluster(status, want, members, health, cache.Generation)
+	reportCluster(status, want, members, health, cache)
 	if health.Ready() && len(plan.Actions) == 0 {
 		return r.ClusterCheckInterval, actErr
 	}
@@ -134,7 +134,7 @@ func (r *CacheReconciler) act(ctx context.Context, members []topology.Member, ac
 
 // reportCluster sets in status the shards, slots and nodes the servers report and, once every
 // pod is ready (status's Ready condition is True), the cluster's own verdict as Ready.
-func reportCluster(status *cachev2.CacheStatus, want topology.Want, members []topology.Member, health topology.Health, generation int64) {
+func reportCluster(status *cachev2.CacheStatus, want topology.Want, members []topology.Member, health topology.Health, cache *cachev2.Cache) {
 	podOf := map[string]string{}
 	for i := range members {
 		if self, ok := valkey.Myself(members[i].Nodes); ok {
@@ -180,11 +180,16 @@ func reportCluster(status *cachev2.CacheStatus, want topology.Want, members []to
 		Status:             metav1.ConditionFalse,
 		Reason:             string(health.Problem),
 		Message:            health.Message,
-		ObservedGeneration: generation,
+		ObservedGeneration: cache.Generation,
 	}
 	if health.Ready() {
 		cond.Status, cond.Reason = metav1.ConditionTrue, cachev2.ReasonClusterReady
 		cond.Message = fmt.Sprintf("%d shards serve all %d slots; replicas in sync per shard: %d", status.Shards, valkey.SlotCount, want.ReplicasPerShard)
+	}
+	// The condition set from the pods above may have flipped; the transition is between what
+	// was stored and this verdict, or else every pass would move the time and write it again.
+	if stored := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady); stored != nil && stored.Status == cond.Status {
+		cond.LastTransitionTime = stored.LastTransitionTime
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
 }

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -179,6 +180,10 @@ type certificateLoader struct {
 	secret    types.NamespacedName
 	dir       string
 	cert      *ServingCert
+
+	// mu keeps the Secret's handler and the periodic look from loading at the same time, and
+	// so writing the files at the same time.
+	mu sync.Mutex
 }
 
 const (
@@ -225,6 +230,8 @@ func (l *certificateLoader) load(ctx context.Context, obj any) {
 	if !ok || secret.Name != l.secret.Name || secret.Namespace != l.secret.Namespace || len(secret.Data[certKey]) == 0 {
 		return // not ours, or cert-controller has not filled it yet
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	logger := log.FromContext(ctx).WithValues("secret", l.secret)
 	cert, err := tls.X509KeyPair(secret.Data[certKey], secret.Data[keyKey])
 	if err != nil {

@@ -24,6 +24,12 @@ func StatefulSetUpToDateBesidesTemplate(sts, desired *appsv1.StatefulSet) bool {
 	merged := sts.DeepCopy()
 	MergeStatefulSet(merged, desired)
 	merged.Spec.Template = sts.Spec.Template
+	// The record of the written template follows the template; alone it is no reason to write.
+	if written, ok := sts.Annotations[AnnotationTemplateWritten]; ok {
+		merged.Annotations[AnnotationTemplateWritten] = written
+	} else {
+		delete(merged.Annotations, AnnotationTemplateWritten)
+	}
 	return equality.Semantic.DeepEqual(merged, sts)
 }
 
@@ -44,6 +50,18 @@ func StripPodTemplate(sts *appsv1.StatefulSet) {
 	sts.Spec.Template = corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{templateDigestAnnotation: digest, specInputsAnnotation: inputs}},
 	}
+}
+
+// AnnotationTemplateWritten, on a StatefulSet, is the digest of its pod template's owned fields
+// as the operator last wrote them (OwnedTemplateDigest). A template that no longer has it was
+// edited by someone else; one without it was written by a release from before the annotation.
+const AnnotationTemplateWritten = "cache.example.com/pod-template-written"
+
+// TemplateAsWritten reports whether the StatefulSet's pod template is as an operator release
+// wrote it: not edited since, as far as the owned fields go.
+func TemplateAsWritten(sts *appsv1.StatefulSet) bool {
+	written, ok := sts.Annotations[AnnotationTemplateWritten]
+	return !ok || written == OwnedTemplateDigest(&sts.Spec.Template)
 }
 
 // SpecInputs names what a pod template took from its Cache's spec: the Valkey image (the

@@ -54,7 +54,11 @@ func podLabels(cache *cachev2.Cache) map[string]string {
 
 // mergeLabels sets the wanted labels in *dst and leaves every other label alone, so that
 // labels added by other tools survive.
-func mergeLabels(dst *map[string]string, want map[string]string) {
+func mergeLabels(dst *map[string]string, want map[string]string) { mergeAnnotations(dst, want) }
+
+// mergeAnnotations sets the wanted entries in *dst, a map of labels or annotations, and leaves
+// every other entry alone.
+func mergeAnnotations(dst *map[string]string, want map[string]string) {
 	if *dst == nil {
 		*dst = make(map[string]string, len(want))
 	}

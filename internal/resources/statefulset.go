@@ -87,6 +87,7 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 		// policy is immutable).
 		sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
 	}
+	sts.Annotations = map[string]string{AnnotationTemplateWritten: OwnedTemplateDigest(&sts.Spec.Template)}
 	return sts
 }
 
@@ -107,6 +108,7 @@ func MergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 	dst.Spec.Replicas = desired.Spec.Replicas
 
 	mergeOwnedTemplate(&dst.Spec.Template, &desired.Spec.Template)
+	mergeAnnotations(&dst.Annotations, map[string]string{AnnotationTemplateWritten: OwnedTemplateDigest(&dst.Spec.Template)})
 }
 
 // mergeOwnedTemplate copies into dst the pod template fields that the operator owns, as src has

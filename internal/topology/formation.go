@@ -124,13 +124,14 @@ func Form(want Want, members []Member) Plan {
 }
 
 // forgetDeparted heals the cluster of the nodes of pods that are gone. A replaced pod starts a
-// new, empty node with a new ID; the old one never comes back, and often cannot even be judged
-// failed by the others: when the new pod gets the old one's IP, they mark the old node noaddr
-// and stop probing it. So, with every pod's server answering (Form checks that first), a node
-// that is no member's own, that the cluster no longer reaches, and that is not a handshake in
-// progress, is departed. A departed primary with a replica among the members is replaced by it
-// (CLUSTER FAILOVER TAKEOVER, which needs no vote of a cluster that may never agree it failed);
-// then every member forgets every departed node, in one step, within the minute for which a
+// new, empty node with a new ID; the old one never comes back. With every pod's server answering
+// (Form checks that first), a node that is no member's own and not a handshake in progress is
+// departed once the cluster agrees it failed (fail), or once it has lost its address (noaddr):
+// that happens when the new pod gets the old one's IP, and then the others stop probing the old
+// node and never judge it failed, so Valkey never fails its shard over by itself. For such a
+// primary a replica among the members takes over (CLUSTER FAILOVER TAKEOVER, which needs no
+// vote); a failed one is left to Valkey's own failover, which picks the replica with the most
+// data. Then every member forgets every departed node, in one step, within the minute for which a
 // forgotten node is not re-learnt from a member that still knows it. A departed primary without
 // a replica leaves its slots unserved once forgotten, and assignSlots gives them to a new node.
 func forgetDeparted(members []Member) (Plan, bool) {
@@ -139,30 +140,51 @@ func forgetDeparted(members []Member) (Plan, bool) {
 		self, _ := members[i].self()
 		ours[self.ID] = true
 	}
-	departed := map[string]bool{}
+	departed, lostAddress := map[string]bool{}, map[string]bool{}
 	for i := range members {
 		for _, n := range members[i].Nodes {
-			if !ours[n.ID] && !n.Handshake && (n.Failing || n.Suspected || n.IP == "") {
+			if !ours[n.ID] && !n.Handshake && (n.Failing || n.IP == "") {
 				departed[n.ID] = true
+				lostAddress[n.ID] = lostAddress[n.ID] || n.IP == ""
+			}
+		}
+	}
+	replicated, holdsSlots := map[string]bool{}, map[string]bool{}
+	for i := range members {
+		self, _ := members[i].self()
+		replicated[self.PrimaryID] = true
+		for _, n := range members[i].Nodes {
+			if departed[n.ID] && n.SlotsServed() > 0 {
+				holdsSlots[n.ID] = true
 			}
 		}
 	}
 	var takeovers []Action
-	takenOver := map[string]bool{}
+	var failingOver []string
 	for i := range members {
 		self, _ := members[i].self()
-		if departed[self.PrimaryID] && !takenOver[self.PrimaryID] {
-			takenOver[self.PrimaryID] = true
+		id := self.PrimaryID
+		switch {
+		case !departed[id] || !holdsSlots[id] || slices.Contains(failingOver, id):
+		case lostAddress[id]:
 			takeovers = append(takeovers, Action{On: members[i].Pod, Takeover: true})
+			failingOver = append(failingOver, id)
+		default:
+			failingOver = append(failingOver, id)
 		}
 	}
 	if len(takeovers) > 0 {
 		return Plan{Actions: takeovers}, false
 	}
+	if len(failingOver) > 0 {
+		return Plan{Waiting: "Valkey to fail over the shard of the departed node " + strings.Join(failingOver, ", ")}, false
+	}
 	var forgets []Action
 	for i := range members {
+		self, _ := members[i].self()
 		for _, n := range members[i].Nodes {
-			if departed[n.ID] {
+			// A replica cannot forget its own primary; it is re-pointed once a new one exists.
+			if departed[n.ID] && n.ID != self.PrimaryID && (!holdsSlots[n.ID] || !replicated[n.ID]) {
 				forgets = append(forgets, Action{On: members[i].Pod, Forget: n.ID})
 			}
 		}

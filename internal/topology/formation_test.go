@@ -160,16 +160,16 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 		}(),
 		waiting: "slots are held by nodes that are not this Cache's servers: id-gone",
 	}, {
-		name: "a replaced primary's old node, failed, with a replica: the replica takes over first",
+		name: "a replaced primary's old node, failed, with a replica: left to Valkey's failover, which picks the replica",
 		members: func() []Member {
 			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)
 			for i := range m[:5] {
-				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Failing: true, Slots: []valkey.SlotRange{r(0, 5461)}})
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Failing: true, IP: "127.64.0.9", Port: 6379, Slots: []valkey.SlotRange{r(0, 5461)}})
 			}
 			m[2].Nodes[0].PrimaryID = "id-gone" // pod-3
 			return m
 		}(),
-		wantActions: []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
+		waiting: "Valkey to fail over the shard of the departed node id-gone",
 	}, {
 		name: "a replaced primary's old node at an address reused by its new pod (noaddr): taken over the same way",
 		members: func() []Member {
@@ -186,11 +186,21 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 		members: func() []Member {
 			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)
 			for i := range m[:3] {
-				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Suspected: true})
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Failing: true, IP: "127.64.0.9", Port: 6379})
 			}
 			return m
 		}(),
 		wantActions: []string{"pod-1: CLUSTER FORGET id-gone", "pod-2: CLUSTER FORGET id-gone", "pod-3: CLUSTER FORGET id-gone"},
+	}, {
+		name: "a departed primary whose replica is gone too: forgotten, so that its slots can go to a new node",
+		members: func() []Member {
+			m := world(all(formed[1], formed[2], formed[4], formed[5], server{pod: "pod-0"}, server{pod: "pod-3"})...)
+			for i := range m[:4] {
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Failing: true, IP: "127.64.0.9", Port: 6379, Slots: []valkey.SlotRange{r(0, 5461)}})
+			}
+			return m
+		}(),
+		wantActions: []string{"pod-1: CLUSTER FORGET id-gone", "pod-2: CLUSTER FORGET id-gone", "pod-4: CLUSTER FORGET id-gone", "pod-5: CLUSTER FORGET id-gone"},
 	}, {
 		name: "a node in handshake has a made-up ID that is no member's: it is not forgotten",
 		members: func() []Member {
@@ -199,10 +209,10 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 			return m
 		}(),
 	}, {
-		name: "a node that is no member but that the cluster still reaches is not forgotten: it may be leaving",
+		name: "a node that is no member and only suspected by one member is not forgotten: the cluster has not agreed",
 		members: func() []Member {
 			m := world(all(formed...)...)
-			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-other", Primary: true, IP: "127.64.0.9", Port: 6379, Connected: true})
+			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-other", Primary: true, IP: "127.64.0.9", Port: 6379, Suspected: true})
 			return m
 		}(),
 	}, {
