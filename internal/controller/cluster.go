@@ -87,7 +87,9 @@ func observeMember(ctx context.Context, m *topology.Member) {
 		m.State, err = server.ClusterState(ctx)
 	}
 	if self, _ := valkey.Myself(nodes); err == nil && self.PrimaryID != "" {
-		m.LinkUp, err = server.ReplicationLinkUp(ctx)
+		var replication valkey.Replication
+		replication, err = server.Replication(ctx)
+		m.LinkUp, m.ReplOffset = replication.LinkUp, replication.Offset
 	}
 	if err != nil {
 		logger.Info("Cannot read the Valkey server's cluster state", "error", err.Error())

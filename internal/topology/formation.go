@@ -22,8 +22,10 @@ type Member struct {
 	Nodes []valkey.ClusterNode
 	// State is cluster_state as the server reports it ("ok" when it serves every slot).
 	State string
-	// LinkUp reports, for a replica, whether its replication link to its primary is up.
-	LinkUp bool
+	// LinkUp reports, for a replica, whether its replication link to its primary is up, and
+	// ReplOffset how far into its primary's stream of writes it has got.
+	LinkUp     bool
+	ReplOffset int64
 }
 
 // self is the member's own entry: what it says about itself is authoritative for its ID, its
@@ -159,18 +161,27 @@ func forgetDeparted(members []Member) (Plan, bool) {
 			}
 		}
 	}
-	var takeovers []Action
+	// Of a shard's replicas, the one furthest into the primary's writes takes over: it has lost
+	// the fewest.
+	successor := map[string]*Member{}
 	var failingOver []string
 	for i := range members {
 		self, _ := members[i].self()
 		id := self.PrimaryID
-		switch {
-		case !departed[id] || !holdsSlots[id] || slices.Contains(failingOver, id):
-		case lostAddress[id]:
-			takeovers = append(takeovers, Action{On: members[i].Pod, Takeover: true})
+		if !departed[id] || !holdsSlots[id] {
+			continue
+		}
+		if !slices.Contains(failingOver, id) {
 			failingOver = append(failingOver, id)
-		default:
-			failingOver = append(failingOver, id)
+		}
+		if best := successor[id]; best == nil || members[i].ReplOffset > best.ReplOffset {
+			successor[id] = &members[i]
+		}
+	}
+	var takeovers []Action
+	for _, id := range failingOver {
+		if lostAddress[id] {
+			takeovers = append(takeovers, Action{On: successor[id].Pod, Takeover: true})
 		}
 	}
 	if len(takeovers) > 0 {

@@ -26,7 +26,8 @@ func observe(t *testing.T, ips []string) []Member {
 			ctx := context.Background()
 			m.Nodes, _ = s.ClusterNodes(ctx)
 			m.State, _ = s.ClusterState(ctx)
-			m.LinkUp, _ = s.ReplicationLinkUp(ctx)
+			replication, _ := s.Replication(ctx)
+			m.LinkUp, m.ReplOffset = replication.LinkUp, replication.Offset
 			s.Close()
 		}
 		members = append(members, m)

@@ -182,6 +182,18 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 		}(),
 		wantActions: []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
 	}, {
+		name: "a departed primary (noaddr) with two replicas: the one furthest into its writes takes over",
+		members: func() []Member {
+			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)
+			for i := range m[:5] {
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Slots: []valkey.SlotRange{r(0, 5461)}})
+			}
+			m[2].Nodes[0].PrimaryID, m[2].ReplOffset = "id-gone", 100 // pod-3
+			m[3].Nodes[0].PrimaryID, m[3].ReplOffset = "id-gone", 250 // pod-4
+			return m
+		}(),
+		wantActions: []string{"pod-4: CLUSTER FAILOVER TAKEOVER"},
+	}, {
 		name: "a departed node nobody replicates: every member that knows it forgets it",
 		members: func() []Member {
 			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)

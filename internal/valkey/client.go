@@ -115,12 +115,19 @@ func (s *Server) FailoverTakeover(ctx context.Context) error {
 	return s.wrap("CLUSTER FAILOVER TAKEOVER", s.do(ctx, s.client.B().ClusterFailover().Takeover().Build()).Error())
 }
 
-// ReplicationLinkUp reports whether this server, a replica, has its link to its primary up
-// (master_link_status in INFO replication).
-func (s *Server) ReplicationLinkUp(ctx context.Context) (bool, error) {
+// Replication is what this server, a replica, says of its replication: whether its link to its
+// primary is up, and how far into the primary's stream of writes it has got.
+type Replication struct {
+	LinkUp bool
+	Offset int64
+}
+
+// Replication reads INFO replication of this server, a replica.
+func (s *Server) Replication(ctx context.Context) (Replication, error) {
 	reply, err := s.text(ctx, s.client.B().Info().Section("replication").Build())
 	if err != nil {
-		return false, s.wrap("INFO replication", err)
+		return Replication{}, s.wrap("INFO replication", err)
 	}
-	return InfoField(reply, "master_link_status") == "up", nil
+	offset, _ := strconv.ParseInt(InfoField(reply, "slave_repl_offset"), 10, 64)
+	return Replication{LinkUp: InfoField(reply, "master_link_status") == "up", Offset: offset}, nil
 }
