@@ -80,15 +80,15 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	// No requeue while the StatefulSet converges: every change to its status enqueues the
 	// Cache again through the owner reference. A Valkey Cluster sends no such events, so a
 	// Cluster Cache is looked at again on a timer.
-	status := observedStatus(&cache, sts, registered, templateHeld)
+	var cluster *clusterReport
 	var pollAfter time.Duration
 	var clusterErr error
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		if pollAfter, clusterErr = r.tendCluster(ctx, &cache, &status); pollAfter == 0 {
+		if cluster, pollAfter, clusterErr = r.tendCluster(ctx, &cache); cluster == nil {
 			return ctrl.Result{}, clusterErr
 		}
 	}
-	if err := r.writeStatus(ctx, &cache, status); err != nil {
+	if err := r.writeStatus(ctx, &cache, observedStatus(&cache, sts, registered, templateHeld, cluster)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
 	if err := errors.Join(registerErr, clusterErr); err != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -30,25 +29,25 @@ const clusterPollWhileNotReady = 2 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // tendCluster is a Cluster Cache's part of a pass: it asks each pod's server for its view of the
-// cluster, takes the next step of forming it (topology.Form), at most one per pass, and records
-// in status what the servers report, with a Ready condition that holds only when the cluster
-// serves. It returns when to look again. The verdict is on the state read before the step, which
-// the next pass reads afresh.
-func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache, status *cachev2.CacheStatus) (time.Duration, error) {
+// cluster, takes the next step of forming it (topology.Form), at most one per pass, and reports
+// what the servers say, with a verdict that is Ready only when the cluster serves. It returns when
+// to look again. The verdict is on the state read before the step, which the next pass reads
+// afresh.
+func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache) (*clusterReport, time.Duration, error) {
 	members, err := r.observeCluster(ctx, cache)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero())}
 	plan := topology.Form(want, members)
 	actErr := r.act(ctx, members, plan.Actions)
 
 	health := topology.Assess(want, members)
-	reportCluster(status, want, members, health, cache)
+	report := reportCluster(want, members, health, cache.Generation)
 	if health.Ready() && len(plan.Actions) == 0 {
-		return r.ClusterCheckInterval, actErr
+		return report, r.ClusterCheckInterval, actErr
 	}
-	return clusterPollWhileNotReady, actErr
+	return report, clusterPollWhileNotReady, actErr
 }
 
 // observeCluster asks the server of every live pod of the Cache, all at once, for its view of
@@ -134,16 +133,23 @@ func (r *CacheReconciler) act(ctx context.Context, members []topology.Member, ac
 	return nil
 }
 
-// reportCluster sets in status the shards, slots and nodes the servers report and, once every
-// pod is ready (status's Ready condition is True), the cluster's own verdict as Ready.
-func reportCluster(status *cachev2.CacheStatus, want topology.Want, members []topology.Member, health topology.Health, cache *cachev2.Cache) {
+// clusterReport is what a Cluster Cache's servers say, in the terms of its status.
+type clusterReport struct {
+	shards, readyShards, slotsAssigned int32
+	nodes                              []cachev2.ClusterNode
+	// ready is the cluster's verdict, the Cache's Ready condition once every pod is ready.
+	ready metav1.Condition
+}
+
+// reportCluster sums up the shards, slots and nodes the servers report, and the cluster's health.
+func reportCluster(want topology.Want, members []topology.Member, health topology.Health, generation int64) *clusterReport {
 	podOf := map[string]string{}
 	for i := range members {
 		if self, ok := valkey.Myself(members[i].Nodes); ok {
 			podOf[self.ID] = members[i].Pod
 		}
 	}
-	status.Nodes, status.Shards, status.ReadyShards, status.SlotsAssigned = nil, 0, 0, 0
+	report := &clusterReport{}
 	linked := map[string]int{}
 	for i := range members {
 		self, ok := valkey.Myself(members[i].Nodes)
@@ -160,38 +166,30 @@ func reportCluster(status *cachev2.CacheStatus, want topology.Want, members []to
 		default:
 			node.ID = self.ID
 		}
-		status.Nodes = append(status.Nodes, node)
+		report.nodes = append(report.nodes, node)
 	}
-	slices.SortFunc(status.Nodes, func(a, b cachev2.ClusterNode) int { return strings.Compare(a.Pod, b.Pod) })
-	for _, node := range status.Nodes {
+	slices.SortFunc(report.nodes, func(a, b cachev2.ClusterNode) int { return strings.Compare(a.Pod, b.Pod) })
+	for _, node := range report.nodes {
 		if node.Role == cachev2.RolePrimary {
-			status.Shards++
-			status.SlotsAssigned += node.Slots
+			report.shards++
+			report.slotsAssigned += node.Slots
 			if linked[node.ID] >= want.ReplicasPerShard {
-				status.ReadyShards++
+				report.readyShards++
 			}
 		}
 	}
 
-	podsReady := meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady)
-	if !podsReady {
-		return // the pods' progress is the news until they are all up
-	}
-	cond := metav1.Condition{
+	report.ready = metav1.Condition{
 		Type:               cachev2.ConditionReady,
 		Status:             metav1.ConditionFalse,
 		Reason:             string(health.Problem),
 		Message:            health.Message,
-		ObservedGeneration: cache.Generation,
+		ObservedGeneration: generation,
 	}
 	if health.Ready() {
-		cond.Status, cond.Reason = metav1.ConditionTrue, cachev2.ReasonClusterReady
-		cond.Message = fmt.Sprintf("%d shards serve all %d slots; replicas in sync per shard: %d", status.Shards, valkey.SlotCount, want.ReplicasPerShard)
+		report.ready.Status, report.ready.Reason = metav1.ConditionTrue, cachev2.ReasonClusterReady
+		report.ready.Message = fmt.Sprintf("%d shards serve all %d slots; replicas in sync per shard: %d",
+			report.shards, valkey.SlotCount, want.ReplicasPerShard)
 	}
-	// The condition set from the pods above may have flipped; the transition is between what
-	// was stored and this verdict, or else every pass would move the time and write it again.
-	if stored := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady); stored != nil && stored.Status == cond.Status {
-		cond.LastTransitionTime = stored.LastTransitionTime
-	}
-	meta.SetStatusCondition(&status.Conditions, cond)
+	return report
 }

@@ -29,9 +29,8 @@ func TestAClusterStillFormingKeepsItsReadyTransitionTime(t *testing.T) {
 		ObservedGeneration: 1, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1,
 	}}
 
-	status := observedStatus(cache, sts, nil, false)
 	health := topology.Health{Problem: topology.Forming, Message: "cannot ask pod-0 for its cluster state"}
-	reportCluster(&status, topology.Want{Shards: 1}, nil, health, cache)
+	status := observedStatus(cache, sts, nil, false, reportCluster(topology.Want{Shards: 1}, nil, health, 1))
 
 	ready := meta.FindStatusCondition(status.Conditions, cachev2.ConditionReady)
 	if ready.Status != metav1.ConditionFalse || !ready.LastTransitionTime.Equal(&long) {

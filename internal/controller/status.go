@@ -61,19 +61,26 @@ func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev2.Cach
 }
 
 // observedStatus is the status of cache given the state of its StatefulSet, the outcome of its
-// registration in the catalogue (nil: no catalogue) and whether its pods keep an earlier
-// release's template. A condition's transition time moves only when its status flips.
-func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition, templateHeld bool) cachev2.CacheStatus {
+// registration in the catalogue (nil: no catalogue), whether its pods keep an earlier release's
+// template, and, for a Cluster Cache, what its servers report (nil for a Standalone one). A
+// condition's transition time moves only when its status flips.
+func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition, templateHeld bool, cluster *clusterReport) cachev2.CacheStatus {
 	status := *cache.Status.DeepCopy()
 	status.ObservedGeneration = cache.Generation
 	status.Replicas = sts.Status.Replicas
 	status.ReadyReplicas = sts.Status.ReadyReplicas
-	if cache.Spec.Mode != cachev2.ModeCluster {
-		// Each node is a shard; a Cluster's shards are counted from what Valkey reports.
-		status.Shards, status.ReadyShards = status.Replicas, status.ReadyReplicas
+	// Each Standalone node is a shard; a Cluster's shards are counted from what Valkey reports.
+	status.Shards, status.ReadyShards, status.SlotsAssigned, status.Nodes = status.Replicas, status.ReadyReplicas, 0, nil
+	ready := readyCondition(cache, sts)
+	if cluster != nil {
+		status.Shards, status.ReadyShards = cluster.shards, cluster.readyShards
+		status.SlotsAssigned, status.Nodes = cluster.slotsAssigned, cluster.nodes
+		if ready.Status == metav1.ConditionTrue {
+			ready = cluster.ready // the pods' progress is the news until they are all up
+		}
 	}
 	status.Selector = labels.SelectorFromSet(resources.SelectorLabels(cache)).String()
-	meta.SetStatusCondition(&status.Conditions, readyCondition(cache, sts))
+	meta.SetStatusCondition(&status.Conditions, ready)
 	if registered != nil {
 		meta.SetStatusCondition(&status.Conditions, *registered)
 	} else {

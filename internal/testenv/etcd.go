@@ -114,12 +114,7 @@ func FreeAddr(t testing.TB) string {
 // FreePort is the port of a free address of 127.0.0.1 (see FreeAddr).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	return netPort(t, FreeAddr(t))
-}
-
-func netPort(t testing.TB, addr string) int {
-	t.Helper()
-	_, port, err := net.SplitHostPort(addr)
+	_, port, err := net.SplitHostPort(FreeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
