@@ -64,9 +64,11 @@ func (c *Cluster) Logs() string {
 	return filepath.Join(c.Workdir, "clusters", c.Name, "logs")
 }
 
-// Exists reports whether the cluster was created (it may be stopped, after a reboot say).
+// Exists reports whether the cluster was created (it may be stopped, after a reboot say). It
+// asks for the cluster's configuration, which kwokctl writes at creation and needs to start it:
+// a kubeconfig alone may be any kubectl's, run with KUBECONFIG pointing there after a delete.
 func (c *Cluster) Exists() bool {
-	_, err := os.Stat(c.Kubeconfig())
+	_, err := os.Stat(c.kwokConfig())
 	return err == nil
 }
 
