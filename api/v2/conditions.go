@@ -45,8 +45,34 @@ const (
 	// spec.replicasPerShard asks for.
 	ReasonReplicasMissing = "ReplicasMissing"
 
-	// ReasonSlotsMigrating means some slot is being migrated or imported.
+	// ReasonSlotsMigrating means some slot is being migrated or imported. The operator finishes
+	// or closes such a slot itself, and reports it as Rebalancing (or the operation it belongs
+	// to) while it does.
 	ReasonSlotsMigrating = "SlotsMigrating"
+
+	// ReasonScalingOut means new shards are joining: their nodes meet the cluster, their
+	// replicas attach, and slots move to them. The message counts the slots still to move.
+	ReasonScalingOut = "ScalingOut"
+
+	// ReasonDraining means pods are to be removed (fewer shards or fewer replicas): their
+	// slots move to the primaries that stay, or a replica that stays takes over their shard,
+	// and then the others forget them. The StatefulSet shrinks only after that.
+	ReasonDraining = "Draining"
+
+	// ReasonRebalancing means slots move between the primaries until each serves 16384/shards
+	// of them, give or take one, or a migration that stopped is being finished.
+	ReasonRebalancing = "Rebalancing"
+
+	// ReasonHealing means the cluster mends itself after losing a node: a replica takes over,
+	// the others forget the departed node, and the replacement pod's new node joins. With no
+	// replica left, a departed primary's slots go to a new node, without their keys; an event
+	// says so.
+	ReasonHealing = "Healing"
+
+	// ReasonUpgrading means the pods are restarted on a new pod template, one at a time:
+	// replicas first, each back in sync before the next, then each shard's primary once a
+	// replica on the new template has taken over with CLUSTER FAILOVER.
+	ReasonUpgrading = "Upgrading"
 
 	// ReasonClusterReady means every node is ready and the cluster serves every slot, with every
 	// replica attached and in sync and no slot in migration.

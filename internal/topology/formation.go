@@ -26,6 +26,9 @@ type Member struct {
 	// ReplOffset how far into its primary's stream of writes it has got.
 	LinkUp     bool
 	ReplOffset int64
+	// Leaving marks a pod that a scale-in removes: its slots and its place in the cluster go
+	// first. Outdated marks a pod that runs an older pod template than its StatefulSet's.
+	Leaving, Outdated bool
 }
 
 // self is the member's own entry: what it says about itself is authoritative for its ID, its
@@ -39,7 +42,11 @@ type Want struct {
 	Shards, ReplicasPerShard int
 }
 
-// Action is one admin command to one member's server.
+// Nodes is the number of servers the cluster is made of.
+func (w Want) Nodes() int { return w.Shards * (1 + w.ReplicasPerShard) }
+
+// Action is one admin command to one member's server, or, with Restart, the deletion of its pod.
+// Exactly one of its other fields is set.
 type Action struct {
 	// On is the pod whose server gets the command.
 	On string
@@ -53,6 +60,40 @@ type Action struct {
 	Forget string
 	// Takeover, when set, makes On, a replica, the primary of its shard at once.
 	Takeover bool
+	// Failover, when set, makes On, an in-sync replica, the primary of its shard with its
+	// primary's agreement, losing no write.
+	Failover bool
+	// Reset, when set, makes On, a node leaving the cluster, forget it.
+	Reset bool
+	// Stable, when set, are slots whose migration or import On is to drop.
+	Stable []int
+	// Claim, when set, are slots that no other node serves, which On, importing them, is to own.
+	Claim *Claim
+	// Migrate, when set, moves slots from On to another primary.
+	Migrate *Migration
+	// Restart, when set, deletes On's pod, which its StatefulSet then creates again from the
+	// current template.
+	Restart bool
+}
+
+// Claim is slots that the node with the given ID takes.
+type Claim struct {
+	Slots []int
+	ID    string
+}
+
+// Migration moves Slots from the source (the action's On, node SourceID) to the target. It
+// resumes where a previous one stopped: only the slots in Import still need the target told to
+// import them, and only those in Export the source told to migrate them. Once the source holds
+// no key of a slot, the target, the source and the Announce pods (every other primary) are
+// told that the target owns it.
+type Migration struct {
+	SourceID         string
+	Target, TargetID string
+	TargetAddress    Address
+	Slots            []int
+	Import, Export   []int
+	Announce         []string
 }
 
 // Address is where a server listens.
@@ -75,9 +116,34 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s: CLUSTER FORGET %s", a.On, a.Forget)
 	case a.Takeover:
 		return a.On + ": CLUSTER FAILOVER TAKEOVER"
+	case a.Failover:
+		return a.On + ": CLUSTER FAILOVER"
+	case a.Reset:
+		return a.On + ": CLUSTER RESET SOFT"
+	case a.Stable != nil:
+		return fmt.Sprintf("%s: CLUSTER SETSLOT %s STABLE", a.On, slotList(a.Stable))
+	case a.Claim != nil:
+		return fmt.Sprintf("%s: CLUSTER SETSLOT %s NODE %s", a.On, slotList(a.Claim.Slots), a.Claim.ID)
+	case a.Migrate != nil:
+		return fmt.Sprintf("%s: migrate slots %s to %s", a.On, slotList(a.Migrate.Slots), a.Migrate.Target)
+	case a.Restart:
+		return "delete pod " + a.On
 	default:
 		return fmt.Sprintf("%s: CLUSTER REPLICATE %s", a.On, a.Replicate)
 	}
+}
+
+// slotList writes slots, sorted, as ranges: "0-99,205".
+func slotList(slots []int) string {
+	marks := make([]bool, valkey.SlotCount)
+	for _, s := range slots {
+		marks[s] = true
+	}
+	var parts []string
+	for _, r := range rangesOf(marks, true) {
+		parts = append(parts, r.String())
+	}
+	return strings.Join(parts, ",")
 }
 
 // Plan is the outcome of one look at the cluster: actions to take now, all independent of each
@@ -85,24 +151,49 @@ func (a Action) String() string {
 type Plan struct {
 	Actions []Action
 	Waiting string
+	// Operation is what the plan is part of: forming, healing, scaling out, draining,
+	// rebalancing or upgrading.
+	Operation Problem
+	// SlotsToMove is how many slots must still change primary, this step's included.
+	SlotsToMove int
+	// Progress says how far the operation has got, for a user.
+	Progress string
+	// Lost are departed primaries whose slots this step gives up, with their keys: no replica
+	// was left to take them over.
+	Lost []string
 }
 
 // Formed reports whether the cluster needs nothing more.
 func (p Plan) Formed() bool { return len(p.Actions) == 0 && p.Waiting == "" }
 
-// Form plans the next step of forming the cluster from the members: every server meets the
-// others; the slots that no server serves are spread over primaries, so that a fresh cluster of
-// S shards gets 16384/S slots each (give or take one); the remaining servers replicate the
-// primaries with the fewest replicas. Each step is decided from the servers' state alone, so it
-// is resumed, not repeated, after a crash at any point.
+// Form plans the next step towards the cluster the spec asks for, from the members: every server
+// meets the others; slots left open by a migration that stopped are finished or closed; the
+// slots that no server serves are spread over primaries, so that a fresh cluster of S shards
+// gets 16384/S slots each (give or take one); primaries of pods that leave hand their shard to a
+// replica that stays; the remaining servers replicate the primaries with the fewest replicas;
+// slots move until every primary serves its share and leaving ones none; then leaving servers
+// are forgotten. Each step is decided from the servers' state alone, so it is resumed, not
+// repeated, after a crash at any point.
 func Form(want Want, members []Member) Plan {
 	if want.Shards < 1 || want.ReplicasPerShard < 0 {
 		return Plan{Waiting: fmt.Sprintf("a cluster of %d shards with %d replicas each cannot be formed", want.Shards, want.ReplicasPerShard)}
 	}
 	members = slices.Clone(members)
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Pod, b.Pod) })
-	if n := want.Shards * (1 + want.ReplicasPerShard); len(members) < n {
-		return Plan{Waiting: fmt.Sprintf("%d/%d nodes are running", len(members), n)}
+	plan := formStep(want, members)
+	if !plan.Formed() {
+		if plan.Operation == "" {
+			plan.Operation = operation(want, members)
+		}
+		plan.SlotsToMove = slotsToMove(want, members)
+		plan.Progress = progress(plan, members)
+	}
+	return plan
+}
+
+func formStep(want Want, members []Member) Plan {
+	if staying := len(staying(members)); staying < want.Nodes() {
+		return Plan{Waiting: fmt.Sprintf("%d/%d nodes are running", staying, want.Nodes())}
 	}
 	var unreachable []string
 	for i := range members {
@@ -113,16 +204,80 @@ func Form(want Want, members []Member) Plan {
 	if len(unreachable) > 0 {
 		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
 	}
-	if p, done := forgetDeparted(members); !done {
-		return p
+	for _, step := range []func(Want, []Member) (Plan, bool){
+		forgetDeparted, meet, closeOpenSlots, assignSlots, handOverLeaving, attachReplicas, rebalance, release, replicasComplete,
+	} {
+		if plan, done := step(want, members); !done {
+			return plan
+		}
 	}
-	if p, done := meet(members); !done {
-		return p
+	return Plan{}
+}
+
+// staying are the members that the scale-in, if any, keeps.
+func staying(members []Member) []*Member {
+	var kept []*Member
+	for i := range members {
+		if !members[i].Leaving {
+			kept = append(kept, &members[i])
+		}
 	}
-	if p, done := assignSlots(want, members); !done {
-		return p
+	return kept
+}
+
+// progress sums up, for a message, what the operation still has to do.
+func progress(plan Plan, members []Member) string {
+	var parts []string
+	if plan.Operation == Draining {
+		parts = append(parts, "pods to remove: "+leavingPods(members))
 	}
-	return attachReplicas(want, members)
+	if plan.SlotsToMove > 0 {
+		parts = append(parts, fmt.Sprintf("%d slots to move", plan.SlotsToMove))
+	}
+	if moves := describeMoves(plan.Actions); moves != "" {
+		parts = append(parts, "moving "+moves)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// operation names what the cluster is doing while it is not formed: Forming until some slot is
+// served; Healing while a server cannot be asked or some node is no member's (a replaced pod's
+// old node); Draining while pods are to leave; ScalingOut while it has fewer primaries than
+// shards wanted, or a new one holds under half its share of slots; Rebalancing while slots are
+// still to move; otherwise Healing, as when a replaced pod's new node joins.
+func operation(want Want, members []Member) Problem {
+	ours := map[string]bool{}
+	served, unreachable, leaving, primaries, newest := false, false, false, 0, valkey.SlotCount
+	for i := range members {
+		self, ok := members[i].self()
+		ours[self.ID] = ok
+		unreachable = unreachable || !ok
+		leaving = leaving || members[i].Leaving
+		if self.SlotsServed() > 0 && !members[i].Leaving {
+			primaries++
+			newest = min(newest, self.SlotsServed())
+		}
+	}
+	stranger := false
+	for i := range members {
+		for _, n := range members[i].Nodes {
+			served = served || n.SlotsServed() > 0
+			stranger = stranger || !ours[n.ID] && !n.Handshake
+		}
+	}
+	switch {
+	case !served:
+		return Forming
+	case unreachable || stranger:
+		return Healing
+	case leaving:
+		return Draining
+	case primaries < want.Shards || newest < valkey.SlotCount/want.Shards/2:
+		return ScalingOut
+	case slotsToMove(want, members) > 0:
+		return Rebalancing
+	}
+	return Healing
 }
 
 // forgetDeparted heals the cluster of the nodes of pods that are gone. A replaced pod starts a
@@ -136,7 +291,7 @@ func Form(want Want, members []Member) Plan {
 // data. Then every member forgets every departed node, in one step, within the minute for which a
 // forgotten node is not re-learnt from a member that still knows it. A departed primary without
 // a replica leaves its slots unserved once forgotten, and assignSlots gives them to a new node.
-func forgetDeparted(members []Member) (Plan, bool) {
+func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 	ours := map[string]bool{}
 	for i := range members {
 		self, _ := members[i].self()
@@ -185,27 +340,36 @@ func forgetDeparted(members []Member) (Plan, bool) {
 		}
 	}
 	if len(takeovers) > 0 {
-		return Plan{Actions: takeovers}, false
+		return Plan{Actions: takeovers, Operation: Healing}, false
 	}
 	if len(failingOver) > 0 {
-		return Plan{Waiting: "Valkey to fail over the shard of the departed node " + strings.Join(failingOver, ", ")}, false
+		return Plan{Waiting: "Valkey to fail over the shard of the departed node " + strings.Join(failingOver, ", "), Operation: Healing}, false
 	}
 	var forgets []Action
+	var lost []string
 	for i := range members {
 		self, _ := members[i].self()
 		for _, n := range members[i].Nodes {
 			// A replica cannot forget its own primary; it is re-pointed once a new one exists.
 			if departed[n.ID] && n.ID != self.PrimaryID && (!holdsSlots[n.ID] || !replicated[n.ID]) {
 				forgets = append(forgets, Action{On: members[i].Pod, Forget: n.ID})
+				if holdsSlots[n.ID] && !slices.Contains(lost, n.ID) {
+					lost = append(lost, n.ID)
+				}
 			}
 		}
 	}
-	return Plan{Actions: forgets}, len(forgets) == 0
+	return Plan{Actions: forgets, Operation: Healing, Lost: lost}, len(forgets) == 0
 }
 
 // meet has one member, the one that knows most of the others, meet every member it does not
-// know; then it waits until every member knows every other one.
-func meet(members []Member) (Plan, bool) {
+// know; then it waits until every member knows every other one. Leaving members are never met:
+// they are on their way out.
+func meet(_ Want, all []Member) (Plan, bool) {
+	var members []Member
+	for _, m := range staying(all) {
+		members = append(members, *m)
+	}
 	seed := &members[0]
 	for i := range members {
 		if len(known(&members[i], members)) > len(known(seed, members)) {
@@ -302,7 +466,7 @@ func assignSlots(want Want, members []Member) (Plan, bool) {
 		switch {
 		case self.SlotsServed() > 0 || len(self.Migrating) > 0:
 			primaries++
-		case self.PrimaryID == "":
+		case self.PrimaryID == "" && !members[i].Leaving:
 			empty = append(empty, &members[i])
 		}
 	}
@@ -331,7 +495,7 @@ func fewestSlots(members []Member) *Member {
 	bestCount := valkey.SlotCount + 1
 	for i := range members {
 		self, _ := members[i].self()
-		if self.PrimaryID == "" && self.SlotsServed() < bestCount {
+		if self.PrimaryID == "" && !members[i].Leaving && self.SlotsServed() < bestCount {
 			best, bestCount = &members[i], self.SlotsServed()
 		}
 	}
@@ -382,44 +546,4 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// attachReplicas has every member that neither serves slots nor replicates replicate the
-// primary with the fewest replicas, as long as one has fewer than wanted.
-func attachReplicas(want Want, members []Member) Plan {
-	replicas := map[string]int{}
-	var primaries []string
-	var spare []string
-	for i := range members {
-		self, _ := members[i].self()
-		switch {
-		case self.PrimaryID != "":
-			replicas[self.PrimaryID]++
-		case self.SlotsServed() > 0:
-			primaries = append(primaries, self.ID)
-		default:
-			spare = append(spare, members[i].Pod)
-		}
-	}
-	if len(primaries) == 0 {
-		return Plan{Waiting: "no server serves slots yet"}
-	}
-	var actions []Action
-	for _, pod := range spare {
-		primary := slices.MinFunc(primaries, func(a, b string) int { return replicas[a] - replicas[b] })
-		if replicas[primary] >= want.ReplicasPerShard {
-			break
-		}
-		replicas[primary]++
-		actions = append(actions, Action{On: pod, Replicate: primary})
-	}
-	if len(actions) > 0 {
-		return Plan{Actions: actions}
-	}
-	for _, id := range primaries {
-		if replicas[id] < want.ReplicasPerShard {
-			return Plan{Waiting: fmt.Sprintf("primary %s has %d of %d replicas", id, replicas[id], want.ReplicasPerShard)}
-		}
-	}
-	return Plan{}
 }

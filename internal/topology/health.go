@@ -25,6 +25,13 @@ const (
 	ReplicasMissing Problem = cachev2.ReasonReplicasMissing
 	// SlotsMigrating means some slots are being migrated or imported.
 	SlotsMigrating Problem = cachev2.ReasonSlotsMigrating
+	// ScalingOut, Draining, Rebalancing, Healing and Upgrading are the operations that take
+	// the cluster from one shape to another; see the Cache's reasons of the same names.
+	ScalingOut  Problem = cachev2.ReasonScalingOut
+	Draining    Problem = cachev2.ReasonDraining
+	Rebalancing Problem = cachev2.ReasonRebalancing
+	Healing     Problem = cachev2.ReasonHealing
+	Upgrading   Problem = cachev2.ReasonUpgrading
 )
 
 // Health is the verdict on a cluster's readiness, and a message that names what is missing.
@@ -36,21 +43,44 @@ type Health struct {
 // Ready reports whether there is no problem.
 func (h Health) Ready() bool { return h.Problem == "" }
 
-// Assess judges a cluster by what its servers report: it is ready only when it is formed, every
-// server says cluster_state:ok, all 16384 slots are served by primaries that no server sees
-// failing, every shard has its replicas attached with the link up, and no slot is migrating or
+// Next is the step to take now towards the cluster wanted, and the verdict on the cluster as its
+// servers report it, before that step: while it is not formed, the operation under way; then
+// whether it serves (Assess); then, with every pod on the current template, Ready, or else the
+// next step of the ordered upgrade (Roll).
+func Next(want Want, members []Member) (Plan, Health) {
+	plan := Form(want, members)
+	if !plan.Formed() {
+		return plan, Health{plan.Operation, describe(plan)}
+	}
+	if health := Assess(want, members); !health.Ready() {
+		return plan, health
+	}
+	if roll := Roll(members); !roll.Formed() {
+		return roll, Health{Upgrading, describe(roll)}
+	}
+	return plan, Health{}
+}
+
+// describe is a message about a plan: how far its operation has got, and what happens next.
+func describe(plan Plan) string {
+	message := plan.Waiting
+	if message == "" {
+		message = "next step: " + plan.Actions[0].String()
+		if more := len(plan.Actions) - 1; more > 0 {
+			message += fmt.Sprintf(" and %d more", more)
+		}
+	}
+	if plan.Progress != "" {
+		message = plan.Progress + "; " + message
+	}
+	return message
+}
+
+// Assess judges a formed cluster by what its servers report: it is ready only when every server
+// says cluster_state:ok, all 16384 slots are served by primaries that no server sees failing,
+// every shard has its replicas attached with the link up, and no slot is migrating or
 // importing.
 func Assess(want Want, members []Member) Health {
-	if plan := Form(want, members); !plan.Formed() {
-		message := plan.Waiting
-		if message == "" {
-			message = "next step: " + plan.Actions[0].String()
-			if more := len(plan.Actions) - 1; more > 0 {
-				message += fmt.Sprintf(" and %d more", more)
-			}
-		}
-		return Health{Forming, message}
-	}
 	var notOK []string
 	for _, m := range members {
 		if m.State != "ok" {

@@ -15,7 +15,7 @@ func healthy(members []Member) []Member {
 	return members
 }
 
-func TestAssessIsReadyOnlyWhenEverythingHolds(t *testing.T) {
+func TestNextIsReadyOnlyWhenEverythingHolds(t *testing.T) {
 	want := Want{Shards: 2, ReplicasPerShard: 1}
 	cluster := func() []Member {
 		return healthy(world(all(
@@ -32,22 +32,24 @@ func TestAssessIsReadyOnlyWhenEverythingHolds(t *testing.T) {
 		message string
 	}{
 		{"all holds", func([]Member) {}, "", ""},
-		{"not formed", func(m []Member) { m[3].Nodes[0].PrimaryID = "" }, Forming, "next step: pod-3: CLUSTER REPLICATE id-pod-1"},
-		{"a server cannot be asked", func(m []Member) { m[1].Nodes = nil }, Forming, "cannot ask pod-1"},
+		{"not formed", func(m []Member) { m[3].Nodes[0].PrimaryID = "" }, Healing, "next step: pod-3: CLUSTER REPLICATE id-pod-1"},
+		{"a server cannot be asked", func(m []Member) { m[1].Nodes = nil }, Healing, "cannot ask pod-1"},
 		{"cluster state", func(m []Member) { m[2].State = "fail" }, ClusterStateNotOK, "cluster_state is not ok on pod-2 (fail)"},
 		{"a primary seen failing", func(m []Member) { m[2].Nodes[1].Failing = true }, SlotsUnserved, "8192 of 16384 slots"},
 		{"a replica's link down", func(m []Member) { m[3].LinkUp = false }, ReplicasMissing, "primary id-pod-1 has 0 of 1"},
 		{"a slot migrating", func(m []Member) {
 			m[0].Nodes[0].Migrating = map[int]string{100: "id-pod-1"}
 			m[1].Nodes[0].Importing = map[int]string{100: "id-pod-0"}
-		}, SlotsMigrating, "slots in migration: 100 (pod-0), 100 (pod-1)"},
+		}, Rebalancing, "1 slots to move; moving 1 from pod-0 to pod-1; next step: pod-0: migrate slots 100 to pod-1"},
+		{"a pod on an older template", func(m []Member) { m[0].Outdated = true }, Upgrading,
+			"3/4 nodes run the current pod template; next step: pod-2: CLUSTER FAILOVER"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			members := cluster()
 			tc.breaks(members)
-			h := Assess(want, members)
+			_, h := Next(want, members)
 			if h.Problem != tc.problem || !strings.HasPrefix(h.Message, tc.message) {
-				t.Errorf("Assess = %s %q, want %s %q", h.Problem, h.Message, tc.problem, tc.message)
+				t.Errorf("Next = %s %q, want %s %q", h.Problem, h.Message, tc.problem, tc.message)
 			}
 			if h.Ready() != (tc.problem == "") {
 				t.Errorf("Ready() = %v with problem %q", h.Ready(), h.Problem)

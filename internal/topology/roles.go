@@ -1,0 +1,174 @@
+package topology
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"example.com/cache-operator/internal/valkey"
+)
+
+// handOverLeaving keeps a shard whose primary's pod leaves when the cluster needs the shard: if
+// fewer staying primaries serve slots than shards are wanted, a staying in-sync replica of the
+// leaving primary takes over with CLUSTER FAILOVER, which loses no acknowledged write and
+// moves no slot. That is how replicasPerShard goes down when a primary sits on a pod that goes
+// (after an earlier failover). A leaving primary without such a replica is drained instead, by
+// rebalance.
+func handOverLeaving(want Want, members []Member) (Plan, bool) {
+	primaries := 0
+	for _, m := range staying(members) {
+		if slotsOf(m) > 0 {
+			primaries++
+		}
+	}
+	var actions []Action
+	for i := range members {
+		leaving := &members[i]
+		self, _ := leaving.self()
+		if !leaving.Leaving || self.SlotsServed() == 0 || primaries+len(actions) >= want.Shards {
+			continue
+		}
+		for _, m := range staying(members) {
+			if replica, _ := m.self(); replica.PrimaryID == self.ID && m.LinkUp {
+				actions = append(actions, Action{On: m.Pod, Failover: true})
+				break
+			}
+		}
+	}
+	return Plan{Actions: actions}, len(actions) == 0
+}
+
+// attachReplicas gives every target primary (see targets) its replicas: staying members that
+// serve no slot and are not targets themselves, and staying replicas of a primary that is not a
+// target (a leaving or drained one), replicate the target with the fewest replicas; a target
+// with more replicas than wanted gives one to a target with fewer. Replicas of new targets
+// attach while those are still empty, before their slots arrive.
+func attachReplicas(want Want, members []Member) (Plan, bool) {
+	chosen := targets(want, members)
+	if len(chosen) == 0 {
+		return Plan{Waiting: "no server serves slots yet"}, false
+	}
+	ids := make([]string, len(chosen))
+	isTarget := map[string]bool{}
+	for i, t := range chosen {
+		self, _ := t.self()
+		ids[i] = self.ID
+		isTarget[self.ID] = true
+	}
+	replicas := map[string][]string{}
+	var movable []string
+	for _, m := range staying(members) {
+		self, _ := m.self()
+		switch {
+		case isTarget[self.ID]:
+		case isTarget[self.PrimaryID]:
+			replicas[self.PrimaryID] = append(replicas[self.PrimaryID], m.Pod)
+		case self.SlotsServed() == 0 && len(self.Importing) == 0:
+			movable = append(movable, m.Pod)
+		}
+	}
+	fewest := func() string {
+		return slices.MinFunc(ids, func(a, b string) int { return len(replicas[a]) - len(replicas[b]) })
+	}
+	var actions []Action
+	for _, pod := range movable {
+		primary := fewest()
+		if len(replicas[primary]) >= want.ReplicasPerShard {
+			break
+		}
+		replicas[primary] = append(replicas[primary], pod)
+		actions = append(actions, Action{On: pod, Replicate: primary})
+	}
+	if len(actions) == 0 {
+		most := slices.MaxFunc(ids, func(a, b string) int { return len(replicas[a]) - len(replicas[b]) })
+		if primary := fewest(); len(replicas[primary]) < want.ReplicasPerShard && len(replicas[most]) > want.ReplicasPerShard {
+			actions = append(actions, Action{On: replicas[most][len(replicas[most])-1], Replicate: primary})
+		}
+	}
+	return Plan{Actions: actions}, len(actions) == 0
+}
+
+// replicasComplete waits, once nothing else is to do, until every primary has its replicas.
+func replicasComplete(want Want, members []Member) (Plan, bool) {
+	replicas := map[string]int{}
+	for _, m := range staying(members) {
+		if self, _ := m.self(); self.PrimaryID != "" {
+			replicas[self.PrimaryID]++
+		}
+	}
+	for _, t := range targets(want, members) {
+		if self, _ := t.self(); replicas[self.ID] < want.ReplicasPerShard {
+			return Plan{Waiting: fmt.Sprintf("primary %s has %d of %d replicas", self.ID, replicas[self.ID], want.ReplicasPerShard)}, false
+		}
+	}
+	return Plan{}, true
+}
+
+// release lets the servers of leaving pods go once they serve no slot: each forgets the cluster
+// (CLUSTER RESET SOFT), and every staying member forgets it, in one step. Then the StatefulSet
+// may remove their pods (Released).
+func release(_ Want, members []Member) (Plan, bool) {
+	var actions []Action
+	for i := range members {
+		m := &members[i]
+		self, _ := m.self()
+		if !m.Leaving || self.SlotsServed() > 0 || len(self.Migrating) > 0 || len(self.Importing) > 0 {
+			continue
+		}
+		if knowsStaying(m, members) {
+			actions = append(actions, Action{On: m.Pod, Reset: true})
+		}
+		for _, other := range staying(members) {
+			if knows(other, self.ID) {
+				actions = append(actions, Action{On: other.Pod, Forget: self.ID})
+			}
+		}
+	}
+	return Plan{Actions: actions}, len(actions) == 0
+}
+
+// Released reports whether the pods that a scale-in removes may go: none serves a slot, and none
+// knows a staying member or is known by one, so that removing them takes nothing from the cluster
+// and leaves no failed node behind.
+func Released(members []Member) bool {
+	for i := range members {
+		m := &members[i]
+		if !m.Leaving {
+			continue
+		}
+		self, ok := m.self()
+		if !ok || self.SlotsServed() > 0 || knowsStaying(m, members) {
+			return false
+		}
+		for _, other := range staying(members) {
+			if knows(other, self.ID) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func knows(m *Member, id string) bool {
+	return slices.ContainsFunc(m.Nodes, func(n valkey.ClusterNode) bool { return n.ID == id && !n.Myself })
+}
+
+func knowsStaying(m *Member, members []Member) bool {
+	for _, other := range staying(members) {
+		if self, ok := other.self(); ok && knows(m, self.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// leavingPods lists the leaving members, for messages.
+func leavingPods(members []Member) string {
+	var pods []string
+	for i := range members {
+		if members[i].Leaving {
+			pods = append(pods, members[i].Pod)
+		}
+	}
+	return strings.Join(pods, ", ")
+}

@@ -1,0 +1,94 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+)
+
+// The commands below move hash slots between primaries the way `valkey-cli --cluster rebalance`
+// does, which every Valkey release serves: the target is told it imports the slot, the source
+// that it migrates it; the source's keys in the slot go over with MIGRATE, while clients are
+// redirected with ASK for keys already moved; then every primary is told the slot's new owner,
+// the target first, which raises its config epoch so that its claim wins. Each command takes
+// many slots at once, pipelined, so that a batch costs a few round trips and not a few per slot.
+
+// SetSlotsImporting makes this server, the target, import the slots from the node sourceID.
+func (s *Server) SetSlotsImporting(ctx context.Context, slots []int, sourceID string) error {
+	return s.setSlots(ctx, "CLUSTER SETSLOT IMPORTING", slots, func(b valkeygo.Builder, slot int) valkeygo.Completed {
+		return b.ClusterSetslot().Slot(int64(slot)).Importing().NodeId(sourceID).Build()
+	})
+}
+
+// SetSlotsMigrating makes this server, the source, migrate the slots to the node targetID.
+func (s *Server) SetSlotsMigrating(ctx context.Context, slots []int, targetID string) error {
+	return s.setSlots(ctx, "CLUSTER SETSLOT MIGRATING", slots, func(b valkeygo.Builder, slot int) valkeygo.Completed {
+		return b.ClusterSetslot().Slot(int64(slot)).Migrating().NodeId(targetID).Build()
+	})
+}
+
+// SetSlotsOwner tells this server that the node ownerID serves the slots, which ends their
+// migration or import on it.
+func (s *Server) SetSlotsOwner(ctx context.Context, slots []int, ownerID string) error {
+	return s.setSlots(ctx, "CLUSTER SETSLOT NODE", slots, func(b valkeygo.Builder, slot int) valkeygo.Completed {
+		return b.ClusterSetslot().Slot(int64(slot)).Node().NodeId(ownerID).Build()
+	})
+}
+
+// SetSlotsStable clears the slots' migrating or importing state on this server.
+func (s *Server) SetSlotsStable(ctx context.Context, slots []int) error {
+	return s.setSlots(ctx, "CLUSTER SETSLOT STABLE", slots, func(b valkeygo.Builder, slot int) valkeygo.Completed {
+		return b.ClusterSetslot().Slot(int64(slot)).Stable().Build()
+	})
+}
+
+func (s *Server) setSlots(ctx context.Context, what string, slots []int, build func(valkeygo.Builder, int) valkeygo.Completed) error {
+	if len(slots) == 0 {
+		return nil
+	}
+	cmds := make(valkeygo.Commands, len(slots))
+	for i, slot := range slots {
+		cmds[i] = build(s.client.B(), slot)
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	var errs []error
+	for i, reply := range s.client.DoMulti(ctx, cmds...) {
+		if err := reply.Error(); err != nil {
+			errs = append(errs, s.wrap(what+" "+strconv.Itoa(slots[i]), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// KeysInSlot are up to count of the keys this server holds in the slot.
+func (s *Server) KeysInSlot(ctx context.Context, slot, count int) ([]string, error) {
+	keys, err := s.do(ctx, s.client.B().ClusterGetkeysinslot().Slot(int64(slot)).Count(int64(count)).Build()).AsStrSlice()
+	return keys, s.wrap("CLUSTER GETKEYSINSLOT", err)
+}
+
+// MigrateKeys moves keys from this server to the one at ip:port, replacing any copy there: while
+// a slot migrates, clients write a key that still exists here only here, so this copy is the
+// latest.
+func (s *Server) MigrateKeys(ctx context.Context, ip string, port int, keys []string) error {
+	cmd := s.client.B().Migrate().Host(ip).Port(int64(port)).Key("").DestinationDb(0).
+		Timeout(Timeout.Milliseconds()).Replace().Keys(keys...).Build()
+	// A reply of NOKEY, when every key has expired or been deleted meanwhile, is no error.
+	return s.wrap("MIGRATE", s.do(ctx, cmd).Error())
+}
+
+// Failover makes this server, a replica in sync with its primary, the primary of its shard, with
+// the old primary's agreement: the primary stops taking writes until the replica has them all,
+// so no acknowledged write is lost.
+func (s *Server) Failover(ctx context.Context) error {
+	return s.wrap("CLUSTER FAILOVER", s.do(ctx, s.client.B().ClusterFailover().Build()).Error())
+}
+
+// ResetSoft makes this server forget the cluster: it drops every other node and its data, and
+// keeps its node ID. A node leaving the cluster is reset so that it cannot tell the others about
+// nodes they are forgetting, nor itself be re-learnt from them.
+func (s *Server) ResetSoft(ctx context.Context) error {
+	return s.wrap("CLUSTER RESET SOFT", s.do(ctx, s.client.B().ClusterReset().Soft().Build()).Error())
+}
