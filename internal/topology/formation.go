@@ -231,6 +231,10 @@ func progress(plan Plan, members []Member) string {
 	if plan.Operation == Draining {
 		parts = append(parts, "pods to remove: "+leavingPods(members))
 	}
+	if len(plan.Lost) > 0 {
+		parts = append(parts, fmt.Sprintf("departed with no replica, their slots go to a new node without their keys: %s",
+			strings.Join(plan.Lost, ", ")))
+	}
 	if plan.SlotsToMove > 0 {
 		parts = append(parts, fmt.Sprintf("%d slots to move", plan.SlotsToMove))
 	}
@@ -283,7 +287,10 @@ func operation(want Want, members []Member) Problem {
 // forgetDeparted heals the cluster of the nodes of pods that are gone. A replaced pod starts a
 // new, empty node with a new ID; the old one never comes back. With every pod's server answering
 // (Form checks that first), a node that is no member's own and not a handshake in progress is
-// departed once the cluster agrees it failed (fail), or once it has lost its address (noaddr):
+// departed at once if it serves no slot: forgetting it takes nothing from the cluster, and only
+// some members may know it (one that met a leaving node's server as it was released), so the
+// cluster may never agree it failed. One that serves slots is departed once the cluster agrees it
+// failed (fail), or once it has lost its address (noaddr):
 // that happens when the new pod gets the old one's IP, and then the others stop probing the old
 // node and never judge it failed, so Valkey never fails its shard over by itself. For such a
 // primary a replica among the members takes over (CLUSTER FAILOVER TAKEOVER, which needs no
@@ -300,7 +307,7 @@ func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 	departed, lostAddress := map[string]bool{}, map[string]bool{}
 	for i := range members {
 		for _, n := range members[i].Nodes {
-			if !ours[n.ID] && !n.Handshake && (n.Failing || n.IP == "") {
+			if !ours[n.ID] && !n.Handshake && (n.Failing || n.IP == "" || n.SlotsServed() == 0) {
 				departed[n.ID] = true
 				lostAddress[n.ID] = lostAddress[n.ID] || n.IP == ""
 			}

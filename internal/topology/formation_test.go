@@ -221,12 +221,22 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 			return m
 		}(),
 	}, {
-		name: "a node that is no member and only suspected by one member is not forgotten: the cluster has not agreed",
+		name: "a node that is no member's and serves slots, only suspected by one member, is not forgotten: the cluster has not agreed",
 		members: func() []Member {
 			m := world(all(formed...)...)
-			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-other", Primary: true, IP: "127.64.0.9", Port: 6379, Suspected: true})
+			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-other", Primary: true, IP: "127.64.0.9", Port: 6379, Suspected: true,
+				Slots: []valkey.SlotRange{r(0, 0)}})
 			return m
 		}(),
+		waiting: "slots are held by nodes that are not this Cache's servers: id-other",
+	}, {
+		name: "a node that is no member's and serves no slot, known to one member only, is forgotten at once",
+		members: func() []Member {
+			m := world(all(formed...)...)
+			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-released", Primary: true, IP: "127.64.0.9", Port: 6379, Suspected: true})
+			return m
+		}(),
+		wantActions: []string{"pod-1: CLUSTER FORGET id-released"},
 	}, {
 		name:    "formed",
 		members: world(formed...),

@@ -2,8 +2,6 @@ package topology
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	cachev2 "example.com/cache-operator/api/v2"
@@ -23,8 +21,6 @@ const (
 	SlotsUnserved Problem = cachev2.ReasonSlotsUnserved
 	// ReplicasMissing means a shard has fewer replicas with their link up than wanted.
 	ReplicasMissing Problem = cachev2.ReasonReplicasMissing
-	// SlotsMigrating means some slots are being migrated or imported.
-	SlotsMigrating Problem = cachev2.ReasonSlotsMigrating
 	// ScalingOut, Draining, Rebalancing, Healing and Upgrading are the operations that take
 	// the cluster from one shape to another; see the Cache's reasons of the same names.
 	ScalingOut  Problem = cachev2.ReasonScalingOut
@@ -78,12 +74,13 @@ func describe(plan Plan) string {
 
 // Assess judges a formed cluster by what its servers report: it is ready only when every server
 // says cluster_state:ok, all 16384 slots are served by primaries that no server sees failing,
-// every shard has its replicas attached with the link up, and no slot is migrating or
-// importing.
+// and every shard has its replicas attached with the link up. (A formed cluster has no slot
+// migrating or importing: Form finishes or closes such a slot first.)
 func Assess(want Want, members []Member) Health {
 	var notOK []string
 	for _, m := range members {
-		if m.State != "ok" {
+		// A leaving server that has forgotten the cluster says fail until its pod goes.
+		if m.State != "ok" && !m.Leaving {
 			notOK = append(notOK, fmt.Sprintf("%s (%s)", m.Pod, m.State))
 		}
 	}
@@ -102,7 +99,6 @@ func Assess(want Want, members []Member) Health {
 	servedBy := make([]bool, valkey.SlotCount)
 	linked := map[string]int{}
 	var primaries []string
-	var migrating []string
 	for _, m := range members {
 		self, _ := m.self()
 		switch {
@@ -120,11 +116,6 @@ func Assess(want Want, members []Member) Health {
 				}
 			}
 		}
-		for _, slots := range []map[int]string{self.Migrating, self.Importing} {
-			for _, slot := range slices.Sorted(maps.Keys(slots)) {
-				migrating = append(migrating, fmt.Sprintf("%d (%s)", slot, m.Pod))
-			}
-		}
 	}
 	served := 0
 	for _, ok := range servedBy {
@@ -139,9 +130,6 @@ func Assess(want Want, members []Member) Health {
 		if linked[id] < want.ReplicasPerShard {
 			return Health{ReplicasMissing, fmt.Sprintf("primary %s has %d of %d replicas with their link up", id, linked[id], want.ReplicasPerShard)}
 		}
-	}
-	if len(migrating) > 0 {
-		return Health{SlotsMigrating, "slots in migration: " + strings.Join(migrating, ", ")}
 	}
 	return Health{}
 }

@@ -25,7 +25,6 @@ type simNode struct {
 	importing         map[int]string
 	knows             map[string]bool // node IDs
 	leaving, outdated bool
-	generation        int
 }
 
 func newSim() *sim { return &sim{nodes: map[string]*simNode{}} }

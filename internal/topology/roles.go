@@ -128,8 +128,8 @@ func release(_ Want, members []Member) (Plan, bool) {
 }
 
 // Released reports whether the pods that a scale-in removes may go: none serves a slot, and none
-// knows a staying member or is known by one, so that removing them takes nothing from the cluster
-// and leaves no failed node behind.
+// knows a staying member or is known by one, or is shaking hands with one, so that removing them
+// takes nothing from the cluster and leaves no failed node behind.
 func Released(members []Member) bool {
 	for i := range members {
 		m := &members[i]
@@ -141,7 +141,8 @@ func Released(members []Member) bool {
 			return false
 		}
 		for _, other := range staying(members) {
-			if knows(other, self.ID) {
+			// A handshake would make the two know each other again once it completes.
+			if knows(other, self.ID) || inHandshakeWith(other, m) {
 				return false
 			}
 		}

@@ -229,10 +229,10 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 			if handled[slot] {
 				continue
 			}
-			switch from := server[slot]; {
-			case from == nil:
+			switch from := server[slot]; from {
+			case nil:
 				claims[m] = append(claims[m], slot)
-			case from == m:
+			case m:
 				stable[m] = append(stable[m], slot)
 			default:
 				add(from, m, slot, false, true)
