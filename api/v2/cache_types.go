@@ -36,7 +36,6 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || self.shards <= 9",message="a Standalone Cache has at most 9 shards (nodes)"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Cluster' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster mode only; a Standalone Cache has no replicas"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || oldSelf.mode != 'Cluster' || (self.shards == oldSelf.shards && (has(self.replicasPerShard) ? self.replicasPerShard : 0) >= (has(oldSelf.replicasPerShard) ? oldSelf.replicasPerShard : 0))",message="this release cannot change the shards of a Cluster Cache or remove replicas: it does not move slots between shards yet, and removing pods by ordinal could remove a primary; adding replicas works"
 type CacheSpec struct {
 	// Mode is Standalone (independent nodes, each holding the keys that clients send it) or
 	// Cluster (a Valkey Cluster with replicas, formed and kept whole by the operator). It cannot
@@ -49,6 +48,8 @@ type CacheSpec struct {
 	// Shards is the number of nodes of a Standalone Cache (1 to 9), or the number of primaries
 	// of a Cluster Cache (1 to 100), over which the 16384 hash slots are spread. The scale
 	// subresource reads and writes it, so `kubectl scale` targets the Cache. Defaults to 3.
+	// Changing it in Cluster mode moves slots: to the new primaries when it grows; off the
+	// primaries that go, before their pods are removed, when it shrinks.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=3
@@ -57,14 +58,17 @@ type CacheSpec struct {
 
 	// ReplicasPerShard is the number of replicas of each primary of a Cluster Cache, 0 to 2; with
 	// at least one, the cluster survives losing a primary by promoting its replica. Unset means
-	// 0. Not allowed in Standalone mode.
+	// 0. Not allowed in Standalone mode. Lowering it removes replicas only: a primary on a pod
+	// that goes hands its shard to a replica that stays first.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2
 	// +optional
 	ReplicasPerShard *int32 `json:"replicasPerShard,omitempty"`
 
 	// Version is the Valkey release to run, MAJOR.MINOR.PATCH (for example 8.1.1). It becomes
-	// the image tag; changing it rolls the nodes one at a time, highest ordinal first.
+	// the image tag. Changing it restarts the nodes one at a time: in Standalone mode highest
+	// ordinal first; in Cluster mode replicas first, each back in sync before the next, then
+	// each primary once an updated replica has taken over its shard (Ready says Upgrading).
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+[.][0-9]+[.][0-9]+$')",message="version must be a Valkey release as MAJOR.MINOR.PATCH, such as 8.1.1 (no 'v' prefix, no tags such as 'latest')"
 	// +required
@@ -126,6 +130,16 @@ type CacheStatus struct {
 	// SlotsAssigned is, in Cluster mode, how many of the 16384 hash slots a primary serves.
 	// +optional
 	SlotsAssigned int32 `json:"slotsAssigned,omitempty"`
+
+	// SlotsToMove is, in Cluster mode, how many hash slots the operation under way (scaling
+	// out, draining, rebalancing) still has to move between primaries; 0 when none is.
+	// +optional
+	SlotsToMove int32 `json:"slotsToMove,omitempty"`
+
+	// SlotsMoved is, in Cluster mode, how many slots the latest operation that moved slots has
+	// moved so far (or in all, once SlotsToMove is 0).
+	// +optional
+	SlotsMoved int32 `json:"slotsMoved,omitempty"`
 
 	// Nodes are, in Cluster mode, the cluster's nodes as Valkey reports them, by pod.
 	// +listType=map

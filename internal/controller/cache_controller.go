@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,7 +70,18 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 	}
 
-	sts, templateHeld, err := r.ensureChildren(ctx, &cache)
+	// A Cluster Cache's servers are asked first: a scale-in removes no pod before its server has
+	// handed over its slots and left the cluster.
+	var members []clusterMember
+	nodes := cache.Spec.Nodes()
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		var err error
+		if members, err = r.observeCluster(ctx, &cache); err != nil {
+			return ctrl.Result{}, err
+		}
+		nodes = nodesToRun(&cache, members)
+	}
+	sts, templateHeld, err := r.ensureChildren(ctx, &cache, nodes)
 	if err != nil {
 		return ctrl.Result{}, r.reportFailure(ctx, &cache, err)
 	}
@@ -84,13 +96,13 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	var pollAfter time.Duration
 	var clusterErr error
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		if cluster, pollAfter, clusterErr = r.tendCluster(ctx, &cache); cluster == nil {
-			return ctrl.Result{}, clusterErr
-		}
+		cluster, pollAfter, clusterErr = r.tendCluster(ctx, &cache, sts, members)
 	}
+	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
 	if err := r.writeStatus(ctx, &cache, observedStatus(&cache, sts, registered, templateHeld, cluster)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
+	r.announceOperation(&cache, before, meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady))
 	if err := errors.Join(registerErr, clusterErr); err != nil {
 		return ctrl.Result{}, err // the queue's backoff decides when to look again
 	}

@@ -18,14 +18,15 @@ import (
 	"example.com/cache-operator/internal/resources"
 )
 
-// ensureChildren makes the Cache's Service and StatefulSet match its spec. The Service comes
-// first: the StatefulSet's pods get their DNS names from it. It also reports whether the pods
-// keep the template of an earlier operator release (see holdsReleaseTemplate).
-func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache) (*appsv1.StatefulSet, bool, error) {
+// ensureChildren makes the Cache's Service and StatefulSet match its spec, with the number of
+// pods given (nodesToRun). The Service comes first: the StatefulSet's pods get their DNS names
+// from it. It also reports whether the pods keep the template of an earlier operator release
+// (see holdsReleaseTemplate).
+func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32) (*appsv1.StatefulSet, bool, error) {
 	if err := r.ensureService(ctx, cache); err != nil {
 		return nil, false, fmt.Errorf("ensuring Service: %w", err)
 	}
-	sts, templateHeld, err := r.ensureStatefulSet(ctx, cache)
+	sts, templateHeld, err := r.ensureStatefulSet(ctx, cache, nodes)
 	if err != nil {
 		return nil, false, fmt.Errorf("ensuring StatefulSet: %w", err)
 	}
@@ -35,8 +36,9 @@ func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cac
 // ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod
 // template (see InformerOptions), whether anything needs writing. Only an update, rare next to the
 // passes that find nothing to do, reads the whole stored object first.
-func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache) (*appsv1.StatefulSet, bool, error) {
+func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache, nodes int32) (*appsv1.StatefulSet, bool, error) {
 	desired := resources.StatefulSet(cache, r.ImageRepository)
+	desired.Spec.Replicas = &nodes
 	cached := &appsv1.StatefulSet{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(desired), cached)
 	if err == nil && metav1.IsControlledBy(cached, cache) {

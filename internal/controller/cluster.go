@@ -2,13 +2,14 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,47 +29,109 @@ const clusterPollWhileNotReady = 2 * time.Second
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
-// tendCluster is a Cluster Cache's part of a pass: it asks each pod's server for its view of the
-// cluster, takes the next step of forming it (topology.Form), at most one per pass, and reports
-// what the servers say, with a verdict that is Ready only when the cluster serves. It returns when
-// to look again. The verdict is on the state read before the step, which the next pass reads
-// afresh.
-func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache) (*clusterReport, time.Duration, error) {
-	members, err := r.observeCluster(ctx, cache)
-	if err != nil {
-		return nil, 0, err
+// clusterPollWhileMoving is how soon a Cluster Cache whose slots are moving is looked at again:
+// each pass moves one bounded batch, and the next batch may start as soon as it is seen to land.
+const clusterPollWhileMoving = 200 * time.Millisecond
+
+// clusterMember is a pod of a Cluster Cache and what its server reports.
+type clusterMember struct {
+	topology.Member
+	pod *corev1.Pod
+}
+
+func topologyMembers(members []clusterMember) []topology.Member {
+	out := make([]topology.Member, len(members))
+	for i := range members {
+		out[i] = members[i].Member
+	}
+	return out
+}
+
+// tendCluster is a Cluster Cache's part of a pass: from each pod's server's view of the cluster,
+// it takes the next step towards the cluster the spec asks for (topology.Next: forming, healing,
+// scaling, draining, rebalancing, upgrading), at most one bounded step per pass, and reports
+// what the servers say, with a verdict that is Ready only when the cluster serves as asked. It
+// returns when to look again. The verdict is on the state read before the step, which the next
+// pass reads afresh.
+func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache, sts *appsv1.StatefulSet, members []clusterMember) (*clusterReport, time.Duration, error) {
+	for i := range members {
+		// The StatefulSet updates on delete (resources.StatefulSet): a pod on an older
+		// revision waits for the ordered upgrade to restart it.
+		revision := members[i].pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+		members[i].Outdated = sts.Status.UpdateRevision != "" && revision != sts.Status.UpdateRevision
 	}
 	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero())}
-	plan := topology.Form(want, members)
+	plan, health := topology.Next(want, topologyMembers(members))
 	actErr := r.act(ctx, members, plan.Actions)
+	for _, id := range plan.Lost {
+		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, reasonSlotsLost, "Forget",
+			"node %s served slots and departed with no replica left to take them over: they go to a new node, without their keys", id)
+	}
 
-	health := topology.Assess(want, members)
 	report := reportCluster(want, members, health, cache.Generation)
-	if health.Ready() && len(plan.Actions) == 0 {
+	report.slotsToMove = int32(plan.SlotsToMove)
+	switch {
+	case health.Ready() && len(plan.Actions) == 0:
 		return report, r.ClusterCheckInterval, actErr
+	case slices.ContainsFunc(plan.Actions, func(a topology.Action) bool { return a.Migrate != nil }):
+		return report, clusterPollWhileMoving, actErr
 	}
 	return report, clusterPollWhileNotReady, actErr
 }
 
+// reasonSlotsLost is the reason of the event that says a departed primary's keys are lost.
+const reasonSlotsLost = "SlotsLost"
+
 // observeCluster asks the server of every live pod of the Cache, all at once, for its view of
 // the cluster. A server that cannot be asked is a member without a view, which Form waits on.
-func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cache) ([]topology.Member, error) {
+// A pod beyond the nodes the spec asks for is Leaving: the StatefulSet removes the highest
+// ordinals when it shrinks.
+func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cache) ([]clusterMember, error) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return nil, fmt.Errorf("listing the Cache's pods: %w", err)
 	}
-	var members []topology.Member
-	for _, pod := range pods.Items {
+	var members []clusterMember
+	for i := range pods.Items {
+		pod := &pods.Items[i]
 		if pod.DeletionTimestamp == nil && pod.Status.PodIP != "" && pod.Status.Phase == corev1.PodRunning {
-			members = append(members, topology.Member{Pod: pod.Name, IP: pod.Status.PodIP, Port: resources.Port})
+			members = append(members, clusterMember{pod: pod, Member: topology.Member{
+				Pod: pod.Name, IP: pod.Status.PodIP, Port: resources.Port,
+				Leaving: ordinal(cache, pod) >= cache.Spec.Nodes(),
+			}})
 		}
 	}
 	var wg sync.WaitGroup
 	for i := range members {
-		wg.Go(func() { observeMember(ctx, &members[i]) })
+		wg.Go(func() { observeMember(ctx, &members[i].Member) })
 	}
 	wg.Wait()
 	return members, nil
+}
+
+// ordinal is the pod's ordinal in the Cache's StatefulSet, from its name.
+func ordinal(cache *cachev2.Cache, pod *corev1.Pod) int32 {
+	n, err := strconv.ParseInt(strings.TrimPrefix(pod.Name, cache.Name+"-"), 10, 32)
+	if err != nil {
+		return -1
+	}
+	return int32(n)
+}
+
+// nodesToRun is how many pods the Cache's StatefulSet keeps: the nodes the spec asks for, or,
+// while a scale-in drains, every pod up to the highest leaving one, so that no pod is removed
+// while its server still serves slots or is known to the cluster.
+func nodesToRun(cache *cachev2.Cache, members []clusterMember) int32 {
+	nodes := cache.Spec.Nodes()
+	if topology.Released(topologyMembers(members)) {
+		return nodes
+	}
+	for _, m := range members {
+		if m.Leaving {
+			nodes = max(nodes, ordinal(cache, m.pod)+1)
+		}
+	}
+	return nodes
 }
 
 // observeMember fills in what m's server reports; on any failure, m keeps no view of the
@@ -97,52 +160,18 @@ func observeMember(ctx context.Context, m *topology.Member) {
 	m.Nodes = nodes
 }
 
-// act runs the plan's actions, which are independent of each other, and returns every failure.
-func (r *CacheReconciler) act(ctx context.Context, members []topology.Member, actions []topology.Action) error {
-	byPod := map[string]topology.Member{}
-	for _, m := range members {
-		byPod[m.Pod] = m
-	}
-	var errs []error
-	for _, a := range actions {
-		log.FromContext(ctx).Info("Valkey cluster step", "step", a.String())
-		m := byPod[a.On]
-		server, err := valkey.Connect(m.IP, m.Port)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		switch {
-		case a.Meet != nil:
-			err = server.Meet(ctx, a.Meet.IP, a.Meet.Port)
-		case a.AddSlots != nil:
-			err = server.AddSlots(ctx, a.AddSlots)
-		case a.Forget != "":
-			err = server.Forget(ctx, a.Forget)
-		case a.Takeover:
-			err = server.FailoverTakeover(ctx)
-		default:
-			err = server.Replicate(ctx, a.Replicate)
-		}
-		server.Close()
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("forming the Valkey cluster: %w", err)
-	}
-	return nil
-}
-
 // clusterReport is what a Cluster Cache's servers say, in the terms of its status.
 type clusterReport struct {
 	shards, readyShards, slotsAssigned int32
-	nodes                              []cachev2.ClusterNode
+	// slotsToMove is how many slots the operation under way still has to move.
+	slotsToMove int32
+	nodes       []cachev2.ClusterNode
 	// ready is the cluster's verdict, the Cache's Ready condition once every pod is ready.
 	ready metav1.Condition
 }
 
 // reportCluster sums up the shards, slots and nodes the servers report, and the cluster's health.
-func reportCluster(want topology.Want, members []topology.Member, health topology.Health, generation int64) *clusterReport {
+func reportCluster(want topology.Want, members []clusterMember, health topology.Health, generation int64) *clusterReport {
 	podOf := map[string]string{}
 	for i := range members {
 		if self, ok := valkey.Myself(members[i].Nodes); ok {

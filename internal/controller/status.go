@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
@@ -71,10 +73,12 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 	status.ReadyReplicas = sts.Status.ReadyReplicas
 	// Each Standalone node is a shard; a Cluster's shards are counted from what Valkey reports.
 	status.Shards, status.ReadyShards, status.SlotsAssigned, status.Nodes = status.Replicas, status.ReadyReplicas, 0, nil
+	status.SlotsToMove, status.SlotsMoved = 0, 0
 	ready := readyCondition(cache, sts)
 	if cluster != nil {
 		status.Shards, status.ReadyShards = cluster.shards, cluster.readyShards
 		status.SlotsAssigned, status.Nodes = cluster.slotsAssigned, cluster.nodes
+		status.SlotsToMove, status.SlotsMoved = cluster.slotsToMove, slotsMoved(cache.Status, cluster.slotsToMove)
 		if ready.Status == metav1.ConditionTrue {
 			ready = cluster.ready // the pods' progress is the news until they are all up
 		}
@@ -102,12 +106,35 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 	return status
 }
 
+// slotsMoved counts the slots an operation has moved, from the stored status and the slots
+// still to move now: it grows as that number falls, starts again from 0 when an operation
+// starts, and keeps its total once the operation is done. Computed from the stored status, it
+// neither counts a move twice after a conflict nor loses one across a restart.
+func slotsMoved(stored cachev2.CacheStatus, toMove int32) int32 {
+	switch {
+	case stored.SlotsToMove > 0:
+		return stored.SlotsMoved + max(stored.SlotsToMove-toMove, 0)
+	case toMove > 0:
+		return 0
+	}
+	return stored.SlotsMoved
+}
+
 // readyCondition is True once the StatefulSet controller has acted on the current StatefulSet
 // spec and every wanted replica is ready and runs the current pod template; until then it is
 // False with reason Progressing and a message that says how far the rollout has got.
+//
+// A Cluster Cache's StatefulSet keeps more pods while a scale-in drains them, and its pods are
+// restarted by the operator's ordered upgrade, not the StatefulSet controller: so its pods are
+// counted against the StatefulSet's replicas, not the spec's nodes, and the cluster's verdict
+// says how the upgrade goes.
 func readyCondition(cache *cachev2.Cache, sts *appsv1.StatefulSet) metav1.Condition {
 	want := cache.Spec.Nodes()
 	st := sts.Status
+	updated, rolling := st.UpdatedReplicas, st.UpdateRevision != st.CurrentRevision
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		want, updated, rolling = ptr.Deref(sts.Spec.Replicas, want), st.Replicas, false
+	}
 	cond := metav1.Condition{
 		Type:               cachev2.ConditionReady,
 		Status:             metav1.ConditionFalse,
@@ -118,16 +145,42 @@ func readyCondition(cache *cachev2.Cache, sts *appsv1.StatefulSet) metav1.Condit
 	if st.Replicas > want {
 		cond.Message = fmt.Sprintf("removing nodes: %d running, scaling down to %d", st.Replicas, want)
 	}
-	if st.UpdateRevision != st.CurrentRevision {
-		cond.Message += fmt.Sprintf(", %d/%d updated to the current spec", st.UpdatedReplicas, want)
+	if rolling {
+		cond.Message += fmt.Sprintf(", %d/%d updated to the current spec", updated, want)
 	}
 	// Without the first test the counts could describe the StatefulSet before our last change,
 	// such as the old pods of a version bump, all ready but about to be replaced.
 	settled := st.ObservedGeneration >= sts.Generation &&
-		st.Replicas == want && st.UpdatedReplicas == want && st.ReadyReplicas == want
+		st.Replicas == want && updated == want && st.ReadyReplicas == want
 	if settled {
 		cond.Status = metav1.ConditionTrue
 		cond.Reason = cachev2.ReasonAllReplicasReady
 	}
 	return cond
 }
+
+// announceOperation records an event when a Cluster Cache's Ready condition starts or ends an
+// operation (scaling out, draining, rebalancing, healing, upgrading), judged from the stored
+// condition before and after this pass's write, so that it is said once.
+func (r *CacheReconciler) announceOperation(cache *cachev2.Cache, before, after *metav1.Condition) {
+	reason := func(c *metav1.Condition) string {
+		if c == nil || !slices.Contains(clusterOperations, c.Reason) {
+			return ""
+		}
+		return c.Reason
+	}
+	was, is := reason(before), reason(after)
+	if was == is {
+		return
+	}
+	if was != "" {
+		r.Recorder.Eventf(cache, nil, corev1.EventTypeNormal, was, "Finish", "%s finished: %s", was, after.Message)
+	}
+	if is != "" {
+		r.Recorder.Eventf(cache, nil, corev1.EventTypeNormal, is, "Start", "%s started: %s", is, after.Message)
+	}
+}
+
+// clusterOperations are the Ready reasons of a Cluster Cache that name an operation under way.
+var clusterOperations = []string{cachev2.ReasonScalingOut, cachev2.ReasonDraining, cachev2.ReasonRebalancing,
+	cachev2.ReasonHealing, cachev2.ReasonUpgrading}

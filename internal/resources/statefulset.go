@@ -86,6 +86,14 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 		// start; a Standalone Cache keeps the default its StatefulSet was created with (the
 		// policy is immutable).
 		sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+		// The operator restarts a Cluster's pods itself, in the order that keeps every shard
+		// serving (topology.Roll): replicas first, each back in sync before the next, and a
+		// primary only after a replica has taken over. The StatefulSet controller's rolling
+		// update knows nothing of shards and would restart a primary and its replica back to
+		// back; a partitioned rollout still goes by ordinal, which says nothing about who is
+		// primary after a failover. So the StatefulSet only makes new pods from the new
+		// template when the operator deletes old ones.
+		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
 	}
 	sts.Annotations = map[string]string{AnnotationTemplateWritten: OwnedTemplateDigest(&sts.Spec.Template)}
 	return sts
@@ -106,6 +114,10 @@ func MergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 		dst.Spec.PodManagementPolicy = desired.Spec.PodManagementPolicy
 	}
 	dst.Spec.Replicas = desired.Spec.Replicas
+	if desired.Spec.UpdateStrategy.Type != "" {
+		// Set for a Cluster only; a Standalone Cache keeps the server's default, rolling.
+		dst.Spec.UpdateStrategy = desired.Spec.UpdateStrategy
+	}
 
 	mergeOwnedTemplate(&dst.Spec.Template, &desired.Spec.Template)
 	mergeAnnotations(&dst.Annotations, map[string]string{AnnotationTemplateWritten: OwnedTemplateDigest(&dst.Spec.Template)})

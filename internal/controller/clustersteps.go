@@ -1,0 +1,147 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"example.com/cache-operator/internal/topology"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// keyMoveBudget bounds how long one pass spends moving keys between servers. A slot whose keys
+// are not all moved by then stays open, and the next pass resumes it from what the servers
+// report; so a big migration takes many short passes and never holds a worker for long.
+const keyMoveBudget = time.Second
+
+// keysPerMigrate is how many keys one MIGRATE command moves.
+const keysPerMigrate = 100
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=delete
+
+// act applies the plan's actions, which are independent of each other, and returns every
+// failure. A pod is deleted only if it is still the pod that was observed.
+func (r *CacheReconciler) act(ctx context.Context, members []clusterMember, actions []topology.Action) error {
+	byPod := map[string]clusterMember{}
+	for _, m := range members {
+		byPod[m.Pod] = m
+	}
+	deadline := time.Now().Add(keyMoveBudget)
+	var errs []error
+	for _, a := range actions {
+		log.FromContext(ctx).Info("Valkey cluster step", "step", a.String())
+		m := byPod[a.On]
+		if a.Restart {
+			pod := &corev1.Pod{}
+			pod.Name, pod.Namespace = m.pod.Name, m.pod.Namespace
+			errs = append(errs, client.IgnoreNotFound(r.Delete(ctx, pod, client.Preconditions{UID: &m.pod.UID})))
+			continue
+		}
+		server, err := valkey.Connect(m.IP, m.Port)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, r.command(ctx, server, byPod, a, deadline))
+		server.Close()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("tending the Valkey cluster: %w", err)
+	}
+	return nil
+}
+
+// command sends one action's command to its server.
+func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, byPod map[string]clusterMember, a topology.Action, deadline time.Time) error {
+	switch {
+	case a.Meet != nil:
+		return server.Meet(ctx, a.Meet.IP, a.Meet.Port)
+	case a.AddSlots != nil:
+		return server.AddSlots(ctx, a.AddSlots)
+	case a.Forget != "":
+		return server.Forget(ctx, a.Forget)
+	case a.Takeover:
+		return server.FailoverTakeover(ctx)
+	case a.Failover:
+		return server.Failover(ctx)
+	case a.Reset:
+		return server.ResetSoft(ctx)
+	case a.Stable != nil:
+		return server.SetSlotsStable(ctx, a.Stable)
+	case a.Claim != nil:
+		return server.SetSlotsOwner(ctx, a.Claim.Slots, a.Claim.ID)
+	case a.Migrate != nil:
+		return migrate(ctx, server, byPod, a.Migrate, deadline)
+	default:
+		return server.Replicate(ctx, a.Replicate)
+	}
+}
+
+// migrate moves slots from source: the target imports, the source migrates, the keys go over,
+// and then the target, the source and every other primary are told who owns each slot whose
+// keys all moved. Keys are moved until the deadline; the slots not finished by then stay open
+// for the next pass.
+func migrate(ctx context.Context, source *valkey.Server, byPod map[string]clusterMember, m *topology.Migration, deadline time.Time) error {
+	target, err := valkey.Connect(m.TargetAddress.IP, m.TargetAddress.Port)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	if err := target.SetSlotsImporting(ctx, m.Import, m.SourceID); err != nil {
+		return err
+	}
+	if err := source.SetSlotsMigrating(ctx, m.Export, m.TargetID); err != nil {
+		return err
+	}
+	var moved []int
+	for _, slot := range m.Slots {
+		done, err := moveKeys(ctx, source, m.TargetAddress, slot, deadline)
+		if err != nil {
+			return err
+		}
+		if !done {
+			break
+		}
+		moved = append(moved, slot)
+	}
+	// The target first: it raises its config epoch, so its claim wins over the source's.
+	if err := target.SetSlotsOwner(ctx, moved, m.TargetID); err != nil {
+		return err
+	}
+	if err := source.SetSlotsOwner(ctx, moved, m.TargetID); err != nil {
+		return err
+	}
+	// The other primaries would learn it from the cluster bus; told now, they redirect clients
+	// to the right node at once.
+	for _, pod := range m.Announce {
+		if other, err := valkey.Connect(byPod[pod].IP, byPod[pod].Port); err == nil {
+			if err := other.SetSlotsOwner(ctx, moved, m.TargetID); err != nil {
+				log.FromContext(ctx).Info("A primary will learn of moved slots from the cluster bus", "pod", pod, "error", err.Error())
+			}
+			other.Close()
+		}
+	}
+	return nil
+}
+
+// moveKeys moves the slot's keys from source to the target, until none is left (done) or the
+// deadline passes.
+func moveKeys(ctx context.Context, source *valkey.Server, target topology.Address, slot int, deadline time.Time) (done bool, err error) {
+	for {
+		keys, err := source.KeysInSlot(ctx, slot, keysPerMigrate)
+		if err != nil || len(keys) == 0 {
+			return err == nil, err
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		if err := source.MigrateKeys(ctx, target.IP, target.Port, keys); err != nil {
+			return false, err
+		}
+	}
+}
