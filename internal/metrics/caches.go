@@ -19,6 +19,13 @@ var (
 	cacheReadyDesc = prometheus.NewDesc("cache_operator_cache_ready",
 		"1 if the Cache's Ready condition is True, else 0: one series per Cache, for alerts that name it.",
 		[]string{"namespace", "name"}, nil)
+	slotsToMoveDesc = prometheus.NewDesc("cache_operator_cache_slots_to_move",
+		"Hash slots that a Cluster Cache's operation under way (scaling out, draining, rebalancing) still has to move; "+
+			"0 when none is. A value that stays above 0 means the migration has stopped.",
+		[]string{"namespace", "name"}, nil)
+	slotsMovedDesc = prometheus.NewDesc("cache_operator_cache_slots_moved",
+		"Hash slots that a Cluster Cache's latest operation has moved so far.",
+		[]string{"namespace", "name"}, nil)
 	terminatingDesc = prometheus.NewDesc("cache_operator_caches_terminating",
 		"Caches that are being deleted and wait for their finalizer.", nil, nil)
 	oldestTerminatingDesc = prometheus.NewDesc("cache_operator_oldest_terminating_cache_age_seconds",
@@ -47,6 +54,8 @@ type cachesCollector struct {
 func (c *cachesCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cachesDesc
 	ch <- cacheReadyDesc
+	ch <- slotsToMoveDesc
+	ch <- slotsMovedDesc
 	ch <- terminatingDesc
 	ch <- oldestTerminatingDesc
 }
@@ -78,6 +87,10 @@ func (c *cachesCollector) Collect(ch chan<- prometheus.Metric) {
 			ready = 1
 		}
 		ch <- prometheus.MustNewConstMetric(cacheReadyDesc, prometheus.GaugeValue, ready, cache.Namespace, cache.Name)
+		if cache.Spec.Mode == cachev2.ModeCluster {
+			ch <- prometheus.MustNewConstMetric(slotsToMoveDesc, prometheus.GaugeValue, float64(cache.Status.SlotsToMove), cache.Namespace, cache.Name)
+			ch <- prometheus.MustNewConstMetric(slotsMovedDesc, prometheus.GaugeValue, float64(cache.Status.SlotsMoved), cache.Namespace, cache.Name)
+		}
 		if ts := cache.DeletionTimestamp; ts != nil {
 			terminating++
 			oldest = max(oldest, time.Since(ts.Time).Seconds())
