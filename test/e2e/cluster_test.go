@@ -81,25 +81,43 @@ func clusterClient(t *testing.T, key client.ObjectKey) valkeygo.Client {
 // assertClusterServesKeys writes n keys through a cluster client and reads every one back.
 func assertClusterServesKeys(t *testing.T, key client.ObjectKey, n int) {
 	t.Helper()
-	ctx := context.Background()
+	writeKeys(t, key, n)
+	assertKeysRead(t, key, n)
+}
+
+// writeKeys writes key-0 … key-(n-1) through a cluster client, each with its number as value.
+func writeKeys(t *testing.T, key client.ObjectKey, n int) {
+	t.Helper()
 	c := clusterClient(t, key)
 	cmds := make(valkeygo.Commands, 0, n)
 	for i := range n {
 		cmds = append(cmds, c.B().Set().Key(fmt.Sprintf("key-%d", i)).Value(fmt.Sprint(i)).Build())
 	}
-	for i, res := range c.DoMulti(ctx, cmds...) {
+	for i, res := range c.DoMulti(context.Background(), cmds...) {
 		if err := res.Error(); err != nil {
 			t.Fatalf("SET key-%d: %v", i, err)
 		}
 	}
-	cmds = cmds[:0]
+}
+
+// assertKeysRead reads key-0 … key-(n-1) through a new cluster client and checks each value.
+func assertKeysRead(t *testing.T, key client.ObjectKey, n int) {
+	t.Helper()
+	c := clusterClient(t, key)
+	cmds := make(valkeygo.Commands, 0, n)
 	for i := range n {
 		cmds = append(cmds, c.B().Get().Key(fmt.Sprintf("key-%d", i)).Build())
 	}
-	for i, res := range c.DoMulti(ctx, cmds...) {
+	missing := 0
+	for i, res := range c.DoMulti(context.Background(), cmds...) {
 		if got, err := res.ToString(); err != nil || got != fmt.Sprint(i) {
-			t.Fatalf("GET key-%d = %q, %v; want %d", i, got, err, i)
+			if missing++; missing <= 3 {
+				t.Errorf("GET key-%d = %q, %v; want %d", i, got, err, i)
+			}
 		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d keys missing or wrong", missing, n)
 	}
 }
 
@@ -193,15 +211,9 @@ func TestClusterReadyFallsWithWhatValkeyReports(t *testing.T) {
 	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	replicaPod, replica := podOfRole(t, c, cachev2.RoleReplica)
 	var primaryPod *corev1.Pod
-	var otherPrimary cachev2.ClusterNode
 	for _, pod := range cachePods(t, key) {
 		if pod.Name == replica.PrimaryPod {
 			primaryPod = &pod
-		}
-	}
-	for _, n := range c.Status.Nodes {
-		if n.Role == cachev2.RolePrimary && n.Pod != replica.PrimaryPod {
-			otherPrimary = n
 		}
 	}
 	slot := firstSlot(t, primaryPod)
@@ -219,16 +231,6 @@ func TestClusterReadyFallsWithWhatValkeyReports(t *testing.T) {
 		message      string
 		break_, mend func(t *testing.T)
 	}{{
-		name:    "a slot left migrating",
-		reason:  cachev2.ReasonSlotsMigrating,
-		message: fmt.Sprintf("%d (%s)", slot, primaryPod.Name),
-		break_: run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed {
-			return b.ClusterSetslot().Slot(int64(slot)).Migrating().NodeId(otherPrimary.ID).Build()
-		}),
-		mend: run(primaryPod, func(b valkeygo.Builder) valkeygo.Completed {
-			return b.ClusterSetslot().Slot(int64(slot)).Stable().Build()
-		}),
-	}, {
 		// The replica cannot authenticate to its primary, which it then tries to: its link stays
 		// down once cut.
 		name:    "a replica whose link to its primary is down",

@@ -1,0 +1,509 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// serverView is a running pod's server and what it reports of the cluster.
+type serverView struct {
+	pod   corev1.Pod
+	self  valkey.ClusterNode
+	nodes []valkey.ClusterNode
+}
+
+// clusterViews asks every pod of the Cache that is not going away for CLUSTER NODES.
+func clusterViews(t *testing.T, key client.ObjectKey) []serverView {
+	t.Helper()
+	var views []serverView
+	for _, pod := range cachePods(t, key) {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		reply, err := do(t, &pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterNodes().Build() }).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := valkey.ParseClusterNodes(strings.TrimPrefix(reply, "txt:"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		self, _ := valkey.Myself(nodes)
+		views = append(views, serverView{pod: pod, self: self, nodes: nodes})
+	}
+	return views
+}
+
+// assertShape checks the cluster as its servers report it: exactly the wanted pods, each slot
+// served by exactly one primary, the primaries' counts of slots within one of each other, every
+// primary with its replicas, no slot open, and no server knowing a node that is not one of the
+// pods' (removed nodes are forgotten everywhere).
+func assertShape(t *testing.T, key client.ObjectKey, shards, replicas int) {
+	t.Helper()
+	nodes := shards * (1 + replicas)
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("%d pods", nodes), func() (bool, string) {
+		var running int
+		for _, pod := range cachePods(t, key) {
+			if pod.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		return len(cachePods(t, key)) == nodes, fmt.Sprintf("%d pods, %d not going away", len(cachePods(t, key)), running)
+	})
+	views := clusterViews(t, key)
+	ids := map[string]string{}
+	for _, v := range views {
+		ids[v.self.ID] = v.pod.Name
+	}
+	owner := map[int]string{}
+	replicasOf := map[string]int{}
+	var counts []int
+	for _, v := range views {
+		if len(v.self.Migrating)+len(v.self.Importing) > 0 {
+			t.Errorf("%s has slots open: migrating %v, importing %v", v.pod.Name, v.self.Migrating, v.self.Importing)
+		}
+		for _, n := range v.nodes {
+			if _, ok := ids[n.ID]; !ok {
+				t.Errorf("%s knows node %+v, which is no pod's", v.pod.Name, n)
+			}
+		}
+		if v.self.PrimaryID != "" {
+			replicasOf[v.self.PrimaryID]++
+			continue
+		}
+		counts = append(counts, v.self.SlotsServed())
+		for _, r := range v.self.Slots {
+			for s := r.Start; s <= r.End; s++ {
+				if other, dup := owner[s]; dup {
+					t.Fatalf("slot %d is served by %s and %s", s, other, v.pod.Name)
+				}
+				owner[s] = v.pod.Name
+			}
+		}
+	}
+	t.Logf("slots per primary: %v", counts)
+	if len(owner) != valkey.SlotCount || len(counts) != shards || slices.Max(counts)-slices.Min(counts) > 1 {
+		t.Errorf("%d slots served by %d primaries with %v; want all %d by %d, within one of each other",
+			len(owner), len(counts), counts, valkey.SlotCount, shards)
+	}
+	for _, v := range views {
+		if v.self.PrimaryID == "" && replicasOf[v.self.ID] != replicas {
+			t.Errorf("primary %s has %d replicas, want %d", v.pod.Name, replicasOf[v.self.ID], replicas)
+		}
+	}
+}
+
+// eventReasons are the reasons and actions of the events about the Cache, as "reason/action".
+func eventReasons(t *testing.T, key client.ObjectKey) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := admin.List(context.Background(), &list, client.InNamespace(key.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == key.Name {
+			reasons = append(reasons, e.Reason+"/"+e.Action)
+		}
+	}
+	return reasons
+}
+
+func waitEvents(t *testing.T, key client.ObjectKey, want ...string) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("events %v", want), func() (bool, string) {
+		got := eventReasons(t, key)
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				return false, fmt.Sprintf("events %v", got)
+			}
+		}
+		return true, ""
+	})
+}
+
+// Scaling out moves slots onto the new shards until each serves its share; scaling in moves
+// them off the shards that go before their pods are removed; a scale-in that interrupts a
+// scale-out still ends balanced; fewer replicas removes replicas only. No key is lost on the way.
+func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "sessions", 3, 1)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	const keys = 20000
+	writeKeys(t, key, keys)
+
+	patchCache(t, key, `{"spec":{"shards":5}}`)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertShape(t, key, 5, 1)
+	// 5462+5461+5461 slots to 3277,3277,3277,3277,3276: the three old primaries give 6553.
+	if c.Status.SlotsToMove != 0 || c.Status.SlotsMoved < 6553 || c.Status.Shards != 5 {
+		t.Errorf("status: %d shards, %d slots to move, %d moved; want 5, 0, at least 6553", c.Status.Shards, c.Status.SlotsToMove, c.Status.SlotsMoved)
+	}
+	assertKeysRead(t, key, keys)
+	waitEvents(t, key, cachev2.ReasonScalingOut+"/Start", cachev2.ReasonScalingOut+"/Finish")
+
+	patchCache(t, key, `{"spec":{"shards":3}}`)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertShape(t, key, 3, 1)
+	assertKeysRead(t, key, keys)
+	waitEvents(t, key, cachev2.ReasonDraining+"/Start", cachev2.ReasonDraining+"/Finish")
+
+	patchCache(t, key, `{"spec":{"shards":4}}`)
+	testenv.WaitFor(t, time.Minute, "the scale-out to start moving slots", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		return c.Status.SlotsToMove > 0, fmt.Sprintf("%d slots to move", c.Status.SlotsToMove)
+	})
+	patchCache(t, key, `{"spec":{"shards":3}}`)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertShape(t, key, 3, 1)
+	assertKeysRead(t, key, keys)
+
+	patchCache(t, key, `{"spec":{"replicasPerShard":0}}`)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertShape(t, key, 3, 0)
+	assertKeysRead(t, key, keys)
+}
+
+// openSlot leaves one slot of source half migrated to target, as an operator killed in the
+// middle of a migration leaves it: MIGRATING on the source, IMPORTING on the target, one of the
+// slot's keys moved. It returns the slot.
+func openSlot(t *testing.T, source, target serverView) int {
+	t.Helper()
+	ctx := context.Background()
+	v := node(t, &source.pod)
+	for _, r := range source.self.Slots {
+		for slot := r.Start; slot <= r.End; slot++ {
+			keys, err := v.Do(ctx, v.B().ClusterGetkeysinslot().Slot(int64(slot)).Count(2).Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) < 2 {
+				continue
+			}
+			do(t, &target.pod, func(b valkeygo.Builder) valkeygo.Completed {
+				return b.ClusterSetslot().Slot(int64(slot)).Importing().NodeId(source.self.ID).Build()
+			})
+			do(t, &source.pod, func(b valkeygo.Builder) valkeygo.Completed {
+				return b.ClusterSetslot().Slot(int64(slot)).Migrating().NodeId(target.self.ID).Build()
+			})
+			do(t, &source.pod, func(b valkeygo.Builder) valkeygo.Completed {
+				return b.Migrate().Host(target.pod.Status.PodIP).Port(resources.Port).Key("").DestinationDb(0).
+					Timeout(5000).Keys(keys[0]).Build()
+			})
+			return slot
+		}
+	}
+	t.Fatalf("no slot of %s holds two keys", source.pod.Name)
+	return 0
+}
+
+// primaries are the views of the servers that serve slots.
+func primaries(views []serverView) []serverView {
+	return slices.DeleteFunc(slices.Clone(views), func(v serverView) bool { return v.self.SlotsServed() == 0 })
+}
+
+// An operator killed with SIGKILL in the middle of a migration leaves a slot open with some of
+// its keys moved; the next operator finishes the migration: no slot is left open, no key is lost,
+// and the slot's keys are all on one node.
+func TestClusterMigrationLeftOpenByAKilledOperatorIsFinished(t *testing.T) {
+	first := startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "sessions", 2, 0)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	const keys = 5000
+	writeKeys(t, key, keys)
+	first.Stop(t, syscall.SIGKILL)
+
+	p := primaries(clusterViews(t, key))
+	slot := openSlot(t, p[0], p[1])
+	startOperator(t, "b", "", clusterCheckInterval)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertShape(t, key, 2, 0)
+	assertKeysRead(t, key, keys)
+	holders := 0
+	for _, v := range clusterViews(t, key) {
+		count, err := do(t, &v.pod, func(b valkeygo.Builder) valkeygo.Completed {
+			return b.ClusterCountkeysinslot().Slot(int64(slot)).Build()
+		}).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if count > 0 {
+			holders++
+		}
+	}
+	if holders != 1 {
+		t.Errorf("the keys of slot %d are on %d nodes, want one", slot, holders)
+	}
+}
+
+// The target of a migration dies with the slot open (and with no replica, its own keys with it):
+// once its pod is replaced, the operator closes the open slot, gives the dead node's slots to
+// the new node so that the cluster serves every slot again, says so in an event, and every key
+// of the other shards is still there.
+func TestClusterHealsWhenAMigrationTargetDies(t *testing.T) {
+	first := startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "sessions", 3, 0)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	const keys = 3000
+	writeKeys(t, key, keys)
+	first.Stop(t, syscall.SIGKILL)
+
+	p := primaries(clusterViews(t, key))
+	source, target := p[0], p[1]
+	openSlot(t, source, target)
+	lost := keysServedBy(t, keys, target)
+	if err := runner.Crash(ns, target.pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, "b", "", clusterCheckInterval)
+	testenv.WaitFor(t, 3*time.Minute, "the crashed pod replaced and the cluster ready", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(c)
+		for _, n := range c.Status.Nodes {
+			if n.Pod == target.pod.Name && n.ID == target.self.ID {
+				return false, "the old node is still there; " + why
+			}
+		}
+		return ok, why
+	})
+	assertShape(t, key, 3, 0)
+	waitEvents(t, key, "SlotsLost/Forget")
+
+	c := clusterClient(t, key)
+	for i := range keys {
+		got, err := c.Do(context.Background(), c.B().Get().Key(fmt.Sprintf("key-%d", i)).Build()).ToString()
+		switch {
+		case lost[i] && err == nil:
+			t.Errorf("key-%d, served by the crashed node, survived it", i)
+		case !lost[i] && got != fmt.Sprint(i):
+			t.Errorf("GET key-%d = %q, %v; want %d", i, got, err, i)
+		}
+	}
+}
+
+// keysServedBy reports which of key-0 … key-(n-1) are in the slots the server serves.
+func keysServedBy(t *testing.T, n int, server serverView) map[int]bool {
+	t.Helper()
+	v := node(t, &server.pod)
+	cmds := make(valkeygo.Commands, n)
+	for i := range n {
+		cmds[i] = v.B().ClusterKeyslot().Key(fmt.Sprintf("key-%d", i)).Build()
+	}
+	served := map[int]bool{}
+	for i, res := range v.DoMulti(context.Background(), cmds...) {
+		slot, err := res.AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		served[i] = slices.ContainsFunc(server.self.Slots, func(r valkey.SlotRange) bool { return r.Start <= int(slot) && int(slot) <= r.End })
+	}
+	return served
+}
+
+// A primary's server dies: Valkey promotes its replica, and the operator brings the replacement
+// pod's new node in as the shard's replica and forgets the dead node, with no human. Every write
+// that a replica had acknowledged (WAIT 1) before the crash is there after it.
+func TestClusterFailoverKeepsEveryWriteAReplicaAcknowledged(t *testing.T) {
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "sessions", 3, 1)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
+	view := serverView{pod: *primaryPod, self: valkey.ClusterNode{ID: primary.ID}}
+	for _, v := range clusterViews(t, key) {
+		if v.self.ID == primary.ID {
+			view = v
+		}
+	}
+	const candidates = 6000
+	mine := keysServedBy(t, candidates, view)
+	v := node(t, primaryPod)
+	var acked []int
+	err := v.Dedicated(func(d valkeygo.DedicatedClient) error {
+		var cmds valkeygo.Commands
+		for i := range candidates {
+			if mine[i] {
+				cmds = append(cmds, d.B().Set().Key(fmt.Sprintf("key-%d", i)).Value(fmt.Sprint(i)).Build())
+				acked = append(acked, i)
+			}
+		}
+		cmds = append(cmds, d.B().Wait().Numreplicas(1).Timeout(5000).Build())
+		replies := d.DoMulti(context.Background(), cmds...)
+		for _, r := range replies[:len(replies)-1] {
+			if err := r.Error(); err != nil {
+				return err
+			}
+		}
+		if n, err := replies[len(replies)-1].AsInt64(); err != nil || n < 1 {
+			return fmt.Errorf("WAIT 1: %d replicas acknowledged: %w", n, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	history := watchReady(t, key)
+
+	if err := runner.Crash(ns, primaryPod.Name); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 3*time.Minute, "the cluster whole again with the crashed pod's new node", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(c)
+		for _, n := range c.Status.Nodes {
+			if n.Pod == primaryPod.Name && (n.ID == primary.ID || n.Role != cachev2.RoleReplica) {
+				return false, "the crashed pod is not a new replica yet; " + why
+			}
+		}
+		return ok && len(c.Status.Nodes) == 6, why
+	})
+	if !strings.Contains(history.String(), "False/") {
+		t.Errorf("Ready never went False:\n%s", history)
+	}
+	assertShape(t, key, 3, 1)
+	reader := clusterClient(t, key)
+	for _, i := range acked {
+		if got, err := reader.Do(context.Background(), reader.B().Get().Key(fmt.Sprintf("key-%d", i)).Build()).ToString(); got != fmt.Sprint(i) {
+			t.Fatalf("key-%d, acknowledged by a replica before the crash: %q, %v", i, got, err)
+		}
+	}
+	t.Logf("%d acknowledged keys of the crashed primary all readable", len(acked))
+}
+
+// upgradeLoad writes and reads through a cluster client until stopped, and measures what a
+// client sees: the writes acknowledged, and the longest stretch of time in which requests failed.
+type upgradeLoad struct {
+	mu            sync.Mutex
+	acked         []int
+	requests      int
+	failures      int
+	longestOutage time.Duration
+}
+
+func (l *upgradeLoad) run(ctx context.Context, c valkeygo.Client) {
+	var failingSince time.Time
+	for i := 0; ctx.Err() == nil; i++ {
+		opCtx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Do(opCtx, c.B().Set().Key(fmt.Sprintf("load-%d", i)).Value(fmt.Sprint(i)).Build()).Error()
+		if err == nil && i > 0 {
+			err = c.Do(opCtx, c.B().Get().Key(fmt.Sprintf("load-%d", i/2)).Build()).Error()
+		}
+		cancel()
+		now := time.Now()
+		l.mu.Lock()
+		l.requests++
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			l.failures++
+			if failingSince.IsZero() {
+				failingSince = now
+			}
+		default:
+			l.acked = append(l.acked, i)
+			if !failingSince.IsZero() {
+				l.longestOutage = max(l.longestOutage, now.Sub(failingSince))
+				failingSince = time.Time{}
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// A change of the pod template (here, the memory) restarts every pod once, in the operator's
+// order: replicas first, then each shard's primary after CLUSTER FAILOVER to an updated replica.
+// A client writing and reading all along loses no acknowledged write.
+func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.T) {
+	operator := startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "sessions", 3, 1)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	var sts appsv1.StatefulSet
+	if err := admin.Get(context.Background(), key, &sts); err != nil {
+		t.Fatal(err)
+	}
+	if sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Errorf("update strategy %q: the StatefulSet controller would restart pods on its own", sts.Spec.UpdateStrategy.Type)
+	}
+	old := map[string]bool{}
+	for _, pod := range cachePods(t, key) {
+		old[string(pod.UID)] = true
+	}
+	deletions := watchPodDeletions(t, ns)
+	c := clusterClient(t, key)
+	load := &upgradeLoad{}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); load.run(ctx, c) }()
+	started := time.Now()
+
+	patchCache(t, key, `{"spec":{"memory":"80Mi"}}`)
+	testenv.WaitFor(t, 5*time.Minute, "every pod replaced and the cluster ready", func() (bool, string) {
+		for _, pod := range cachePods(t, key) {
+			if old[string(pod.UID)] {
+				return false, pod.Name + " is not replaced yet"
+			}
+		}
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		return settled(c)
+	})
+	took := time.Since(started)
+	stop()
+	<-done
+	assertShape(t, key, 3, 1)
+
+	deleted := deletions()
+	slices.Sort(deleted)
+	if !slices.Equal(slices.Compact(slices.Clone(deleted)), deleted) || len(deleted) != 6 {
+		t.Errorf("pods deleted: %v; want each of the 6 once", deleted)
+	}
+	if failovers := strings.Count(operator.Logs(t), `CLUSTER FAILOVER"`); failovers < 3 {
+		t.Errorf("%d CLUSTER FAILOVER steps, want one per shard at least", failovers)
+	}
+	lost := 0
+	reader := clusterClient(t, key)
+	for _, i := range load.acked {
+		if got, err := reader.Do(context.Background(), reader.B().Get().Key(fmt.Sprintf("load-%d", i)).Build()).ToString(); got != fmt.Sprint(i) {
+			if lost++; lost <= 3 {
+				t.Errorf("load-%d, acknowledged, reads %q, %v", i, got, err)
+			}
+		}
+	}
+	t.Logf("upgrade of a 3×1 cluster: %s; client: %d requests, %d failed, longest outage %s, %d of %d acknowledged writes lost",
+		took.Round(time.Second), load.requests, load.failures, load.longestOutage.Round(time.Millisecond), lost, len(load.acked))
+}
