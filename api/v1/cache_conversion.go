@@ -29,6 +29,8 @@ type v2Fields struct {
 	StatusShards      int32                 `json:"statusShards,omitempty"`
 	StatusReadyShards int32                 `json:"statusReadyShards,omitempty"`
 	SlotsAssigned     int32                 `json:"slotsAssigned,omitempty"`
+	SlotsToMove       int32                 `json:"slotsToMove,omitempty"`
+	SlotsMoved        int32                 `json:"slotsMoved,omitempty"`
 	Nodes             []cachev2.ClusterNode `json:"nodes,omitempty"`
 }
 
@@ -57,6 +59,7 @@ func (src *Cache) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Status.Shards = fields.StatusShards
 	dst.Status.ReadyShards = fields.StatusReadyShards
 	dst.Status.SlotsAssigned = fields.SlotsAssigned
+	dst.Status.SlotsToMove, dst.Status.SlotsMoved = fields.SlotsToMove, fields.SlotsMoved
 	dst.Status.Nodes = fields.Nodes
 	return nil
 }
@@ -115,6 +118,8 @@ func (dst *Cache) ConvertFrom(srcRaw conversion.Hub) error {
 		StatusShards:      src.Status.Shards,
 		StatusReadyShards: src.Status.ReadyShards,
 		SlotsAssigned:     src.Status.SlotsAssigned,
+		SlotsToMove:       src.Status.SlotsToMove,
+		SlotsMoved:        src.Status.SlotsMoved,
 		Nodes:             src.Status.Nodes,
 	})
 	if err != nil {
