@@ -109,3 +109,42 @@ func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
 		t.Error("observedStatus changed the Cache it was given; it must be a pure function")
 	}
 }
+
+func TestSlotsMovedCountsFromTheStoredStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		storedToMove, storedMoved int32
+		toMove, want              int32
+	}{
+		{"an operation starts", 0, 900, 6553, 0},
+		{"a batch moved", 6553, 0, 5529, 1024},
+		{"another batch", 5529, 1024, 4505, 2048},
+		{"the same pass again, as after a conflict", 5529, 1024, 5529, 1024},
+		{"the plan grows (scaled out further)", 4505, 2048, 7000, 2048},
+		{"done", 1000, 5553, 0, 6553},
+		{"idle: the last total stays", 0, 6553, 0, 6553},
+	} {
+		got := slotsMoved(cachev2.CacheStatus{SlotsToMove: tc.storedToMove, SlotsMoved: tc.storedMoved}, tc.toMove)
+		if got != tc.want {
+			t.Errorf("%s: slotsMoved = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A Cluster's StatefulSet keeps leaving pods while a scale-in drains, and its pods are restarted
+// by the operator (OnDelete): the pods count against the StatefulSet's replicas, and an older
+// revision does not hold Ready back (the cluster's verdict says Upgrading).
+func TestReadyConditionOfAClusterCountsTheStatefulSetsPods(t *testing.T) {
+	cache := statusTestCache(3)
+	cache.Spec.Mode, cache.Spec.ReplicasPerShard = cachev2.ModeCluster, new(int32)
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Generation: 4},
+		Spec:       appsv1.StatefulSetSpec{Replicas: new(int32)},
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: 4, Replicas: 5, ReadyReplicas: 5, UpdatedReplicas: 0,
+			CurrentRevision: "a", UpdateRevision: "b"},
+	}
+	*sts.Spec.Replicas = 5
+	if cond := readyCondition(cache, sts); cond.Status != metav1.ConditionTrue {
+		t.Errorf("Ready %s %s %q, want True while 5 of 5 pods are ready", cond.Status, cond.Reason, cond.Message)
+	}
+}
