@@ -220,20 +220,20 @@ func tail(s string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// PreviousRelease is the commit named in hack/previous-release: the release this one upgrades
-// from.
-func PreviousRelease() (string, error) {
+// PreviousRelease is the commit of the release of the given name in hack/previous-release: a
+// release this one upgrades from.
+func PreviousRelease(name string) (string, error) {
 	path := filepath.Join(Root(), "hack", "previous-release")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
 	for line := range strings.Lines(string(b)) {
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-			return line, nil
+		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == name {
+			return fields[1], nil
 		}
 	}
-	return "", fmt.Errorf("%s names no commit", path)
+	return "", fmt.Errorf("%s names no release %q", path, name)
 }
 
 // BuildRelease extracts an earlier commit of this repository from its own history into

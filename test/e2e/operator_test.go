@@ -24,10 +24,17 @@ const (
 // the others behind the webhooks balancer until the test ends.
 func startOperator(t *testing.T, name, catalogEndpoint string, extraArgs ...string) *testenv.Operator {
 	t.Helper()
+	return startOperatorWithWebhook(t, operatorBinary, name, catalogEndpoint, extraArgs...)
+}
+
+// startOperatorWithWebhook is startOperator for an operator binary other than this checkout's,
+// of a release that serves the conversion webhook.
+func startOperatorWithWebhook(t *testing.T, binary, name, catalogEndpoint string, extraArgs ...string) *testenv.Operator {
+	t.Helper()
 	port := testenv.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append(localcluster.OperatorWebhookArgs(port), extraArgs...)
-	o := startOperatorBinary(t, operatorBinary, name, catalogEndpoint, args...)
+	o := startOperatorBinary(t, binary, name, catalogEndpoint, args...)
 	o.WebhookAddr = addr
 	webhooks.Add(addr)
 	t.Cleanup(func() { webhooks.Remove(addr) })

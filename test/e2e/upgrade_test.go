@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,16 +29,16 @@ import (
 	"example.com/cache-operator/internal/testenv"
 )
 
-// The upgrade rehearsal, as docs/operations.md tells a user to upgrade: the previous release
-// (hack/previous-release, the last before API v2), built from this repository's history, runs
+// The upgrade rehearsal from API v1, as docs/operations.md tells a user to upgrade: the release
+// "v1" of hack/previous-release, the last before API v2, built from this repository's history, runs
 // Caches through v1; then the CRDs and RBAC are upgraded, then the operator, then the storage.
 // Every Cache must reconcile under the new operator without one cache pod restarted and without
 // one StatefulSet written, a Cache left Terminating by a catalogue that is down must finish once
 // the catalogue is back, v1 clients must still read and write the Caches, v2 Cluster Caches can
 // be made, and after the storage migration etcd holds every Cache as v2.
-func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
+func TestUpgradeFromTheLastV1ReleaseRestartsNoPod(t *testing.T) {
 	ctx := context.Background()
-	commit, err := testenv.PreviousRelease()
+	commit, err := testenv.PreviousRelease("v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +155,59 @@ func TestUpgradeFromThePreviousReleaseRestartsNoPod(t *testing.T) {
 			t.Errorf("after the migration etcd holds %s as %s", key, apiVersion)
 		}
 	}
+}
+
+// The upgrade rehearsal from the latest release, whose API is this one's: a Valkey Cluster that
+// it formed keeps every pod (UIDs and run_ids) and every key through the upgrade of the CRDs,
+// RBAC and operator; the new operator takes the cluster's pod restarts over (its StatefulSet now
+// updates on delete), and the new release's operations work on it.
+func TestUpgradeFromTheLatestReleaseKeepsClustersRunning(t *testing.T) {
+	ctx := context.Background()
+	commit, err := testenv.PreviousRelease("latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	previous, source, err := testenv.BuildRelease(ctx, commit, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { installCurrent(t) })
+	if err := cluster.InstallOperatorAccess(ctx, source); err != nil {
+		t.Fatalf("installing the CRDs and RBAC of %s: %v", commit, err)
+	}
+	old := startOperatorWithWebhook(t, previous, "previous", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "sessions", 3, 1)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	const keys = 5000
+	writeKeys(t, key, keys)
+	before := upgradeSnapshot(t, ns, []string{key.Name})
+
+	installCurrent(t)
+	old.Stop(t, syscall.SIGTERM)
+	current := startOperator(t, "current", "", clusterCheckInterval)
+	waitLeader(t, current)
+	testenv.WaitFor(t, time.Minute, "the current operator to take the StatefulSet's restarts over", func() (bool, string) {
+		var sts appsv1.StatefulSet
+		if err := admin.Get(ctx, key, &sts); err != nil {
+			return false, err.Error()
+		}
+		return sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType, string(sts.Spec.UpdateStrategy.Type)
+	})
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
+	after := upgradeSnapshot(t, ns, []string{key.Name})
+	for what, was := range before {
+		// The StatefulSet is written once, for its update strategy; its pod template is not.
+		if now := after[what]; now != was && !strings.HasPrefix(what, "StatefulSet ") {
+			t.Errorf("the upgrade changed %s:\nbefore %s\nafter  %s", what, was, now)
+		}
+	}
+	assertKeysRead(t, key, keys)
+
+	patchCache(t, key, `{"spec":{"shards":4}}`)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertShape(t, key, 4, 1)
+	assertKeysRead(t, key, keys)
 }
 
 // installCurrent installs this checkout's CRDs and RBAC, with the conversion webhook at the
