@@ -289,8 +289,11 @@ func operation(want Want, members []Member) Problem {
 // (Form checks that first), a node that is no member's own and not a handshake in progress is
 // departed at once if it serves no slot: forgetting it takes nothing from the cluster, and only
 // some members may know it (one that met a leaving node's server as it was released), so the
-// cluster may never agree it failed. One that serves slots is departed once the cluster agrees it
-// failed (fail), or once it has lost its address (noaddr):
+// cluster may never agree it failed. One that serves slots and that no member replicates is
+// departed once no member's cluster bus reaches it: with no replica there is no failover to wait
+// for, and in a cluster of two primaries the one left alone can never make the majority that
+// judges the other failed. One that serves slots and has a replica is departed once the cluster
+// agrees it failed (fail), or once it has lost its address (noaddr):
 // that happens when the new pod gets the old one's IP, and then the others stop probing the old
 // node and never judge it failed, so Valkey never fails its shard over by itself. For such a
 // primary a replica among the members takes over (CLUSTER FAILOVER TAKEOVER, which needs no
@@ -304,19 +307,26 @@ func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 		self, _ := members[i].self()
 		ours[self.ID] = true
 	}
+	replicated, reachable := map[string]bool{}, map[string]bool{}
+	for i := range members {
+		self, _ := members[i].self()
+		replicated[self.PrimaryID] = true
+		for _, n := range members[i].Nodes {
+			reachable[n.ID] = reachable[n.ID] || n.Connected
+		}
+	}
 	departed, lostAddress := map[string]bool{}, map[string]bool{}
 	for i := range members {
 		for _, n := range members[i].Nodes {
-			if !ours[n.ID] && !n.Handshake && (n.Failing || n.IP == "" || n.SlotsServed() == 0) {
+			gone := n.Failing || n.IP == "" || n.SlotsServed() == 0 || !reachable[n.ID] && !replicated[n.ID]
+			if !ours[n.ID] && !n.Handshake && gone {
 				departed[n.ID] = true
 				lostAddress[n.ID] = lostAddress[n.ID] || n.IP == ""
 			}
 		}
 	}
-	replicated, holdsSlots := map[string]bool{}, map[string]bool{}
+	holdsSlots := map[string]bool{}
 	for i := range members {
-		self, _ := members[i].self()
-		replicated[self.PrimaryID] = true
 		for _, n := range members[i].Nodes {
 			if departed[n.ID] && n.SlotsServed() > 0 {
 				holdsSlots[n.ID] = true

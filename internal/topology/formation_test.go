@@ -221,14 +221,24 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 			return m
 		}(),
 	}, {
-		name: "a node that is no member's and serves slots, only suspected by one member, is not forgotten: the cluster has not agreed",
+		name: "a node that is no member's and serves slots, reachable, only suspected by one member, is not forgotten: the cluster has not agreed",
 		members: func() []Member {
 			m := world(all(formed...)...)
 			m[1].Nodes = append(m[1].Nodes, valkey.ClusterNode{ID: "id-other", Primary: true, IP: "127.64.0.9", Port: 6379, Suspected: true,
-				Slots: []valkey.SlotRange{r(0, 0)}})
+				Connected: true, Slots: []valkey.SlotRange{r(0, 0)}})
 			return m
 		}(),
 		waiting: "slots are held by nodes that are not this Cache's servers: id-other",
+	}, {
+		name: "a departed primary nobody replicates, unreachable, that the cluster cannot judge failed: forgotten",
+		members: func() []Member {
+			m := world(all(formed[1], formed[2], formed[3], formed[4], formed[5], server{pod: "pod-0"})...)
+			for i := range m[:5] {
+				m[i].Nodes = append(m[i].Nodes, valkey.ClusterNode{ID: "id-gone", Primary: true, Suspected: true, IP: "127.64.0.9", Port: 6379, Slots: []valkey.SlotRange{r(0, 5461)}})
+			}
+			return m
+		}(),
+		wantActions: []string{"pod-1: CLUSTER FORGET id-gone", "pod-2: CLUSTER FORGET id-gone", "pod-3: CLUSTER FORGET id-gone", "pod-4: CLUSTER FORGET id-gone", "pod-5: CLUSTER FORGET id-gone"},
 	}, {
 		name: "a node that is no member's and serves no slot, known to one member only, is forgotten at once",
 		members: func() []Member {
