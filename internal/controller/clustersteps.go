@@ -113,20 +113,25 @@ func migrate(ctx context.Context, source *valkey.Server, byPod map[string]cluste
 	if err := target.SetSlotsOwner(ctx, moved, m.TargetID); err != nil {
 		return err
 	}
-	if err := source.SetSlotsOwner(ctx, moved, m.TargetID); err != nil {
-		return err
-	}
-	// The other primaries would learn it from the cluster bus; told now, they redirect clients
-	// to the right node at once.
+	// The source and the other primaries would learn it from the cluster bus; told now, they
+	// redirect clients to the right node at once. A failure here is no error: a source that gave
+	// away its last slot turns into a replica of the target and drops its clients, and a slot
+	// the source still shows migrating is finished by the next pass (topology.closeOpenSlots).
+	announce(ctx, source, moved, m.TargetID)
 	for _, pod := range m.Announce {
 		if other, err := valkey.Connect(byPod[pod].IP, byPod[pod].Port); err == nil {
-			if err := other.SetSlotsOwner(ctx, moved, m.TargetID); err != nil {
-				log.FromContext(ctx).Info("A primary will learn of moved slots from the cluster bus", "pod", pod, "error", err.Error())
-			}
+			announce(ctx, other, moved, m.TargetID)
 			other.Close()
 		}
 	}
 	return nil
+}
+
+// announce tells a server the new owner of slots, logging rather than returning a failure.
+func announce(ctx context.Context, server *valkey.Server, slots []int, ownerID string) {
+	if err := server.SetSlotsOwner(ctx, slots, ownerID); err != nil {
+		log.FromContext(ctx).Info("A primary will learn of moved slots from the cluster bus", "server", server.Addr, "error", err.Error())
+	}
 }
 
 // moveKeys moves the slot's keys from source to the target, until none is left (done) or the

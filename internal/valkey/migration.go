@@ -2,7 +2,7 @@ package valkey
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strconv"
 
 	valkeygo "github.com/valkey-io/valkey-go"
@@ -54,13 +54,21 @@ func (s *Server) setSlots(ctx context.Context, what string, slots []int, build f
 	}
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	var errs []error
+	// One error says it all: the failures of a batch share their cause (a lost connection, a
+	// refused slot state), and a thousand of them would flood the log.
+	var first error
+	failed := 0
 	for i, reply := range s.client.DoMulti(ctx, cmds...) {
 		if err := reply.Error(); err != nil {
-			errs = append(errs, s.wrap(what+" "+strconv.Itoa(slots[i]), err))
+			if failed++; first == nil {
+				first = s.wrap(what+" "+strconv.Itoa(slots[i]), err)
+			}
 		}
 	}
-	return errors.Join(errs...)
+	if failed > 1 {
+		return fmt.Errorf("%w (and %d more of %d slots)", first, failed-1, len(slots))
+	}
+	return first
 }
 
 // KeysInSlot are up to count of the keys this server holds in the slot.
