@@ -45,9 +45,10 @@ const (
 	// spec.replicasPerShard asks for.
 	ReasonReplicasMissing = "ReplicasMissing"
 
-	// ReasonSlotsMigrating means some slot is being migrated or imported. The operator finishes
-	// or closes such a slot itself, and reports it as Rebalancing (or the operation it belongs
-	// to) while it does.
+	// ReasonSlotsMigrating meant some slot was being migrated or imported.
+	//
+	// Deprecated: no longer set. The operator finishes or closes an open slot itself and
+	// reports it as Rebalancing, or as the operation it belongs to.
 	ReasonSlotsMigrating = "SlotsMigrating"
 
 	// ReasonScalingOut means new shards are joining: their nodes meet the cluster, their

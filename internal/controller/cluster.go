@@ -54,11 +54,14 @@ func topologyMembers(members []clusterMember) []topology.Member {
 // returns when to look again. The verdict is on the state read before the step, which the next
 // pass reads afresh.
 func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache, sts *appsv1.StatefulSet, members []clusterMember) (*clusterReport, time.Duration, error) {
-	for i := range members {
-		// The StatefulSet updates on delete (resources.StatefulSet): a pod on an older
-		// revision waits for the ordered upgrade to restart it.
-		revision := members[i].pod.Labels[appsv1.ControllerRevisionHashLabelKey]
-		members[i].Outdated = sts.Status.UpdateRevision != "" && revision != sts.Status.UpdateRevision
+	// The StatefulSet updates on delete (resources.StatefulSet): a pod on an older revision waits
+	// for the ordered upgrade to restart it. Its status names the newest revision only once the
+	// StatefulSet controller has seen the latest spec; before, a pod of a spec change reverted
+	// in the meantime could look outdated.
+	if current := sts.Status.ObservedGeneration >= sts.Generation; current && sts.Status.UpdateRevision != "" {
+		for i := range members {
+			members[i].Outdated = members[i].pod.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision
+		}
 	}
 	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero())}
 	plan, health := topology.Next(want, topologyMembers(members))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,9 +15,10 @@ import (
 	"example.com/cache-operator/internal/valkey"
 )
 
-// keyMoveBudget bounds how long one pass spends moving keys between servers. A slot whose keys
-// are not all moved by then stays open, and the next pass resumes it from what the servers
-// report; so a big migration takes many short passes and never holds a worker for long.
+// keyMoveBudget bounds how long one pass spends moving keys between servers; the SETSLOT
+// commands of a batch of at most topology.MaxSlotsPerStep slots take a few round trips more. A
+// slot whose keys are not all moved by then stays open, and the next pass resumes it from what
+// the servers report; so a big migration takes many short passes and never holds a worker long.
 const keyMoveBudget = time.Second
 
 // keysPerMigrate is how many keys one MIGRATE command moves.
@@ -118,12 +120,16 @@ func migrate(ctx context.Context, source *valkey.Server, byPod map[string]cluste
 	// away its last slot turns into a replica of the target and drops its clients, and a slot
 	// the source still shows migrating is finished by the next pass (topology.closeOpenSlots).
 	announce(ctx, source, moved, m.TargetID)
+	var wg sync.WaitGroup
 	for _, pod := range m.Announce {
-		if other, err := valkey.Connect(byPod[pod].IP, byPod[pod].Port); err == nil {
-			announce(ctx, other, moved, m.TargetID)
-			other.Close()
-		}
+		wg.Go(func() {
+			if other, err := valkey.Connect(byPod[pod].IP, byPod[pod].Port); err == nil {
+				announce(ctx, other, moved, m.TargetID)
+				other.Close()
+			}
+		})
 	}
+	wg.Wait()
 	return nil
 }
 

@@ -79,8 +79,12 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 		status.Shards, status.ReadyShards = cluster.shards, cluster.readyShards
 		status.SlotsAssigned, status.Nodes = cluster.slotsAssigned, cluster.nodes
 		status.SlotsToMove, status.SlotsMoved = cluster.slotsToMove, slotsMoved(cache.Status, cluster.slotsToMove)
-		if ready.Status == metav1.ConditionTrue {
+		switch {
+		case ready.Status == metav1.ConditionTrue:
 			ready = cluster.ready // the pods' progress is the news until they are all up
+		case slices.Contains(clusterOperations, cluster.ready.Reason):
+			// Pods come and go within an operation (scaling, restarting): it stays the reason.
+			ready.Reason, ready.Message = cluster.ready.Reason, cluster.ready.Message+"; "+ready.Message
 		}
 	}
 	status.Selector = labels.SelectorFromSet(resources.SelectorLabels(cache)).String()

@@ -205,13 +205,26 @@ func formStep(want Want, members []Member) Plan {
 		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
 	}
 	for _, step := range []func(Want, []Member) (Plan, bool){
-		forgetDeparted, meet, closeOpenSlots, assignSlots, handOverLeaving, attachReplicas, rebalance, release, replicasComplete,
+		forgetDeparted, meet, closeOpenSlots, assignSlots, handOverLeaving, freeReplica, attachReplicas, rebalance, release,
+		replicasComplete,
 	} {
 		if plan, done := step(want, members); !done {
 			return plan
 		}
 	}
 	return Plan{}
+}
+
+// memberIDs are the node IDs of the members that could be asked, each the ID its server gives
+// itself.
+func memberIDs(members []Member) map[string]bool {
+	ids := map[string]bool{}
+	for i := range members {
+		if self, ok := members[i].self(); ok {
+			ids[self.ID] = true
+		}
+	}
+	return ids
 }
 
 // staying are the members that the scale-in, if any, keeps.
@@ -250,11 +263,10 @@ func progress(plan Plan, members []Member) string {
 // shards wanted, or a new one holds under half its share of slots; Rebalancing while slots are
 // still to move; otherwise Healing, as when a replaced pod's new node joins.
 func operation(want Want, members []Member) Problem {
-	ours := map[string]bool{}
+	ours := memberIDs(members)
 	served, unreachable, leaving, primaries, newest := false, false, false, 0, valkey.SlotCount
 	for i := range members {
 		self, ok := members[i].self()
-		ours[self.ID] = ok
 		unreachable = unreachable || !ok
 		leaving = leaving || members[i].Leaving
 		if self.SlotsServed() > 0 && !members[i].Leaving {
@@ -302,11 +314,7 @@ func operation(want Want, members []Member) Problem {
 // forgotten node is not re-learnt from a member that still knows it. A departed primary without
 // a replica leaves its slots unserved once forgotten, and assignSlots gives them to a new node.
 func forgetDeparted(_ Want, members []Member) (Plan, bool) {
-	ours := map[string]bool{}
-	for i := range members {
-		self, _ := members[i].self()
-		ours[self.ID] = true
-	}
+	ours := memberIDs(members)
 	replicated, reachable := map[string]bool{}, map[string]bool{}
 	for i := range members {
 		self, _ := members[i].self()
@@ -397,8 +405,13 @@ func meet(_ Want, all []Member) (Plan, bool) {
 	var actions []Action
 	for i := range members {
 		m := &members[i]
-		if m.Pod != seed.Pod && !seen[m.Pod] && !inHandshakeWith(seed, m) {
+		switch {
+		case m.Pod == seed.Pod || inHandshakeWith(seed, m) || inHandshakeWith(m, seed):
+		case !seen[m.Pod]:
 			actions = append(actions, Action{On: seed.Pod, Meet: &Address{IP: m.IP, Port: m.Port}})
+		case !known(m, members)[seed.Pod]:
+			// The seed knows a server that knows nobody: one reset to rejoin (freeReplica).
+			actions = append(actions, Action{On: m.Pod, Meet: &Address{IP: seed.IP, Port: seed.Port}})
 		}
 	}
 	if len(actions) > 0 {
@@ -447,11 +460,7 @@ func inHandshakeWith(m, other *Member) bool {
 // are not planned for here: forgetting such nodes is healing, not formation.
 func assignSlots(want Want, members []Member) (Plan, bool) {
 	served := make([]bool, valkey.SlotCount)
-	ours := map[string]bool{}
-	for i := range members {
-		self, _ := members[i].self()
-		ours[self.ID] = true
-	}
+	ours := memberIDs(members)
 	var strangers []string
 	for i := range members {
 		for _, n := range members[i].Nodes {

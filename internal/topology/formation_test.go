@@ -124,14 +124,23 @@ func TestFormationPlansOneStepAtATime(t *testing.T) {
 		name: "the seed is whoever knows most, and meets only whom it does not know",
 		members: world(server{pod: "pod-0"}, server{pod: "pod-1"}, server{pod: "pod-2", knows: []string{"pod-3", "pod-4"}},
 			server{pod: "pod-3"}, server{pod: "pod-4"}, server{pod: "pod-5"}),
+		// pod-3 and pod-4 know nobody though pod-2 knows them, as after a CLUSTER RESET: they
+		// meet pod-2 themselves (a server that was met has the seed at least in handshake).
 		wantActions: []string{
-			"pod-2: CLUSTER MEET 127.64.0.0 6379", "pod-2: CLUSTER MEET 127.64.0.1 6379", "pod-2: CLUSTER MEET 127.64.0.5 6379",
+			"pod-2: CLUSTER MEET 127.64.0.0 6379", "pod-2: CLUSTER MEET 127.64.0.1 6379", "pod-3: CLUSTER MEET 127.64.0.2 6379",
+			"pod-4: CLUSTER MEET 127.64.0.2 6379", "pod-2: CLUSTER MEET 127.64.0.5 6379",
 		},
 	}, {
 		name: "met by the seed, not yet by everyone",
-		members: world(server{pod: "pod-0", knows: pods(6)[1:]}, server{pod: "pod-1"}, server{pod: "pod-2"},
-			server{pod: "pod-3"}, server{pod: "pod-4"}, server{pod: "pod-5"}),
-		waiting: "the cluster bus handshake of pod-1 with pod-0",
+		members: func() []Member {
+			m := world(server{pod: "pod-0", knows: pods(6)[1:]}, server{pod: "pod-1", knows: []string{"pod-0"}}, server{pod: "pod-2"},
+				server{pod: "pod-3"}, server{pod: "pod-4"}, server{pod: "pod-5"})
+			for i := range m[2:] {
+				m[2+i].Nodes = append(m[2+i].Nodes, valkey.ClusterNode{ID: "id-random", IP: ip("pod-0"), Port: 6379, Handshake: true})
+			}
+			return m
+		}(),
+		waiting: "the cluster bus handshake of pod-1 with pod-2",
 	}, {
 		name:        "all met, no slots: a third of them each to three primaries",
 		members:     world(all(fresh(6)...)...),

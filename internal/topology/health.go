@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	cachev2 "example.com/cache-operator/api/v2"
@@ -46,6 +47,11 @@ func (h Health) Ready() bool { return h.Problem == "" }
 func Next(want Want, members []Member) (Plan, Health) {
 	plan := Form(want, members)
 	if !plan.Formed() {
+		// A pod restarted by the upgrade rejoins as a new node, which is healing; while older
+		// pods remain, it is part of the upgrade.
+		if plan.Operation == Healing && slices.ContainsFunc(members, func(m Member) bool { return m.Outdated && !m.Leaving }) {
+			plan.Operation = Upgrading
+		}
 		return plan, Health{plan.Operation, describe(plan)}
 	}
 	if health := Assess(want, members); !health.Ready() {

@@ -25,6 +25,7 @@ type simNode struct {
 	importing         map[int]string
 	knows             map[string]bool // node IDs
 	leaving, outdated bool
+	linkDown          bool
 }
 
 func newSim() *sim { return &sim{nodes: map[string]*simNode{}} }
@@ -65,7 +66,7 @@ func (s *sim) members() []Member {
 	var members []Member
 	for _, pod := range slices.Sorted(maps.Keys(s.nodes)) {
 		n := s.nodes[pod]
-		m := Member{Pod: pod, IP: ip(pod), Port: 6379, State: "ok", LinkUp: n.primary != "",
+		m := Member{Pod: pod, IP: ip(pod), Port: 6379, State: "ok", LinkUp: n.primary != "" && !n.linkDown,
 			Leaving: n.leaving, Outdated: n.outdated, Nodes: []valkey.ClusterNode{s.entry(n, true)}}
 		for _, other := range slices.Sorted(maps.Keys(n.knows)) {
 			if o := s.byID(other); o != nil {
@@ -150,6 +151,9 @@ func (s *sim) apply(t *testing.T, a Action) {
 func (s *sim) migrate(t *testing.T, source, target *simNode, m *Migration, count int) {
 	t.Helper()
 	for _, slot := range m.Import {
+		if target.slots[slot] {
+			t.Fatalf("SETSLOT %d IMPORTING on %s, which serves it: Valkey refuses", slot, target.pod)
+		}
 		target.importing[slot] = source.id
 	}
 	for _, slot := range m.Export {
@@ -308,6 +312,9 @@ func TestScaleInDrainsLeavingShardsBeforeTheyAreReleased(t *testing.T) {
 		{Want{3, 1}, Want{3, 0}},
 		{Want{3, 2}, Want{2, 1}},
 		{Want{9, 0}, Want{1, 0}},
+		// More shards from fewer nodes: replicas become primaries.
+		{Want{3, 1}, Want{4, 0}},
+		{Want{3, 2}, Want{4, 1}},
 	} {
 		t.Run(fmt.Sprintf("%v to %v", tc.from, tc.to), func(t *testing.T) {
 			s := formedSim(t, tc.from)
@@ -335,6 +342,33 @@ func TestReplicasDownHandsAPrimaryOnALeavingPodToAStayingReplica(t *testing.T) {
 	}
 	s.run(t, Want{3, 0}, 20)
 	s.assertBalanced(t, Want{3, 0})
+}
+
+// A replica that is to take over from a leaving primary but is not in sync is waited for: drained
+// instead, its shard would be lost from the count of primaries.
+func TestReplicasDownWaitsForTheReplicaThatTakesOver(t *testing.T) {
+	s := formedSim(t, Want{3, 1})
+	s.apply(t, Action{On: "pod-03", Failover: true})
+	s.nodes["pod-00"].linkDown = true
+	s.leave(3)
+	if plan := Form(Want{3, 0}, s.members()); !strings.HasPrefix(plan.Waiting, "replicas to sync before they take over") {
+		t.Fatalf("plan %v, waiting %q", actions(plan), plan.Waiting)
+	}
+	s.nodes["pod-00"].linkDown = false
+	s.run(t, Want{3, 0}, 20)
+	s.assertBalanced(t, Want{3, 0})
+}
+
+// A slot imported from a node that is not a member but still serves it (a pod being deleted) is
+// not taken: there would be two owners.
+func TestASlotStillServedByANodeThatIsNoMembersIsNotClaimed(t *testing.T) {
+	s := formedSim(t, Want{3, 0})
+	s.nodes["pod-01"].importing[0] = id("pod-00")
+	members := slices.DeleteFunc(s.members(), func(m Member) bool { return m.Pod == "pod-00" })
+	plan, done := closeOpenSlots(Want{3, 0}, members)
+	if done || len(plan.Actions) > 0 || !strings.Contains(plan.Waiting, "0 (pod-01)") {
+		t.Errorf("closeOpenSlots = %v, waiting %q; want it to wait for the slot's server", actions(plan), plan.Waiting)
+	}
 }
 
 func TestScaleOutThenInBeforeTheFirstFinishedEndsBalanced(t *testing.T) {

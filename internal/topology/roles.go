@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -22,20 +23,61 @@ func handOverLeaving(want Want, members []Member) (Plan, bool) {
 		}
 	}
 	var actions []Action
+	var syncing []string
 	for i := range members {
 		leaving := &members[i]
 		self, _ := leaving.self()
-		if !leaving.Leaving || self.SlotsServed() == 0 || primaries+len(actions) >= want.Shards {
+		if !leaving.Leaving || self.SlotsServed() == 0 || primaries+len(actions)+len(syncing) >= want.Shards {
 			continue
 		}
+		var successor, unsynced *Member
 		for _, m := range staying(members) {
-			if replica, _ := m.self(); replica.PrimaryID == self.ID && m.LinkUp {
-				actions = append(actions, Action{On: m.Pod, Failover: true})
-				break
+			if replica, _ := m.self(); replica.PrimaryID == self.ID {
+				if m.LinkUp {
+					successor = m
+					break
+				}
+				unsynced = m
 			}
 		}
+		switch {
+		case successor != nil:
+			actions = append(actions, Action{On: successor.Pod, Failover: true})
+		case unsynced != nil:
+			// Drained instead, the shard would be lost from the count of primaries.
+			syncing = append(syncing, unsynced.Pod)
+		}
+	}
+	if len(actions) == 0 && len(syncing) > 0 {
+		return Plan{Waiting: "replicas to sync before they take over from leaving primaries: " + strings.Join(syncing, ", ")}, false
 	}
 	return Plan{Actions: actions}, len(actions) == 0
+}
+
+// freeReplica makes a primary out of a replica when the cluster has fewer primaries to be than
+// shards wanted and no empty server to take the part, as when replicas per shard go down while
+// shards go up: a replica of the primary with the most replicas forgets the cluster (CLUSTER
+// RESET SOFT, which also drops its copy of the data) and rejoins as an empty server.
+func freeReplica(want Want, members []Member) (Plan, bool) {
+	if len(targets(want, members)) >= want.Shards {
+		return Plan{}, true
+	}
+	replicas := map[string][]string{}
+	for _, m := range staying(members) {
+		if self, _ := m.self(); self.PrimaryID != "" {
+			replicas[self.PrimaryID] = append(replicas[self.PrimaryID], m.Pod)
+		}
+	}
+	var most []string
+	for _, id := range slices.Sorted(maps.Keys(replicas)) {
+		if len(replicas[id]) > len(most) {
+			most = replicas[id]
+		}
+	}
+	if len(most) == 0 {
+		return Plan{Waiting: fmt.Sprintf("%d of %d primaries and no server to make another", len(targets(want, members)), want.Shards)}, false
+	}
+	return Plan{Actions: []Action{{On: most[len(most)-1], Reset: true}}}, false
 }
 
 // attachReplicas gives every target primary (see targets) its replicas: staying members that
@@ -88,8 +130,18 @@ func attachReplicas(want Want, members []Member) (Plan, bool) {
 	return Plan{Actions: actions}, len(actions) == 0
 }
 
-// replicasComplete waits, once nothing else is to do, until every primary has its replicas.
+// replicasComplete waits, once nothing else is to do, until there are as many primaries as
+// shards wanted, each serving slots, and every primary has its replicas.
 func replicasComplete(want Want, members []Member) (Plan, bool) {
+	primaries := 0
+	for _, t := range targets(want, members) {
+		if slotsOf(t) > 0 {
+			primaries++
+		}
+	}
+	if primaries < want.Shards {
+		return Plan{Waiting: fmt.Sprintf("%d of %d primaries serve slots", primaries, want.Shards)}, false
+	}
 	replicas := map[string]int{}
 	for _, m := range staying(members) {
 		if self, _ := m.self(); self.PrimaryID != "" {

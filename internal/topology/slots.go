@@ -171,6 +171,7 @@ func migrate(members []Member, from, to *Member, slots, importing, exporting []i
 func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 	byID := map[string]*Member{}
 	server := map[int]*Member{}
+	claimed := make([]bool, valkey.SlotCount) // by any node, in any member's view
 	for i := range members {
 		self, _ := members[i].self()
 		byID[self.ID] = &members[i]
@@ -179,7 +180,15 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 				server[s] = &members[i]
 			}
 		}
+		for _, n := range members[i].Nodes {
+			for _, r := range n.Slots {
+				for s := r.Start; s <= r.End; s++ {
+					claimed[s] = true
+				}
+			}
+		}
 	}
+	var waiting []string
 	type pair struct{ from, to *Member }
 	type work struct{ slots, importing, exporting []int }
 	moves := map[pair]*work{}
@@ -215,9 +224,11 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 			case server[slot] != m && server[slot] != to:
 				stable[m] = append(stable[m], slot) // it lost the slot to a third node
 			default:
+				// Told from the target's own view: one that serves the slot already must not be
+				// told to import it (Valkey refuses, and the batch with it).
 				toSelf, _ := to.self()
 				_, importing := toSelf.Importing[slot]
-				add(m, to, slot, !importing && server[slot] != to, false)
+				add(m, to, slot, !importing && !serves(toSelf, slot), false)
 			}
 			handled[slot] = true
 		}
@@ -229,10 +240,14 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 			if handled[slot] {
 				continue
 			}
-			switch from := server[slot]; from {
-			case nil:
+			switch from := server[slot]; {
+			case from == nil && claimed[slot]:
+				// A node that is no member's serves it (the server of a pod being deleted, its
+				// keys with it): taking the slot now would make two owners.
+				waiting = append(waiting, fmt.Sprintf("%d (%s)", slot, m.Pod))
+			case from == nil:
 				claims[m] = append(claims[m], slot)
-			case m:
+			case from == m:
 				stable[m] = append(stable[m], slot)
 			default:
 				add(from, m, slot, false, true)
@@ -255,7 +270,15 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 			actions = append(actions, Action{On: m.Pod, Claim: &Claim{Slots: slots, ID: self.ID}})
 		}
 	}
+	if len(actions) == 0 && len(waiting) > 0 {
+		return Plan{Waiting: "slots imported from a node that is no pod's, which still serves them: " + strings.Join(waiting, ", ")}, false
+	}
 	return Plan{Actions: actions}, len(actions) == 0
+}
+
+// serves reports whether the node serves the slot.
+func serves(n valkey.ClusterNode, slot int) bool {
+	return slices.ContainsFunc(n.Slots, func(r valkey.SlotRange) bool { return r.Start <= slot && slot <= r.End })
 }
 
 // describeMoves sums up a plan's migrations for a message: "1024 slots from a-0 to a-3".

@@ -11,7 +11,12 @@ import (
 // from its primary with CLUSTER FAILOVER, which loses no acknowledged write; the old primary is
 // then a replica, restarted as such. A shard without a replica restarts its primary last, and
 // loses its keys: the plan's Progress says so.
-func Roll(members []Member) Plan {
+func Roll(all []Member) Plan {
+	// A leaving pod goes anyway; restarting it would only delay the scale-in.
+	var members []Member
+	for _, m := range staying(all) {
+		members = append(members, *m)
+	}
 	outdated := 0
 	for i := range members {
 		if members[i].Outdated {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	valkeygo "github.com/valkey-io/valkey-go"
 )
@@ -52,7 +53,9 @@ func (s *Server) setSlots(ctx context.Context, what string, slots []int, build f
 	for i, slot := range slots {
 		cmds[i] = build(s.client.B(), slot)
 	}
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	// Since Valkey 8.0 a primary with replicas waits for them to acknowledge each SETSLOT, so a
+	// batch gets Timeout per 256 slots.
+	ctx, cancel := context.WithTimeout(ctx, Timeout*time.Duration(1+len(slots)/256))
 	defer cancel()
 	// One error says it all: the failures of a batch share their cause (a lost connection, a
 	// refused slot state), and a thousand of them would flood the log.
@@ -87,11 +90,33 @@ func (s *Server) MigrateKeys(ctx context.Context, ip string, port int, keys []st
 	return s.wrap("MIGRATE", s.do(ctx, cmd).Error())
 }
 
+// FailoverTimeout is how long a manual failover may take: Valkey gives up on one after 5 s.
+const FailoverTimeout = 5 * time.Second
+
 // Failover makes this server, a replica in sync with its primary, the primary of its shard, with
 // the old primary's agreement: the primary stops taking writes until the replica has them all,
-// so no acknowledged write is lost.
+// so no acknowledged write is lost. It returns once the server says it is a primary, or after
+// FailoverTimeout: the command only starts the failover, and starting it again while it runs
+// would start it over.
 func (s *Server) Failover(ctx context.Context) error {
-	return s.wrap("CLUSTER FAILOVER", s.do(ctx, s.client.B().ClusterFailover().Build()).Error())
+	if err := s.do(ctx, s.client.B().ClusterFailover().Build()).Error(); err != nil {
+		return s.wrap("CLUSTER FAILOVER", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, FailoverTimeout)
+	defer cancel()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		nodes, err := s.ClusterNodes(ctx)
+		if self, ok := Myself(nodes); err == nil && ok && self.PrimaryID == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return s.wrap("CLUSTER FAILOVER", fmt.Errorf("still a replica after %s", FailoverTimeout))
+		case <-poll.C:
+		}
+	}
 }
 
 // ResetSoft makes this server forget the cluster: it drops every other node and its data, and
