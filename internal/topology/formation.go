@@ -170,7 +170,8 @@ func (p Plan) Formed() bool { return len(p.Actions) == 0 && p.Waiting == "" }
 // meets the others; slots left open by a migration that stopped are finished or closed; the
 // slots that no server serves are spread over primaries, so that a fresh cluster of S shards
 // gets 16384/S slots each (give or take one); primaries of pods that leave hand their shard to a
-// replica that stays; the remaining servers replicate the primaries with the fewest replicas;
+// replica that stays; a surplus replica becomes an empty server when more primaries are wanted
+// than servers are free; the remaining servers replicate the primaries with the fewest replicas;
 // slots move until every primary serves its share and leaving ones none; then leaving servers
 // are forgotten. Each step is decided from the servers' state alone, so it is resumed, not
 // repeated, after a crash at any point.
