@@ -130,6 +130,8 @@ func (s *sim) apply(t *testing.T, a Action) {
 				t.Fatalf("%s: %s still replicates the node reset", a, o.pod)
 			}
 		}
+	case (a.Stable != nil || a.Claim != nil || a.Migrate != nil) && n.primary != "":
+		t.Fatalf("%s: SETSLOT on a replica: Valkey refuses", a)
 	case a.Stable != nil:
 		for _, slot := range a.Stable {
 			delete(n.migrating, slot)
@@ -150,6 +152,9 @@ func (s *sim) apply(t *testing.T, a Action) {
 // migrate moves the first count slots of m completely, and opens the rest (a crash midway).
 func (s *sim) migrate(t *testing.T, source, target *simNode, m *Migration, count int) {
 	t.Helper()
+	if target.primary != "" {
+		t.Fatalf("migrating slots to %s, a replica: Valkey refuses", target.pod)
+	}
 	for _, slot := range m.Import {
 		if target.slots[slot] {
 			t.Fatalf("SETSLOT %d IMPORTING on %s, which serves it: Valkey refuses", slot, target.pod)
@@ -368,6 +373,20 @@ func TestASlotStillServedByANodeThatIsNoMembersIsNotClaimed(t *testing.T) {
 	plan, done := closeOpenSlots(Want{3, 0}, members)
 	if done || len(plan.Actions) > 0 || !strings.Contains(plan.Waiting, "0 (pod-01)") {
 		t.Errorf("closeOpenSlots = %v, waiting %q; want it to wait for the slot's server", actions(plan), plan.Waiting)
+	}
+}
+
+// A node drained of its last slot turns replica and may keep the mark of a slot it was importing;
+// Valkey refuses SETSLOT there, so the mark is left alone, and a source still migrating the slot
+// to it gives up.
+func TestOpenSlotsTowardANodeThatTurnedReplicaAreClosedOnTheSource(t *testing.T) {
+	s := formedSim(t, Want{3, 0})
+	s.nodes["pod-00"].migrating[0] = id("pod-02")
+	s.nodes["pod-02"].importing[0] = id("pod-00")
+	s.nodes["pod-02"].slots, s.nodes["pod-02"].primary = map[int]bool{}, id("pod-01")
+	plan, _ := closeOpenSlots(Want{3, 0}, s.members())
+	if got := actions(plan); !slices.Equal(got, []string{"pod-00: CLUSTER SETSLOT 0 STABLE"}) {
+		t.Errorf("closeOpenSlots = %v, want the source to drop the migration", got)
 	}
 }
 

@@ -164,7 +164,7 @@ func release(_ Want, members []Member) (Plan, bool) {
 	for i := range members {
 		m := &members[i]
 		self, _ := m.self()
-		if !m.Leaving || self.SlotsServed() > 0 || len(self.Migrating) > 0 || len(self.Importing) > 0 {
+		if open := openSlots(self); !m.Leaving || self.SlotsServed() > 0 || len(open.Migrating) > 0 || len(open.Importing) > 0 {
 			continue
 		}
 		if knowsStaying(m, members) {

@@ -107,10 +107,10 @@ func slotsToMove(want Want, members []Member) int {
 	}
 	for i := range members {
 		self, _ := members[i].self()
-		for s := range self.Migrating {
+		for s := range openSlots(self).Migrating {
 			moving[s] = true
 		}
-		for s := range self.Importing {
+		for s := range openSlots(self).Importing {
 			moving[s] = true
 		}
 	}
@@ -216,10 +216,12 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 	for i := range members {
 		m := &members[i]
 		self, _ := m.self()
-		for _, slot := range slices.Sorted(maps.Keys(self.Migrating)) {
+		for _, slot := range slices.Sorted(maps.Keys(openSlots(self).Migrating)) {
 			to := byID[self.Migrating[slot]]
 			switch {
-			case to == nil || to == m:
+			case to == nil || to == m || !isPrimary(to):
+				// A target that turned replica (it gave its last slot away during a drain) can
+				// take no slot; the keys it got went with its data when it started to replicate.
 				stable[m] = append(stable[m], slot)
 			case server[slot] != m && server[slot] != to:
 				stable[m] = append(stable[m], slot) // it lost the slot to a third node
@@ -236,7 +238,7 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 	for i := range members {
 		m := &members[i]
 		self, _ := m.self()
-		for _, slot := range slices.Sorted(maps.Keys(self.Importing)) {
+		for _, slot := range slices.Sorted(maps.Keys(openSlots(self).Importing)) {
 			if handled[slot] {
 				continue
 			}
@@ -274,6 +276,23 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 		return Plan{Waiting: "slots imported from a node that is no pod's, which still serves them: " + strings.Join(waiting, ", ")}, false
 	}
 	return Plan{Actions: actions}, len(actions) == 0
+}
+
+// openSlots is the node with the slots it migrates and imports, if it is a primary. A replica
+// may keep such marks from when it was a primary (one drained of its last slot turns replica);
+// Valkey ignores them on a replica and refuses SETSLOT there, and a reset drops them: so they are
+// left alone.
+func openSlots(n valkey.ClusterNode) valkey.ClusterNode {
+	if n.PrimaryID != "" {
+		n.Migrating, n.Importing = nil, nil
+	}
+	return n
+}
+
+// isPrimary reports whether the member's server says it is a primary.
+func isPrimary(m *Member) bool {
+	self, _ := m.self()
+	return self.PrimaryID == ""
 }
 
 // serves reports whether the node serves the slot.

@@ -50,7 +50,8 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 	waitLeader(t, o)
 	ns := newNamespace(t)
 	newCache(t, ns, "orders-cache")
-	waitSettled(t, ns, time.Minute)
+	newClusterCache(t, ns, "sessions-cache", 1, 0) // the Cluster metrics exist for Cluster Caches
+	waitSettled(t, ns, 2*time.Minute)
 	families := o.Metrics(t)
 	// The API server's metrics of conversion appear with its first conversion.
 	testenv.WaitFor(t, time.Minute, "a read of the Cache through v1", func() (bool, string) {
