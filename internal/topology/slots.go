@@ -279,9 +279,9 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 }
 
 // openSlots is the node with the slots it migrates and imports, if it is a primary. A replica
-// may keep such marks from when it was a primary (one drained of its last slot turns replica);
-// Valkey ignores them on a replica and refuses SETSLOT there, and a reset drops them: so they are
-// left alone.
+// shows such marks too: since Valkey 8 a primary passes each SETSLOT on to its replicas, and one
+// drained of its last slot turns replica with the marks it had. They are its primary's business
+// or stale: Valkey refuses SETSLOT on a replica, and a reset drops them; so they are left alone.
 func openSlots(n valkey.ClusterNode) valkey.ClusterNode {
 	if n.PrimaryID != "" {
 		n.Migrating, n.Importing = nil, nil
