@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -65,6 +66,12 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	}
 	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero())}
 	plan, health := topology.Next(want, topologyMembers(members))
+	// The planner cannot tell a cluster that has never been whole from one that heals; the
+	// stored status can: a cluster still forming stays ClusterForming until it is first ready.
+	if stored := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady); health.Problem == topology.Healing &&
+		stored != nil && stored.Reason == cachev2.ReasonClusterForming {
+		health.Problem = topology.Forming
+	}
 	actErr := r.act(ctx, members, plan.Actions)
 	for _, id := range plan.Lost {
 		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, reasonSlotsLost, "Forget",

@@ -261,8 +261,9 @@ func progress(plan Plan, members []Member) string {
 // operation names what the cluster is doing while it is not formed: Forming until some slot is
 // served; Healing while a server cannot be asked or some node is no member's (a replaced pod's
 // old node); Draining while pods are to leave; ScalingOut while it has fewer primaries than
-// shards wanted, or a new one holds under half its share of slots; Rebalancing while slots are
-// still to move; otherwise Healing, as when a replaced pod's new node joins.
+// shards wanted, or one holds fewer slots than its share (new primaries fill up); Rebalancing
+// while slots are still to move otherwise (a migration left open, a share off by more than one);
+// otherwise Healing, as when a replaced pod's new node joins.
 func operation(want Want, members []Member) Problem {
 	ours := memberIDs(members)
 	served, unreachable, leaving, primaries, newest := false, false, false, 0, valkey.SlotCount
@@ -289,7 +290,7 @@ func operation(want Want, members []Member) Problem {
 		return Healing
 	case leaving:
 		return Draining
-	case primaries < want.Shards || newest < valkey.SlotCount/want.Shards/2:
+	case primaries < want.Shards || newest < valkey.SlotCount/want.Shards-1:
 		return ScalingOut
 	case slotsToMove(want, members) > 0:
 		return Rebalancing
