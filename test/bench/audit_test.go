@@ -6,9 +6,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,7 +38,10 @@ type auditEvent struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`
-	Received time.Time `json:"requestReceivedTimestamp"`
+	Received       time.Time `json:"requestReceivedTimestamp"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
 }
 
 // requestCounts counts requests by "verb resource[/subresource]".
@@ -76,17 +81,46 @@ func countFile(path string, from, to time.Time, counts requestCounts) error {
 			resource += "/" + e.ObjectRef.Subresource
 		}
 		counts[e.Verb+" "+resource]++
+		if e.ResponseStatus.Code == http.StatusConflict {
+			counts[conflictPrefix+e.Verb+" "+resource]++
+		}
 	}
 	return sc.Err()
+}
+
+// conflictPrefix marks the counts of requests that failed with a conflict (409), which are
+// counted among the requests too.
+const conflictPrefix = "409 "
+
+// conflicts are the counts of the requests that failed with a conflict, by "verb resource".
+func (c requestCounts) conflicts() requestCounts {
+	out := requestCounts{}
+	for key, n := range c {
+		if rest, ok := strings.CutPrefix(key, conflictPrefix); ok {
+			out[rest] = n
+		}
+	}
+	return out
+}
+
+// withoutConflicts are the counts of requests by "verb resource", conflicts included once.
+func (c requestCounts) withoutConflicts() requestCounts {
+	out := requestCounts{}
+	for key, n := range c {
+		if !strings.HasPrefix(key, conflictPrefix) {
+			out[key] = n
+		}
+	}
+	return out
 }
 
 var writeVerbs = []string{"create", "update", "patch", "delete", "deletecollection"}
 
 // writes counts the mutating requests, without the leader's Lease renewals (one per retry
 // period, the price of leader election rather than of any Cache) and Events.
-func (c requestCounts) writes() map[string]int {
-	out := map[string]int{}
-	for key, n := range c {
+func (c requestCounts) writes() requestCounts {
+	out := requestCounts{}
+	for key, n := range c.withoutConflicts() {
 		var verb, resource string
 		fmt.Sscanf(key, "%s %s", &verb, &resource) //nolint:errcheck
 		if slices.Contains(writeVerbs, verb) && resource != "leases" && resource != "events" {
@@ -99,7 +133,7 @@ func (c requestCounts) writes() map[string]int {
 // perCache divides every count by the number of Caches.
 func (c requestCounts) perCache(n int) map[string]float64 {
 	out := map[string]float64{}
-	for key, v := range c {
+	for key, v := range c.withoutConflicts() {
 		out[key] = float64(v) / float64(n)
 	}
 	return out

@@ -66,10 +66,13 @@ func TestBenchmark(t *testing.T) {
 	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine()}
 	b := setUp(t, r)
 
+	b.phase("floor", func() { r.Floor = b.floor(t) })
+	b.startOperator(t)
 	b.phase("create", func() { r.Create = b.createAll(t) })
 	b.phase("steady", func() { r.Steady = b.steadyState(t) })
 	b.phase("scale", func() { r.Scale = b.scaleAll(t) })
 	b.phase("restart", func() { r.Restart = b.restart(t) })
+	b.phase("change", func() { r.Change = b.changeOneAtATime(t) })
 	b.phase("delete", func() { r.Delete = b.deleteAll(t) })
 	r.Memory = b.memory.peaks()
 	r.Timeline = b.timeline.samples()
@@ -142,10 +145,14 @@ func setUp(t *testing.T, r *Result) *bench {
 
 	b.timeline = newTimeline(*caches)
 	b.ready = watchReadiness(t, cfg, b.timeline)
-	b.operator.Store(testenv.StartOperator(t, b.binary, "bench-0", b.kubeconfig, b.args...))
 	b.memory = &operatorSampler{timeline: b.timeline}
-	b.memory.run(t, b.operator.Load)
 	return b
+}
+
+// startOperator starts the operator, after the floor phase, and samples its memory.
+func (b *bench) startOperator(t *testing.T) {
+	b.operator.Store(testenv.StartOperator(t, b.binary, "bench-0", b.kubeconfig, b.args...))
+	b.memory.run(t, b.operator.Load)
 }
 
 func (b *bench) phase(name string, run func()) {
@@ -183,16 +190,21 @@ func parallel(t *testing.T, f func(i int) error) {
 
 func name(i int) string { return fmt.Sprintf("cache-%05d", i) }
 
+// benchCache is the i-th Cache of the benchmark, with every field as the API server defaults it,
+// so that the floor phase builds what the operator builds.
+func benchCache(ns string, i int) *cachev2.Cache {
+	return &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: ns},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: int32(*replicas), Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+	}
+}
+
 func (b *bench) createAll(t *testing.T) CreatePhase {
 	start := time.Now()
 	created := make([]time.Time, *caches)
 	parallel(t, func(i int) error {
-		c := &cachev2.Cache{
-			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace},
-			Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: int32(*replicas), Version: "8.1.1", Memory: resource.MustParse("64Mi")},
-		}
 		created[i] = time.Now()
-		return b.admin.Create(context.Background(), c)
+		return b.admin.Create(context.Background(), benchCache(namespace, i))
 	})
 	b.ready.waitAll(t, 1, *timeout)
 	end := time.Now()
@@ -200,10 +212,12 @@ func (b *bench) createAll(t *testing.T) CreatePhase {
 	for i := range *caches {
 		latencies = append(latencies, b.ready.readyAt(name(i), 1).Sub(created[i]))
 	}
+	requests := b.audit.requests(t, start, end.Add(2*time.Second))
 	return CreatePhase{
 		AllReadySeconds: end.Sub(start).Seconds(),
 		ReadyP50Seconds: quantile(latencies, 0.5), ReadyP99Seconds: quantile(latencies, 0.99),
-		Requests: b.audit.requests(t, start, end.Add(2*time.Second)).perCache(*caches),
+		Requests: requests.perCache(*caches), Writes: requests.writes().perCache(*caches),
+		Conflicts: requests.conflicts().perCache(*caches),
 	}
 }
 
@@ -242,11 +256,45 @@ func (b *bench) scaleAll(t *testing.T) ScalePhase {
 	for i := range *caches {
 		observed = append(observed, b.ready.observedAt(name(i), generations[i]).Sub(patched[i]))
 	}
+	requests := b.audit.requests(t, start, end.Add(2*time.Second))
 	return ScalePhase{
 		AllReadySeconds:    end.Sub(start).Seconds(),
 		ObservedP50Seconds: quantile(observed, 0.5), ObservedP99Seconds: quantile(observed, 0.99),
-		Requests: b.audit.requests(t, start, end.Add(2*time.Second)).perCache(*caches),
+		Requests: requests.perCache(*caches), Conflicts: requests.conflicts().perCache(*caches),
 	}
+}
+
+// changeSamples is how many single changes the change phase makes.
+const changeSamples = 100
+
+// ChangePhase measures the operator's latency for one change in a fleet at rest: one Cache's
+// spec changed at a time, the time until its status reports the new generation.
+type ChangePhase struct {
+	Samples            int     `json:"samples"`
+	ObservedP50Seconds float64 `json:"observedGenerationP50Seconds"`
+	ObservedP99Seconds float64 `json:"observedGenerationP99Seconds"`
+}
+
+// changeOneAtATime scales Caches down by one, one at a time, each once the previous one's status
+// has the new generation.
+func (b *bench) changeOneAtATime(t *testing.T) ChangePhase {
+	waitIdle(t, b.operator.Load(), 0)
+	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"shards":%d}}`, *scaleTo-1))
+	var observed []time.Duration
+	for i := range min(changeSamples, *caches) {
+		c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}}
+		patched := time.Now()
+		if err := b.admin.Patch(context.Background(), c, patch); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, time.Minute, true,
+			func(context.Context) (bool, error) { return !b.ready.observedAt(c.Name, c.Generation).IsZero(), nil })
+		if err != nil {
+			t.Fatalf("%s: generation %d never observed", c.Name, c.Generation)
+		}
+		observed = append(observed, b.ready.observedAt(c.Name, c.Generation).Sub(patched))
+	}
+	return ChangePhase{Samples: len(observed), ObservedP50Seconds: quantile(observed, 0.5), ObservedP99Seconds: quantile(observed, 0.99)}
 }
 
 func (b *bench) restart(t *testing.T) RestartPhase {

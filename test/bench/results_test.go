@@ -22,10 +22,12 @@ type Result struct {
 	ScaleTo      int               `json:"scaleTo"`
 	Nodes        int               `json:"nodes"`
 	OperatorArgs []string          `json:"operatorArgs"`
+	Floor        FloorPhase        `json:"floor"`
 	Create       CreatePhase       `json:"create"`
 	Steady       SteadyPhase       `json:"steady"`
 	Scale        ScalePhase        `json:"scale"`
 	Restart      RestartPhase      `json:"restart"`
+	Change       ChangePhase       `json:"change"`
 	Delete       DeletePhase       `json:"delete"`
 	Memory       map[string]Memory `json:"memoryPeakByPhase"`
 	Timeline     []Sample          `json:"timeline"`
@@ -44,6 +46,8 @@ type CreatePhase struct {
 	ReadyP50Seconds float64            `json:"readyP50Seconds"`
 	ReadyP99Seconds float64            `json:"readyP99Seconds"`
 	Requests        map[string]float64 `json:"requestsPerCache"`
+	Writes          map[string]float64 `json:"writesPerCache"`
+	Conflicts       map[string]float64 `json:"conflictsPerCache"`
 }
 
 type SteadyPhase struct {
@@ -57,6 +61,7 @@ type ScalePhase struct {
 	ObservedP50Seconds float64            `json:"observedGenerationP50Seconds"`
 	ObservedP99Seconds float64            `json:"observedGenerationP99Seconds"`
 	Requests           map[string]float64 `json:"requestsPerCache"`
+	Conflicts          map[string]float64 `json:"conflictsPerCache"`
 }
 
 type RestartPhase struct {
@@ -117,15 +122,21 @@ func (r *Result) markdown(chart string) string {
 	p("Machine: %d × %s, %.0f GiB, %s, %s. Local kwokctl cluster, QPS limits off, %d simulated nodes. Operator flags: `%s`.\n\n",
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, strings.Join(r.OperatorArgs, " "))
 	p("| measure | value |\n|---|---|\n")
-	p("| create: all Ready (observedGeneration = generation) | %.1f s |\n", r.Create.AllReadySeconds)
+	p("| floor: the same StatefulSets and Services created directly, all ready | %.1f s |\n", r.Floor.AllReadySeconds)
+	p("| create: all Ready (observedGeneration = generation) | %.1f s, **%.2f × the floor** |\n", r.Create.AllReadySeconds, r.Create.AllReadySeconds/r.Floor.AllReadySeconds)
 	p("| create → Ready per Cache, p50 / p99 | %.2f s / %.2f s |\n", r.Create.ReadyP50Seconds, r.Create.ReadyP99Seconds)
 	p("| create: operator requests per Cache | %.2f (%s) |\n", total(r.Create.Requests), breakdown(r.Create.Requests))
+	p("| create: operator writes per Cache (no Lease renewals, no Events) | %.2f (%s) |\n", total(r.Create.Writes), breakdown(r.Create.Writes))
+	p("| create: conflicts per Cache | %.3f (%s) |\n", total(r.Create.Conflicts), breakdown(r.Create.Conflicts))
 	p("| steady state (%.0f s): writes / reconciles | %d / %.0f |\n", r.Steady.Seconds, total(r.Steady.Writes), r.Steady.Reconciles)
 	p("| scale: spec change → observedGeneration, p50 / p99 | %.2f s / %.2f s |\n", r.Scale.ObservedP50Seconds, r.Scale.ObservedP99Seconds)
 	p("| scale: all Ready | %.1f s |\n", r.Scale.AllReadySeconds)
 	p("| scale: operator requests per Cache | %.2f (%s) |\n", total(r.Scale.Requests), breakdown(r.Scale.Requests))
+	p("| scale: conflicts per Cache | %.3f (%s) |\n", total(r.Scale.Conflicts), breakdown(r.Scale.Conflicts))
 	p("| restart: queue drained after start | %.1f s |\n", r.Restart.DrainedSeconds)
 	p("| restart: writes | %d |\n", total(r.Restart.Writes))
+	p("| one change at a time in a Ready fleet (%d): change → observedGeneration, p50 / p99 | %.3f s / %.3f s |\n",
+		r.Change.Samples, r.Change.ObservedP50Seconds, r.Change.ObservedP99Seconds)
 	p("| delete: all gone | %.1f s |\n", r.Delete.AllGoneSeconds)
 	p("| delete: catalogue records left | %d |\n", r.Delete.RecordsLeft)
 	p("| delete: operator requests per Cache | %.2f (%s) |\n", total(r.Delete.Requests), breakdown(r.Delete.Requests))
@@ -157,7 +168,7 @@ func (r *Result) svg() string {
 	}
 	x := func(s float64) float64 { return pad + s/end*(w-2*pad) }
 	y := func(n int) float64 { return h - pad - float64(n)/float64(max(r.Caches, 1))*(h-2*pad) }
-	colours := map[string]string{"create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728"}
+	colours := map[string]string{"floor": "#9467bd", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728"}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
 	fmt.Fprintf(&b, `<text x="%.0f" y="16">%d Caches: Ready (thick; during deletion: left), StatefulSets ready (dashed), operator queue (thin)</text>`+"\n", pad, r.Caches)
