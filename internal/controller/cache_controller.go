@@ -122,5 +122,5 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconc
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
-		Complete(r)
+		Complete(routineConflicts{r})
 }
