@@ -81,11 +81,13 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 			},
 		},
 	}
+	// No node waits for another to start: a Standalone Cache's nodes are independent, and the
+	// operator forms a Cluster once every node answers. So the StatefulSet controller creates
+	// and removes a Cache's pods all at once rather than one at a time, each after the previous
+	// one is Ready. The policy is immutable: a StatefulSet made by an earlier release keeps the
+	// default it was created with (MergeStatefulSet sets it at creation only).
+	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		// The operator forms the cluster once every node answers, so the nodes need no ordered
-		// start; a Standalone Cache keeps the default its StatefulSet was created with (the
-		// policy is immutable).
-		sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
 		// The operator restarts a Cluster's pods itself, in the order that keeps every shard
 		// serving (topology.Roll): replicas first, each back in sync before the next, and a
 		// primary only after a replica has taken over. The StatefulSet controller's rolling
