@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -46,7 +47,7 @@ var (
 	steady      = flag.Duration("steady", 60*time.Second, "length of the steady-state phase")
 	concurrency = flag.Int("concurrency", 16, "parallel client requests when creating, scaling and deleting")
 	outDir      = flag.String("out", "", "directory for benchmark.json, benchmark.md and benchmark.svg (default docs/)")
-	workers     = flag.Int("workers", 8, "the operator's --max-concurrent-reconciles")
+	operator    = flag.String("operator-args", "", "extra flags for the operator, space-separated; none by default, so that its defaults are measured")
 	timeout     = flag.Duration("phase-timeout", 30*time.Minute, "how long a phase may take to converge")
 )
 
@@ -54,11 +55,7 @@ const namespace = "bench"
 
 // operatorArgs are the flags of the measured operator; reported with the results.
 func operatorArgs() []string {
-	return []string{
-		"--leader-election-namespace", localcluster.OperatorNamespace,
-		"--kube-api-qps", "500", "--kube-api-burst", "1000",
-		"--max-concurrent-reconciles", fmt.Sprint(*workers),
-	}
+	return append([]string{"--leader-election-namespace", localcluster.OperatorNamespace}, strings.Fields(*operator)...)
 }
 
 func TestBenchmark(t *testing.T) {
