@@ -7,7 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // conflictRetryAfter is when a pass that met a conflict is retried. The write that made ours
@@ -20,7 +20,7 @@ const conflictRetryAfter = time.Second
 // count in the reconcile errors the alerts watch. An error that is more than conflicts stays an
 // error.
 type routineConflicts struct {
-	reconcile.Reconciler
+	ctrlreconcile.Reconciler
 }
 
 func (c routineConflicts) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -9,7 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 func TestConflictsAreRetriedNotReportedAsErrors(t *testing.T) {
@@ -25,7 +25,7 @@ func TestConflictsAreRetriedNotReportedAsErrors(t *testing.T) {
 		{"a conflict and another error", errors.Join(conflict, other), true},
 		{"another error", other, true},
 	} {
-		inner := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, tc.err })
+		inner := ctrlreconcile.Func(func(context.Context, ctrl.Request) (ctrl.Result, error) { return ctrl.Result{}, tc.err })
 		result, err := routineConflicts{inner}.Reconcile(context.Background(), ctrl.Request{})
 		if (err != nil) != tc.wantError {
 			t.Errorf("%s: error %v, want one: %v", tc.name, err, tc.wantError)
