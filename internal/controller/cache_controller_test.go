@@ -411,3 +411,80 @@ func TestAnEarlierReleasesPodTemplateIsKeptUntilTheSpecChangesOrTheUserOptsIn(t 
 	})
 	templateCurrent(metav1.ConditionTrue)
 }
+
+// staleReads serves the given objects as a lagging informer would, in place of the stored ones.
+func staleReads(stale ...client.Object) client.WithWatch {
+	return interceptor.NewClient(k8s, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			for _, s := range stale {
+				if client.ObjectKeyFromObject(s) == key && fmt.Sprintf("%T", s) == fmt.Sprintf("%T", obj) {
+					return k8s.Scheme().Convert(s.DeepCopyObject(), obj, nil)
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+}
+
+// A pass that reads a Cache older than the stored one computes its status for an older
+// generation; the status write, an update at the old resourceVersion, fails with a conflict, so
+// observedGeneration never goes backwards.
+func TestAStatusFromAStaleReadNeverMovesObservedGenerationBack(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns)
+	old := getCache(t, ns) // as an informer may still have it: generation 1, no status yet
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"shards":5}}`))
+	if err := k8s.Patch(context.Background(), getCache(t, ns), patch); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
+		t.Fatal(err)
+	}
+	current := getCache(t, ns)
+	if current.Status.ObservedGeneration != current.Generation || current.Generation <= old.Generation {
+		t.Fatalf("setup: generation %d, observed %d (old generation %d)", current.Generation, current.Status.ObservedGeneration, old.Generation)
+	}
+
+	err := reconcile(newReconciler(staleReads(old), nil), cache)
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("the pass from the stale read returned %v, want a conflict", err)
+	}
+	if got := getCache(t, ns).Status.ObservedGeneration; got != current.Generation {
+		t.Errorf("observedGeneration went from %d to %d", current.Generation, got)
+	}
+}
+
+// A pass that reads a StatefulSet older than the stored one (all 3 of an older spec's pods
+// ready, while the Cache asks for 5) does not report those counts as the current spec's: the
+// StatefulSet is updated from a fresh read, and Ready comes from what the update returns.
+func TestAStaleStatefulSetIsNotReportedAsCurrent(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns)
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
+		t.Fatal(err)
+	}
+	setStatefulSetReady(t, ns, 3)
+	old := getStatefulSet(t, ns)
+	patch := client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"shards":5}}`))
+	if err := k8s.Patch(context.Background(), getCache(t, ns), patch); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
+		t.Fatal(err)
+	}
+
+	r := newReconciler(staleReads(old), nil)
+	r.APIReader = k8s
+	if err := reconcile(r, cache); err != nil && !apierrors.IsConflict(err) {
+		t.Fatal(err)
+	}
+	c := getCache(t, ns)
+	ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+	if ready.Status == metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
+		t.Errorf("with the old StatefulSet read: Ready %s %q at observedGeneration %d of %d; want not Ready for the 5-node spec",
+			ready.Status, ready.Message, c.Status.ObservedGeneration, c.Generation)
+	}
+}
