@@ -63,6 +63,10 @@ func TestBenchmark(t *testing.T) {
 	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine()}
 	b := setUp(t, r)
 
+	// The floor is measured on a cluster that has already made and removed the same objects
+	// once, as the operator's phases are: the first round on a new cluster pays for caches and
+	// connections being filled, which would make the floor look slower than it is.
+	b.phase("warm-up", func() { b.floor(t) })
 	b.phase("floor", func() { r.Floor = b.floor(t) })
 	b.startOperator(t)
 	b.phase("create", func() { r.Create = b.createAll(t) })
