@@ -59,7 +59,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	// for the ordered upgrade to restart it. Its status names the newest revision only once the
 	// StatefulSet controller has seen the latest spec; before, a pod of a spec change reverted
 	// in the meantime could look outdated.
-	if current := sts.Status.ObservedGeneration >= sts.Generation; current && sts.Status.UpdateRevision != "" {
+	if sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdateRevision != "" {
 		for i := range members {
 			members[i].Outdated = members[i].pod.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision
 		}

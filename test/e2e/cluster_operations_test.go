@@ -39,15 +39,7 @@ func clusterViews(t *testing.T, key client.ObjectKey) []serverView {
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		reply, err := do(t, &pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterNodes().Build() }).ToString()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes, err := valkey.ParseClusterNodes(strings.TrimPrefix(reply, "txt:"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		self, _ := valkey.Myself(nodes)
+		self, nodes := clusterNodes(t, &pod)
 		views = append(views, serverView{pod: pod, self: self, nodes: nodes})
 	}
 	return views
@@ -60,14 +52,9 @@ func clusterViews(t *testing.T, key client.ObjectKey) []serverView {
 func assertShape(t *testing.T, key client.ObjectKey, shards, replicas int) {
 	t.Helper()
 	nodes := shards * (1 + replicas)
-	testenv.WaitFor(t, time.Minute, fmt.Sprintf("%d pods", nodes), func() (bool, string) {
-		var running int
-		for _, pod := range cachePods(t, key) {
-			if pod.DeletionTimestamp == nil {
-				running++
-			}
-		}
-		return len(cachePods(t, key)) == nodes, fmt.Sprintf("%d pods, %d not going away", len(cachePods(t, key)), running)
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("%d pods, none going away", nodes), func() (bool, string) {
+		pods := cachePods(t, key)
+		return len(pods) == nodes, fmt.Sprintf("%d pods", len(pods))
 	})
 	views := clusterViews(t, key)
 	ids := map[string]string{}
@@ -224,6 +211,18 @@ func openSlot(t *testing.T, source, target serverView) (int, string) {
 	return 0, ""
 }
 
+// clusterOfKilledOperator forms a Cluster Cache of the given shards, without replicas, writes the
+// keys, and kills its operator with SIGKILL, as a crash would, leaving the cluster to the test.
+func clusterOfKilledOperator(t *testing.T, shards int32, keys int) client.ObjectKey {
+	t.Helper()
+	first := startOperator(t, "a", "", clusterCheckInterval)
+	key := newClusterCache(t, newNamespace(t), "sessions", shards, 0)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	writeKeys(t, key, keys)
+	first.Stop(t, syscall.SIGKILL)
+	return key
+}
+
 // primaries are the views of the servers that serve slots.
 func primaries(views []serverView) []serverView {
 	return slices.DeleteFunc(slices.Clone(views), func(v serverView) bool { return v.self.SlotsServed() == 0 })
@@ -233,13 +232,8 @@ func primaries(views []serverView) []serverView {
 // its keys moved; the next operator finishes the migration: no slot is left open, no key is lost,
 // and the slot's keys are all on one node.
 func TestClusterMigrationLeftOpenByAKilledOperatorIsFinished(t *testing.T) {
-	first := startOperator(t, "a", "", clusterCheckInterval)
-	ns := newNamespace(t)
-	key := newClusterCache(t, ns, "sessions", 2, 0)
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	const keys = 5000
-	writeKeys(t, key, keys)
-	first.Stop(t, syscall.SIGKILL)
+	key := clusterOfKilledOperator(t, 2, keys)
 
 	p := primaries(clusterViews(t, key))
 	slot, _ := openSlot(t, p[0], p[1])
@@ -279,13 +273,8 @@ func TestClusterMigrationLeftOpenByAKilledOperatorIsFinished(t *testing.T) {
 // the new node so that the cluster serves every slot again, says so in an event, and every key
 // of the other shards is still there.
 func TestClusterHealsWhenAMigrationTargetDies(t *testing.T) {
-	first := startOperator(t, "a", "", clusterCheckInterval)
-	ns := newNamespace(t)
-	key := newClusterCache(t, ns, "sessions", 3, 0)
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	const keys = 3000
-	writeKeys(t, key, keys)
-	first.Stop(t, syscall.SIGKILL)
+	key := clusterOfKilledOperator(t, 3, keys)
 
 	p := primaries(clusterViews(t, key))
 	source, target := p[0], p[1]
@@ -296,7 +285,7 @@ func TestClusterHealsWhenAMigrationTargetDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost[movedIndex] = true // moved to the target before it died
-	if err := runner.Crash(ns, target.pod.Name); err != nil {
+	if err := runner.Crash(key.Namespace, target.pod.Name); err != nil {
 		t.Fatal(err)
 	}
 	startOperator(t, "b", "", clusterCheckInterval)
@@ -450,7 +439,10 @@ func (l *upgradeLoad) run(ctx context.Context, c valkeygo.Client) {
 		}
 		cancel()
 		now := time.Now()
-		l.requests += 1 + boolInt(l.acked[k] == i)
+		l.requests++
+		if l.acked[k] == i {
+			l.requests++ // the GET
+		}
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:
@@ -463,13 +455,6 @@ func (l *upgradeLoad) run(ctx context.Context, c valkeygo.Client) {
 			failingSince = time.Time{}
 		}
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // lost counts the keys whose value is neither their last acknowledged write nor a later one tried.

@@ -263,18 +263,24 @@ func TestClusterReadyFallsWithWhatValkeyReports(t *testing.T) {
 	}
 }
 
-// firstSlot is the first slot a primary's server serves.
-func firstSlot(t *testing.T, pod *corev1.Pod) int {
+// clusterNodes is CLUSTER NODES as the pod's server reports it, and the server's own entry.
+func clusterNodes(t *testing.T, pod *corev1.Pod) (self valkey.ClusterNode, nodes []valkey.ClusterNode) {
 	t.Helper()
 	reply, err := do(t, pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterNodes().Build() }).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := valkey.ParseClusterNodes(strings.TrimPrefix(reply, "txt:"))
-	if err != nil {
+	if nodes, err = valkey.ParseClusterNodes(strings.TrimPrefix(reply, "txt:")); err != nil {
 		t.Fatal(err)
 	}
-	self, _ := valkey.Myself(nodes)
+	self, _ = valkey.Myself(nodes)
+	return self, nodes
+}
+
+// firstSlot is the first slot a primary's server serves.
+func firstSlot(t *testing.T, pod *corev1.Pod) int {
+	t.Helper()
+	self, _ := clusterNodes(t, pod)
 	if len(self.Slots) == 0 {
 		t.Fatalf("%s serves no slot", pod.Name)
 	}

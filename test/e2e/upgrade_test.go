@@ -38,16 +38,7 @@ import (
 // be made, and after the storage migration etcd holds every Cache as v2.
 func TestUpgradeFromTheLastV1ReleaseRestartsNoPod(t *testing.T) {
 	ctx := context.Background()
-	commit, err := testenv.PreviousRelease("v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	previous, source, err := testenv.BuildRelease(ctx, commit, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Whatever happens, the tests after this one get this checkout's CRDs and RBAC back.
-	t.Cleanup(func() { installCurrent(t) })
+	commit, previous, source := buildPreviousRelease(t, "v1")
 	// The CRD of the previous release cannot replace one that has stored v2 objects, so the
 	// rehearsal starts from a cluster without Caches, as on the day of the first install.
 	if err := cluster.Kubectl(ctx, "delete", "customresourcedefinition", "caches.cache.example.com", "--timeout=60s"); err != nil {
@@ -163,15 +154,7 @@ func TestUpgradeFromTheLastV1ReleaseRestartsNoPod(t *testing.T) {
 // updates on delete), and the new release's operations work on it.
 func TestUpgradeFromTheLatestReleaseKeepsClustersRunning(t *testing.T) {
 	ctx := context.Background()
-	commit, err := testenv.PreviousRelease("latest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	previous, source, err := testenv.BuildRelease(ctx, commit, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { installCurrent(t) })
+	commit, previous, source := buildPreviousRelease(t, "latest")
 	if err := cluster.InstallOperatorAccess(ctx, source); err != nil {
 		t.Fatalf("installing the CRDs and RBAC of %s: %v", commit, err)
 	}
@@ -208,6 +191,23 @@ func TestUpgradeFromTheLatestReleaseKeepsClustersRunning(t *testing.T) {
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	assertShape(t, key, 4, 1)
 	assertKeysRead(t, key, keys)
+}
+
+// buildPreviousRelease builds the operator of the release of that name in hack/previous-release
+// from this repository's history, and returns its commit, its binary and its source tree.
+// Whatever the rehearsal does, the tests after it get this checkout's CRDs and RBAC back.
+func buildPreviousRelease(t *testing.T, name string) (commit, binary, source string) {
+	t.Helper()
+	commit, err := testenv.PreviousRelease(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary, source, err = testenv.BuildRelease(context.Background(), commit, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { installCurrent(t) })
+	return commit, binary, source
 }
 
 // installCurrent installs this checkout's CRDs and RBAC, with the conversion webhook at the
