@@ -1,6 +1,7 @@
 // Package controller holds the Cache reconciler: a level-triggered loop that re-reads a Cache and
-// its children on every pass and converges them on the spec, keeping nothing in memory between
-// passes.
+// its children on every pass and converges them on the spec. The only thing it keeps between
+// passes is which versions of a Cache its own writes replaced (ownWrites), so as not to act on
+// a read from before them.
 package controller
 
 import (
@@ -11,11 +12,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
@@ -42,6 +45,8 @@ type CacheReconciler struct {
 	// ClusterCheckInterval is how often the servers of a ready Cluster Cache are asked whether
 	// it is still ready.
 	ClusterCheckInterval time.Duration
+
+	ownWrites ownWrites
 }
 
 // +kubebuilder:rbac:groups=cache.example.com,resources=caches,verbs=get;list;watch;patch
@@ -57,7 +62,15 @@ type CacheReconciler struct {
 func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cache cachev2.Cache
 	if err := r.Get(ctx, req.NamespacedName, &cache); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err) // already gone
+		if apierrors.IsNotFound(err) {
+			r.ownWrites.forget(req.NamespacedName) // already gone
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.ownWrites.stale(req.NamespacedName, cache.ResourceVersion) {
+		// The event of our last write enqueues the Cache again; the timer is a backstop.
+		log.FromContext(ctx).V(1).Info("Waiting for the informer to show our last write")
+		return ctrl.Result{RequeueAfter: conflictRetryAfter}, nil
 	}
 
 	if !cache.DeletionTimestamp.IsZero() {

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -486,5 +487,39 @@ func TestAStaleStatefulSetIsNotReportedAsCurrent(t *testing.T) {
 	if ready.Status == metav1.ConditionTrue || c.Status.ObservedGeneration != c.Generation {
 		t.Errorf("with the old StatefulSet read: Ready %s %q at observedGeneration %d of %d; want not Ready for the 5-node spec",
 			ready.Status, ready.Message, c.Status.ObservedGeneration, c.Generation)
+	}
+}
+
+// A pass that reads the Cache as it was before the reconciler's own last write, as a lagging
+// informer serves it, waits for that write's event instead of acting on the old read: it writes
+// nothing (no status update bound to conflict, no child taken back to an older spec) and asks to
+// be looked at again. Once the read is current, passes go on as before.
+func TestAPassReadingTheCacheFromBeforeItsOwnWriteWaits(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns)
+	before := getCache(t, ns)
+	r := newReconciler(k8s, nil)
+	if err := reconcile(r, cache); err != nil {
+		t.Fatal(err)
+	}
+	if getCache(t, ns).ResourceVersion == before.ResourceVersion {
+		t.Fatal("setup: the first pass wrote no status")
+	}
+
+	lagging, writes := countingWrites(staleReads(before))
+	r.Client = lagging
+	result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cache)})
+	if err != nil || result.RequeueAfter == 0 || writes.Load() != 0 {
+		t.Errorf("the pass from before our write: %d writes, result %+v, error %v; want none, a requeue, no error",
+			writes.Load(), result, err)
+	}
+
+	r.Client = k8s
+	setStatefulSetReady(t, ns, 3)
+	if err := reconcile(r, cache); err != nil {
+		t.Fatal(err)
+	}
+	if ready := meta.FindStatusCondition(getCache(t, ns).Status.Conditions, cachev2.ConditionReady); ready.Status != metav1.ConditionTrue {
+		t.Errorf("with a current read: Ready %s %q, want True", ready.Status, ready.Message)
 	}
 }

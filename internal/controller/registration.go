@@ -72,7 +72,7 @@ func (r *CacheReconciler) ensureFinalizer(ctx context.Context, cache *cachev2.Ca
 	if !controllerutil.AddFinalizer(cache, cachev2.Finalizer) {
 		return nil
 	}
-	return r.Patch(ctx, cache, patch)
+	return r.writeCache(cache, func() error { return r.Patch(ctx, cache, patch) })
 }
 
 // finalize runs when a Cache is being deleted: it removes the Cache's catalogue record, then

@@ -28,7 +28,7 @@ func (r *CacheReconciler) writeStatus(ctx context.Context, cache *cachev2.Cache,
 		return nil
 	}
 	cache.Status = status
-	return r.Status().Update(ctx, cache)
+	return r.writeCache(cache, func() error { return r.Status().Update(ctx, cache) })
 }
 
 // writeCondition sets one condition in the stored status, writing only if that changes it.
