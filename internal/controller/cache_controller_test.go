@@ -154,6 +154,36 @@ func TestHandEditOfThePodTemplateIsUndone(t *testing.T) {
 	})
 }
 
+// The informer holds Services with only the owned fields; a hand edit of one is still undone,
+// and the update, made from the whole stored Service, keeps everything else.
+func TestHandEditOfTheServiceIsUndone(t *testing.T) {
+	ns := newNamespace(t)
+	startManager(t, ns, nil)
+	newCache(t, ns)
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
+
+	var svc corev1.Service
+	key := client.ObjectKey{Namespace: ns, Name: getStatefulSet(t, ns).Spec.ServiceName}
+	if err := k8s.Get(context.Background(), key, &svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Ports[0].Port = 7000
+	svc.Annotations = map[string]string{"team": "checkout"}
+	if err := k8s.Update(context.Background(), &svc); err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, "the Service's port restored", func() (bool, string) {
+		if err := k8s.Get(context.Background(), key, &svc); err != nil {
+			return false, err.Error()
+		}
+		return svc.Spec.Ports[0].Port == resources.Port, fmt.Sprintf("port %d", svc.Spec.Ports[0].Port)
+	})
+	if svc.Annotations["team"] != "checkout" || len(svc.Spec.ClusterIPs) == 0 {
+		t.Errorf("the update lost fields it does not own: annotations %v, clusterIPs %v", svc.Annotations, svc.Spec.ClusterIPs)
+	}
+}
+
 func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)

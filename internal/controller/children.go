@@ -52,13 +52,9 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 	if client.IgnoreNotFound(err) != nil {
 		return nil, false, err
 	}
-	c := r.Client
-	if err == nil {
-		c = storedReads{Client: r.Client, reader: r.APIReader}
-	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	held := false
-	err = r.ensureChild(ctx, c, cache, sts, func() {
+	err = r.ensureChild(ctx, r.writer(err), cache, sts, func() {
 		want := desired
 		// Decided again on the stored object, which this closure gets fresh.
 		if held = holdsReleaseTemplate(cache, sts, desired); held {
@@ -83,10 +79,30 @@ func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet
 		resources.OwnedTemplateDigest(&sts.Spec.Template) != resources.OwnedTemplateDigest(&desired.Spec.Template)
 }
 
+// ensureService decides from the informer's copy of the Service, which keeps only the owned
+// fields (see InformerOptions), whether anything needs writing.
 func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache) error {
 	desired := resources.Service(cache)
+	cached := &corev1.Service{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(desired), cached)
+	if err == nil && metav1.IsControlledBy(cached, cache) && resources.ServiceUpToDate(cached, desired) {
+		return nil
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	return r.ensureChild(ctx, r.Client, cache, svc, func() { resources.MergeService(svc, desired) })
+	return r.ensureChild(ctx, r.writer(err), cache, svc, func() { resources.MergeService(svc, desired) })
+}
+
+// writer is the client a child is written through, given how reading the informer's copy went
+// (cachedErr): a child the informer does not have is created, and one it has is updated from a
+// fresh read of the whole stored object, since the informer keeps only part of it.
+func (r *CacheReconciler) writer(cachedErr error) client.Client {
+	if cachedErr == nil {
+		return storedReads{Client: r.Client, reader: r.APIReader}
+	}
+	return r.Client
 }
 
 // storedReads is a client whose reads go to the API server rather than the informer cache.

@@ -13,13 +13,19 @@ import (
 )
 
 // InformerOptions keeps the manager's informers down to what the reconciler reads, which is most
-// of the operator's memory on a large cluster: no managedFields on any cached object; only the
-// StatefulSets and Services that carry the operator's managed-by label rather than every one in
-// the cluster; and StatefulSets without their pod template, of which the reconciler only needs
-// a digest (resources.StripPodTemplate); and only the pods of Cluster Caches, whose addresses
-// the reconciler needs to reach their servers, with little more than those addresses. A child whose label someone removed is invisible to
-// the informer; its next create fails with AlreadyExists, not as a duplicate, and the reconciler
-// then reads it around the informer and takes it back (ensureChild).
+// of the operator's memory on a large cluster:
+//   - no managedFields on any cached object;
+//   - only the StatefulSets and Services that carry the operator's managed-by label rather than
+//     every one in the cluster;
+//   - StatefulSets without their pod template, of which the reconciler only needs a digest
+//     (resources.StripPodTemplate), and Services with only the fields the operator owns
+//     (resources.StripService); an update of either reads the whole stored object first;
+//   - only the pods of Cluster Caches, whose addresses the reconciler needs to reach their
+//     servers, with little more than those addresses.
+//
+// A child whose label someone removed is invisible to the informer; its next create fails with
+// AlreadyExists, not as a duplicate, and the reconciler then reads it around the informer and
+// takes it back (ensureChild).
 func InformerOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
 	stripManagedFields := cache.TransformStripManagedFields()
@@ -32,7 +38,12 @@ func InformerOptions() cache.Options {
 				}
 				return stripManagedFields(in)
 			}},
-			&corev1.Service{}: {Label: managed},
+			&corev1.Service{}: {Label: managed, Transform: func(in any) (any, error) {
+				if svc, ok := in.(*corev1.Service); ok {
+					return resources.StripService(svc), nil
+				}
+				return in, nil
+			}},
 			&corev1.Pod{}: {
 				Label: labels.SelectorFromSet(labels.Set{
 					resources.LabelManagedBy: resources.ManagedBy,

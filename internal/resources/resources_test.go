@@ -258,3 +258,38 @@ func TestMergeServiceOfAMatchingObjectChangesNothing(t *testing.T) {
 		t.Error("merging into a matching Service changed it; the reconciler would write on every pass")
 	}
 }
+
+// The informer keeps Services stripped; whether a write is needed must come out the same from
+// the stripped copy as from the whole stored object.
+func TestServiceUpToDateAgreesWhetherStrippedOrNot(t *testing.T) {
+	desired := Service(testCache())
+	stored := desired.DeepCopy()
+	stored.CreationTimestamp = metav1.Now()
+	stored.Labels["team"] = "checkout"
+	stored.Annotations = map[string]string{"note": "kept"}
+	stored.Spec.Type = corev1.ServiceTypeClusterIP
+	stored.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
+	stored.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	for name, edit := range map[string]func(*corev1.Service){
+		"unchanged":             func(*corev1.Service) {},
+		"an owned label edited": func(s *corev1.Service) { s.Labels[LabelManagedBy] = "someone" },
+		"selector edited":       func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "other"} },
+		"port edited":           func(s *corev1.Service) { s.Spec.Ports[0].Port = 7000 },
+		"a port added": func(s *corev1.Service) {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9121})
+		},
+		"an annotation added":     func(s *corev1.Service) { s.Annotations["other"] = "x" },
+		"session affinity set":    func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP },
+		"not ready pods included": func(s *corev1.Service) { s.Spec.PublishNotReadyAddresses = true },
+	} {
+		edited := stored.DeepCopy()
+		edit(edited)
+		whole, stripped := ServiceUpToDate(edited, desired), ServiceUpToDate(StripService(edited), desired)
+		if whole != stripped {
+			t.Errorf("%s: up to date %v from the stored Service, %v from the stripped one", name, whole, stripped)
+		}
+	}
+	if !ServiceUpToDate(StripService(stored), desired) {
+		t.Error("a matching Service, stripped, is not up to date")
+	}
+}

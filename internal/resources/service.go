@@ -2,6 +2,7 @@ package resources
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -47,4 +48,36 @@ func MergeService(dst, desired *corev1.Service) {
 	}
 	dst.Spec.Selector = desired.Spec.Selector
 	dst.Spec.Ports = desired.Spec.Ports
+}
+
+// ServiceUpToDate reports whether merging desired into svc (MergeService) would change nothing.
+// svc may be the informer's copy, reduced by StripService.
+func ServiceUpToDate(svc, desired *corev1.Service) bool {
+	merged := svc.DeepCopy()
+	MergeService(merged, desired)
+	return equality.Semantic.DeepEqual(merged, svc)
+}
+
+// StripService reduces a Service to what the reconciler reads of it: which object it is, whose,
+// and the fields MergeService owns. The informer keeps Services stripped, which roughly halves
+// what each costs in memory; an update starts from a fresh read of the whole object.
+func StripService(svc *corev1.Service) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta: svc.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              svc.Name,
+			Namespace:         svc.Namespace,
+			UID:               svc.UID,
+			ResourceVersion:   svc.ResourceVersion,
+			CreationTimestamp: svc.CreationTimestamp,
+			DeletionTimestamp: svc.DeletionTimestamp,
+			Labels:            svc.Labels,
+			OwnerReferences:   svc.OwnerReferences,
+		},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: svc.Spec.ClusterIP,
+			Selector:  svc.Spec.Selector,
+			Ports:     svc.Spec.Ports,
+		},
+	}
 }
