@@ -43,7 +43,8 @@ import (
 var (
 	caches      = flag.Int("caches", 1000, "number of Caches")
 	replicas    = flag.Int("replicas", 3, "replicas per Cache at creation")
-	scaleTo     = flag.Int("scale-to", 5, "replicas per Cache after the scale phase")
+	scaleTo     = flag.Int("scale-to", 5, "replicas per Cache after the scale phase; as many as -replicas skips the phase")
+	warmUp      = flag.Int("warm-up", 1000, "StatefulSets in the unmeasured round before the floor, at most -caches")
 	steady      = flag.Duration("steady", 60*time.Second, "length of the steady-state phase")
 	concurrency = flag.Int("concurrency", 16, "parallel client requests when creating, scaling and deleting")
 	outDir      = flag.String("out", "", "directory for benchmark.json, benchmark.md and benchmark.svg (default docs/)")
@@ -63,15 +64,18 @@ func TestBenchmark(t *testing.T) {
 	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine()}
 	b := setUp(t, r)
 
-	// The floor is measured on a cluster that has already made and removed the same objects
-	// once, as the operator's phases are: the first round on a new cluster pays for caches and
-	// connections being filled, which would make the floor look slower than it is.
-	b.phase("warm-up", func() { b.floor(t) })
-	b.phase("floor", func() { r.Floor = b.floor(t) })
+	// The floor is measured on a cluster that has already made and removed such objects, as
+	// the operator's phases are: the first round on a new cluster pays for caches and
+	// connections being filled, which would make the floor look slower than it is. A thousand
+	// fill them; at 10,000 a whole round would add most of an hour.
+	b.phase("warm-up", func() { b.floor(t, min(*warmUp, *caches)) })
+	b.phase("floor", func() { r.Floor = b.floor(t, *caches) })
 	b.startOperator(t)
 	b.phase("create", func() { r.Create = b.createAll(t) })
 	b.phase("steady", func() { r.Steady = b.steadyState(t) })
-	b.phase("scale", func() { r.Scale = b.scaleAll(t) })
+	if *scaleTo != *replicas {
+		b.phase("scale", func() { r.Scale = b.scaleAll(t) })
+	}
 	b.phase("restart", func() { r.Restart = b.restart(t) })
 	b.phase("change", func() { r.Change = b.changeOneAtATime(t) })
 	b.phase("delete", func() { r.Delete = b.deleteAll(t) })
@@ -163,11 +167,11 @@ func (b *bench) phase(name string, run func()) {
 	b.timeline.mark() // so that a phase without changes still shows as a line
 }
 
-// parallel runs f for each Cache index, *concurrency at a time.
-func parallel(t *testing.T, f func(i int) error) {
+// parallel runs f for each of the first n Cache indexes, *concurrency at a time.
+func parallel(t *testing.T, n int, f func(i int) error) {
 	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, *caches)
+	errs := make(chan error, n)
 	next := make(chan int)
 	for range *concurrency {
 		wg.Go(func() {
@@ -178,7 +182,7 @@ func parallel(t *testing.T, f func(i int) error) {
 			}
 		})
 	}
-	for i := range *caches {
+	for i := range n {
 		next <- i
 	}
 	close(next)
@@ -203,7 +207,7 @@ func benchCache(ns string, i int) *cachev2.Cache {
 func (b *bench) createAll(t *testing.T) CreatePhase {
 	start := time.Now()
 	created := make([]time.Time, *caches)
-	parallel(t, func(i int) error {
+	parallel(t, *caches, func(i int) error {
 		created[i] = time.Now()
 		return b.admin.Create(context.Background(), benchCache(namespace, i))
 	})
@@ -244,7 +248,7 @@ func (b *bench) scaleAll(t *testing.T) ScalePhase {
 	patched := make([]time.Time, *caches)
 	generations := make([]int64, *caches)
 	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"shards":%d}}`, *scaleTo))
-	parallel(t, func(i int) error {
+	parallel(t, *caches, func(i int) error {
 		c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}}
 		patched[i] = time.Now()
 		err := b.admin.Patch(context.Background(), c, patch)
@@ -276,11 +280,15 @@ type ChangePhase struct {
 	ObservedP99Seconds float64 `json:"observedGenerationP99Seconds"`
 }
 
-// changeOneAtATime scales Caches down by one, one at a time, each once the previous one's status
-// has the new generation.
+// changeOneAtATime scales Caches down by one (up by one, if the scale phase did not run), one at
+// a time, each once the previous one's status has the new generation.
 func (b *bench) changeOneAtATime(t *testing.T) ChangePhase {
 	waitIdle(t, b.operator.Load(), 0)
-	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"shards":%d}}`, *scaleTo-1))
+	shards := *scaleTo - 1
+	if *scaleTo == *replicas {
+		shards = *replicas + 1
+	}
+	patch := client.RawPatch(client.Merge.Type(), fmt.Appendf(nil, `{"spec":{"shards":%d}}`, shards))
 	var observed []time.Duration
 	for i := range min(changeSamples, *caches) {
 		c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}}
@@ -312,7 +320,7 @@ func (b *bench) restart(t *testing.T) RestartPhase {
 
 func (b *bench) deleteAll(t *testing.T) DeletePhase {
 	start := time.Now()
-	parallel(t, func(i int) error {
+	parallel(t, *caches, func(i int) error {
 		return b.admin.Delete(context.Background(), &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: namespace}})
 	})
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, *timeout, true,

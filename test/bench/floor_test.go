@@ -31,13 +31,13 @@ type FloorPhase struct {
 // floor creates the objects, waits until every StatefulSet has all its replicas ready, then
 // removes them and waits until they and their pods are gone, so that they weigh nothing on the
 // operator's phases.
-func (b *bench) floor(t *testing.T) FloorPhase {
+func (b *bench) floor(t *testing.T, n int) FloorPhase {
 	ctx := context.Background()
 	if err := b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	parallel(t, func(i int) error {
+	parallel(t, n, func(i int) error {
 		c := benchCache(floorNamespace, i)
 		if err := b.admin.Create(ctx, resources.Service(c)); err != nil {
 			return err
@@ -56,7 +56,7 @@ func (b *bench) floor(t *testing.T) FloorPhase {
 				ready++
 			}
 		}
-		return ready == *caches, nil
+		return ready == n, nil
 	})
 	if err != nil {
 		t.Fatalf("the floor's StatefulSets did not all become ready: %v", err)

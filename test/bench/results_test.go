@@ -101,6 +101,9 @@ func (r *Result) write(dir string) error {
 	if dir == "" {
 		dir = filepath.Join(testenv.Root(), "docs")
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	base := filepath.Join(dir, fmt.Sprintf("benchmark-%d", r.Caches))
 	j, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -129,10 +132,14 @@ func (r *Result) markdown(chart string) string {
 	p("| create: operator writes per Cache (no Lease renewals, no Events) | %.2f (%s) |\n", total(r.Create.Writes), breakdown(r.Create.Writes))
 	p("| create: conflicts per Cache | %.3f (%s) |\n", total(r.Create.Conflicts), breakdown(r.Create.Conflicts))
 	p("| steady state (%.0f s): writes / reconciles | %d / %.0f |\n", r.Steady.Seconds, total(r.Steady.Writes), r.Steady.Reconciles)
-	p("| scale: spec change → observedGeneration, p50 / p99 | %.2f s / %.2f s |\n", r.Scale.ObservedP50Seconds, r.Scale.ObservedP99Seconds)
-	p("| scale: all Ready | %.1f s |\n", r.Scale.AllReadySeconds)
-	p("| scale: operator requests per Cache | %.2f (%s) |\n", total(r.Scale.Requests), breakdown(r.Scale.Requests))
-	p("| scale: conflicts per Cache | %.3f (%s) |\n", total(r.Scale.Conflicts), breakdown(r.Scale.Conflicts))
+	if r.ScaleTo == r.Replicas {
+		p("| scale | not run (-scale-to = -replicas) |\n")
+	} else {
+		p("| scale: spec change → observedGeneration, p50 / p99 | %.2f s / %.2f s |\n", r.Scale.ObservedP50Seconds, r.Scale.ObservedP99Seconds)
+		p("| scale: all Ready | %.1f s |\n", r.Scale.AllReadySeconds)
+		p("| scale: operator requests per Cache | %.2f (%s) |\n", total(r.Scale.Requests), breakdown(r.Scale.Requests))
+		p("| scale: conflicts per Cache | %.3f (%s) |\n", total(r.Scale.Conflicts), breakdown(r.Scale.Conflicts))
+	}
 	p("| restart: queue drained after start | %.1f s |\n", r.Restart.DrainedSeconds)
 	p("| restart: writes | %d |\n", total(r.Restart.Writes))
 	p("| one change at a time in a Ready fleet (%d): change → observedGeneration, p50 / p99 | %.3f s / %.3f s |\n",
