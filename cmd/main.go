@@ -62,8 +62,8 @@ func main() {
 	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 4, "How many Caches are reconciled at once.")
 	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
-	flag.Float64Var(&qps, "kube-api-qps", 50, "Sustained rate of requests per second to the API server.")
-	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests to the API server above the sustained rate.")
+	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 sets none and leaves it to the API server's Priority and Fairness.")
+	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests above --kube-api-qps, when that is set.")
 	flag.StringVar(&catalogEndpoints, "catalog-endpoints", "", "Comma-separated etcd endpoints of the external service catalogue; empty runs without a catalogue (and without finalizers).")
 	flag.StringVar(&layout.Prefix, "catalog-prefix", "/skydns", "Key prefix of the catalogue records (the `path` of CoreDNS's etcd plugin).")
 	flag.StringVar(&layout.Zone, "catalog-zone", "caches.example.internal", "DNS zone of the catalogue records: a Cache is listed as <name>.<namespace>.<zone>.")
@@ -107,9 +107,13 @@ func main() {
 		fail(log, errors.New("--webhook-cert-renew-before must be shorter than --webhook-cert-validity"), "Invalid webhook flags")
 	}
 
+	// No client-side limit by default: the workers bound how many requests are in flight, and
+	// the API server's Priority and Fairness queues them fairly among its clients; a limit here
+	// only made a fleet's creation wait on the operator (docs/benchmark.md).
 	cfg := ctrl.GetConfigOrDie()
-	cfg.QPS = float32(qps)
-	cfg.Burst = burst
+	if qps > 0 {
+		cfg.QPS, cfg.Burst = float32(qps), burst
+	}
 
 	informers := controller.InformerOptions()
 	informers.ByObject[&corev1.Secret{}] = conversionwebhook.SecretCache(webhookCert.Secret)
