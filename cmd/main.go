@@ -62,7 +62,7 @@ func main() {
 	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 4, "How many Caches are reconciled at once.")
 	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
-	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 sets none and leaves it to the API server's Priority and Fairness.")
+	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests above --kube-api-qps, when that is set.")
 	flag.StringVar(&catalogEndpoints, "catalog-endpoints", "", "Comma-separated etcd endpoints of the external service catalogue; empty runs without a catalogue (and without finalizers).")
 	flag.StringVar(&layout.Prefix, "catalog-prefix", "/skydns", "Key prefix of the catalogue records (the `path` of CoreDNS's etcd plugin).")

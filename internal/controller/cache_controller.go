@@ -12,13 +12,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
@@ -30,7 +28,7 @@ import (
 type CacheReconciler struct {
 	client.Client
 	// APIReader reads from the API server, bypassing the informer cache: for the whole
-	// StatefulSet before an update, since the cache keeps it without its pod template.
+	// StatefulSet or Service before an update, since the cache keeps only part of each.
 	APIReader client.Reader
 	// Recorder records the events that tell a user about catalogue failures.
 	Recorder events.EventRecorder
@@ -60,26 +58,22 @@ type CacheReconciler struct {
 // reads the current state and does what is needed. Errors go back to the work queue, which
 // retries with exponential backoff; no pass waits or retries in place.
 func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var cache cachev2.Cache
-	if err := r.Get(ctx, req.NamespacedName, &cache); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.ownWrites.forget(req.NamespacedName) // already gone
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	cache, current, err := r.currentCache(ctx, req.NamespacedName)
+	if cache == nil || err != nil {
+		return ctrl.Result{}, err // already gone, or unreadable
 	}
-	if r.ownWrites.stale(req.NamespacedName, cache.ResourceVersion) {
+	if !current {
 		// The event of our last write enqueues the Cache again; the timer is a backstop.
-		log.FromContext(ctx).V(1).Info("Waiting for the informer to show our last write")
-		return ctrl.Result{RequeueAfter: conflictRetryAfter}, nil
+		return ctrl.Result{RequeueAfter: staleReadRetryAfter}, nil
 	}
 
 	if !cache.DeletionTimestamp.IsZero() {
 		// The garbage collector deletes the owned StatefulSet and Service; only the catalogue
 		// record is ours to clean up.
-		return ctrl.Result{}, r.finalize(ctx, &cache)
+		return ctrl.Result{}, r.finalize(ctx, cache)
 	}
 	// The finalizer goes on before the first registration, so no record can outlive its Cache.
-	if err := r.ensureFinalizer(ctx, &cache); err != nil {
+	if err := r.ensureFinalizer(ctx, cache); err != nil {
 		return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 	}
 
@@ -88,19 +82,18 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	var members []clusterMember
 	nodes := cache.Spec.Nodes()
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		var err error
-		if members, err = r.observeCluster(ctx, &cache); err != nil {
+		if members, err = r.observeCluster(ctx, cache); err != nil {
 			return ctrl.Result{}, err
 		}
-		nodes = nodesToRun(&cache, members)
+		nodes = nodesToRun(cache, members)
 	}
-	sts, templateHeld, err := r.ensureChildren(ctx, &cache, nodes)
+	sts, templateHeld, err := r.ensureChildren(ctx, cache, nodes)
 	if err != nil {
-		return ctrl.Result{}, r.reportFailure(ctx, &cache, err)
+		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
 	}
 
 	// A failed registration is reported in the status first, then returned for a retry.
-	registered, registerErr := r.register(ctx, &cache)
+	registered, registerErr := r.register(ctx, cache)
 
 	// No requeue while the StatefulSet converges: every change to its status enqueues the
 	// Cache again through the owner reference. A Valkey Cluster sends no such events, so a
@@ -109,13 +102,13 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	var pollAfter time.Duration
 	var clusterErr error
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		cluster, pollAfter, clusterErr = r.tendCluster(ctx, &cache, sts, members)
+		cluster, pollAfter, clusterErr = r.tendCluster(ctx, cache, sts, members)
 	}
 	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
-	if err := r.writeStatus(ctx, &cache, observedStatus(&cache, sts, registered, templateHeld, cluster)); err != nil {
+	if err := r.writeStatus(ctx, cache, observedStatus(cache, sts, registered, templateHeld, cluster)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
-	r.announceOperation(&cache, before, meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady))
+	r.announceOperation(cache, before, meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady))
 	if err := errors.Join(registerErr, clusterErr); err != nil {
 		return ctrl.Result{}, err // the queue's backoff decides when to look again
 	}

@@ -1,23 +1,52 @@
 package controller
 
 import (
+	"context"
 	"slices"
 	"sync"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cachev2 "example.com/cache-operator/api/v2"
 )
 
+// staleReadRetryAfter is when a pass that found the Cache from before our own last write looks
+// again, should the event of that write not have enqueued it sooner.
+const staleReadRetryAfter = time.Second
+
+// currentCache reads the Cache key from the informer: nil if it is gone, and not current if it
+// is a version our own writes replaced (see ownWrites).
+func (r *CacheReconciler) currentCache(ctx context.Context, key types.NamespacedName) (*cachev2.Cache, bool, error) {
+	var cache cachev2.Cache
+	if err := r.Get(ctx, key, &cache); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.ownWrites.forget(key)
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	if r.ownWrites.stale(key, cache.ResourceVersion) {
+		log.FromContext(ctx).V(1).Info("Waiting for the informer to show our last write")
+		return &cache, false, nil
+	}
+	return &cache, true, nil
+}
+
 // writeCache makes write, a write of ours to cache that updates it in place, and remembers the
-// version it replaced.
+// version it replaced. A write the API server found to change nothing keeps the version and
+// sends no event to wait for, so it is not remembered.
 func (r *CacheReconciler) writeCache(cache *cachev2.Cache, write func() error) error {
 	replaced := cache.ResourceVersion
 	if err := write(); err != nil {
 		return err
 	}
-	r.ownWrites.wrote(client.ObjectKeyFromObject(cache), replaced)
+	if cache.ResourceVersion != replaced {
+		r.ownWrites.wrote(client.ObjectKeyFromObject(cache), replaced)
+	}
 	return nil
 }
 

@@ -1,9 +1,14 @@
 package controller
 
 import (
+	"errors"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
 func TestOwnWritesAreStaleUntilTheInformerShowsAVersionPastThem(t *testing.T) {
@@ -33,5 +38,29 @@ func TestOwnWritesAreStaleUntilTheInformerShowsAVersionPastThem(t *testing.T) {
 	w.forget(b)
 	if w.stale(b, "7") {
 		t.Error("a forgotten Cache's versions are still stale")
+	}
+}
+
+// A write is waited for only when it stored a new version: one the API server found to change
+// nothing sends no event, and waiting for it would hold the Cache for good.
+func TestOnlyAWriteThatStoredANewVersionIsWaitedFor(t *testing.T) {
+	r := &CacheReconciler{}
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", ResourceVersion: "5"}}
+	key := client.ObjectKeyFromObject(cache)
+
+	if err := r.writeCache(cache, func() error { return errors.New("refused") }); err == nil {
+		t.Fatal("the write's error was lost")
+	}
+	if err := r.writeCache(cache, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if r.ownWrites.stale(key, "5") {
+		t.Error("after a failed write and one that stored nothing, version 5 is waited past")
+	}
+	if err := r.writeCache(cache, func() error { cache.ResourceVersion = "6"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !r.ownWrites.stale(key, "5") || r.ownWrites.stale(key, "6") {
+		t.Error("after a write that stored version 6, version 5 should be stale and 6 current")
 	}
 }

@@ -93,7 +93,7 @@ func (r *CacheReconciler) finalize(ctx context.Context, cache *cachev2.Cache) er
 
 	patch := client.MergeFromWithOptions(cache.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(cache, cachev2.Finalizer)
-	if err := r.Patch(ctx, cache, patch); err != nil {
+	if err := r.writeCache(cache, func() error { return r.Patch(ctx, cache, patch) }); err != nil {
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	log.FromContext(ctx).Info("Released the Cache for deletion")

@@ -59,8 +59,8 @@ func ServiceUpToDate(svc, desired *corev1.Service) bool {
 }
 
 // StripService reduces a Service to what the reconciler reads of it: which object it is, whose,
-// and the fields MergeService owns. The informer keeps Services stripped, which roughly halves
-// what each costs in memory; an update starts from a fresh read of the whole object.
+// and the fields MergeService owns. The informer keeps Services stripped, as it keeps one per
+// Cache; an update starts from a fresh read of the whole object.
 func StripService(svc *corev1.Service) *corev1.Service {
 	return &corev1.Service{
 		TypeMeta: svc.TypeMeta,

@@ -50,7 +50,6 @@ func startOperatorBinary(t *testing.T, binary, name, catalogEndpoint string, ext
 		"--leader-elect-lease-duration", leaseDuration.String(),
 		"--leader-elect-renew-deadline", renewDeadline.String(),
 		"--leader-elect-retry-period", retryPeriod.String(),
-		"--kube-api-qps", "200", "--kube-api-burst", "400",
 		"--catalog-request-timeout", "2s",
 	}
 	if catalogEndpoint != "" {
