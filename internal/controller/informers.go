@@ -3,7 +3,6 @@ package controller
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -64,15 +63,8 @@ func InformerOptions() cache.Options {
 // is going away, and its IP.
 func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
 	return &corev1.Pod{
-		TypeMeta: pod.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              pod.Name,
-			Namespace:         pod.Namespace,
-			UID:               pod.UID,
-			ResourceVersion:   pod.ResourceVersion,
-			Labels:            pod.Labels,
-			DeletionTimestamp: pod.DeletionTimestamp,
-		},
-		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
+		TypeMeta:   pod.TypeMeta,
+		ObjectMeta: resources.CachedMeta(pod.ObjectMeta),
+		Status:     corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
 	}
 }

@@ -239,8 +239,9 @@ func TestServiceIsHeadlessAndSelectsTheCachePods(t *testing.T) {
 	}
 }
 
-func TestMergeServiceOfAMatchingObjectChangesNothing(t *testing.T) {
-	desired := Service(testCache())
+// storedService is desired as the API server stores it, with defaults filled in and a label and
+// an annotation added by someone else.
+func storedService(desired *corev1.Service) *corev1.Service {
 	stored := desired.DeepCopy()
 	stored.CreationTimestamp = metav1.Now()
 	stored.Labels["team"] = "checkout"
@@ -250,6 +251,12 @@ func TestMergeServiceOfAMatchingObjectChangesNothing(t *testing.T) {
 	stored.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
 	stored.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
 	stored.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	return stored
+}
+
+func TestMergeServiceOfAMatchingObjectChangesNothing(t *testing.T) {
+	desired := Service(testCache())
+	stored := storedService(desired)
 	merged := stored.DeepCopy()
 
 	MergeService(merged, desired)
@@ -263,13 +270,7 @@ func TestMergeServiceOfAMatchingObjectChangesNothing(t *testing.T) {
 // the stripped copy as from the whole stored object.
 func TestServiceUpToDateAgreesWhetherStrippedOrNot(t *testing.T) {
 	desired := Service(testCache())
-	stored := desired.DeepCopy()
-	stored.CreationTimestamp = metav1.Now()
-	stored.Labels["team"] = "checkout"
-	stored.Annotations = map[string]string{"note": "kept"}
-	stored.Spec.Type = corev1.ServiceTypeClusterIP
-	stored.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
-	stored.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	stored := storedService(desired)
 	for name, edit := range map[string]func(*corev1.Service){
 		"unchanged":             func(*corev1.Service) {},
 		"an owned label edited": func(s *corev1.Service) { s.Labels[LabelManagedBy] = "someone" },

@@ -63,21 +63,28 @@ func ServiceUpToDate(svc, desired *corev1.Service) bool {
 // Cache; an update starts from a fresh read of the whole object.
 func StripService(svc *corev1.Service) *corev1.Service {
 	return &corev1.Service{
-		TypeMeta: svc.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              svc.Name,
-			Namespace:         svc.Namespace,
-			UID:               svc.UID,
-			ResourceVersion:   svc.ResourceVersion,
-			CreationTimestamp: svc.CreationTimestamp,
-			DeletionTimestamp: svc.DeletionTimestamp,
-			Labels:            svc.Labels,
-			OwnerReferences:   svc.OwnerReferences,
-		},
+		TypeMeta:   svc.TypeMeta,
+		ObjectMeta: CachedMeta(svc.ObjectMeta),
 		Spec: corev1.ServiceSpec{
 			ClusterIP: svc.Spec.ClusterIP,
 			Selector:  svc.Spec.Selector,
 			Ports:     svc.Spec.Ports,
 		},
+	}
+}
+
+// CachedMeta is what the reconciler reads of a cached object's metadata: which object it is,
+// whose, its labels, and whether it is new or going away. Annotations and managed fields, often
+// most of it, are left out.
+func CachedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp,
+		DeletionTimestamp: m.DeletionTimestamp,
+		Labels:            m.Labels,
+		OwnerReferences:   m.OwnerReferences,
 	}
 }
