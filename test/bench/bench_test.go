@@ -90,6 +90,8 @@ func TestBenchmark(t *testing.T) {
 type bench struct {
 	cluster *localcluster.Cluster
 	admin   client.Client
+	// cfg is the administrator's connection to the cluster.
+	cfg *rest.Config
 	// operator is the running operator process; the memory sampler reads it while the
 	// restart phase replaces it.
 	operator   atomic.Pointer[testenv.Operator]
@@ -138,6 +140,7 @@ func setUp(t *testing.T, r *Result) *bench {
 		t.Fatal(err)
 	}
 	cfg.QPS, cfg.Burst = 2000, 4000
+	b.cfg = cfg
 	if b.admin, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
 		t.Fatal(err)
 	}
@@ -449,12 +452,18 @@ func phaseOf(n int32) int {
 	return 1
 }
 
-func (r *readiness) updateStatefulSet(sts *appsv1.StatefulSet) {
+// statefulSetReady reports whether the StatefulSet controller has seen the latest spec and every
+// replica of it is updated and ready.
+func statefulSetReady(sts *appsv1.StatefulSet) bool {
 	want := ptr.Deref(sts.Spec.Replicas, 1)
-	if sts.Status.ObservedGeneration != sts.Generation || sts.Status.ReadyReplicas != want || sts.Status.UpdatedReplicas != want {
+	return sts.Status.ObservedGeneration == sts.Generation && sts.Status.ReadyReplicas == want && sts.Status.UpdatedReplicas == want
+}
+
+func (r *readiness) updateStatefulSet(sts *appsv1.StatefulSet) {
+	if !statefulSetReady(sts) {
 		return
 	}
-	phase := phaseOf(want)
+	phase := phaseOf(ptr.Deref(sts.Spec.Replicas, 1))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stsReady[sts.Name] == nil {
