@@ -30,7 +30,7 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr              string
+		metricsAddr, probeAddr, pprofAddr   string
 		metricsSecure                       bool
 		metricsCertDir                      string
 		leaderElect                         bool
@@ -54,6 +54,7 @@ func main() {
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, only to clients whose token the API server authenticates and authorizes for GET /metrics (the metrics-reader role).")
 	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint, reloaded on change; without, a self-signed certificate is generated.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address Go's /debug/pprof profiles are served on, without authentication (bind it to 127.0.0.1); empty disables them.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader through a Lease, so that of several replicas only one reconciles.")
 	flag.StringVar(&leaderElectionID, "leader-election-id", "cache-operator.cache.example.com", "Name of the leader election Lease.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election Lease; in a pod, defaults to the pod's namespace.")
@@ -128,6 +129,7 @@ func main() {
 		}),
 		Metrics:                metricsOptions(metricsAddr, metricsSecure, metricsCertDir),
 		HealthProbeBindAddress: probeAddr,
+		PprofBindAddress:       pprofAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       leaderElectionID,
 		// LeaderElectionNamespace is only needed out of a cluster; in a pod the manager uses
