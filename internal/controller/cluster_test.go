@@ -5,11 +5,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/topology"
+	"example.com/cache-operator/internal/valkey"
 )
 
 // With every pod ready the pods' verdict is True, and the cluster's, unchanged since the last
@@ -35,5 +37,83 @@ func TestAClusterStillFormingKeepsItsReadyTransitionTime(t *testing.T) {
 	ready := meta.FindStatusCondition(status.Conditions, cachev2.ConditionReady)
 	if ready.Status != metav1.ConditionFalse || !ready.LastTransitionTime.Equal(&long) {
 		t.Errorf("Ready is %s since %v, want False since %v", ready.Status, ready.LastTransitionTime, long)
+	}
+}
+
+// clusterPod is a pod of the Cache "c" whose server, node id-<pod>, serves slots or none and
+// knows the nodes of the given pods.
+func clusterPod(name string, serves bool, knows ...string) clusterMember {
+	self := valkey.ClusterNode{ID: "id-" + name, Myself: true, Primary: true}
+	if serves {
+		self.Slots = []valkey.SlotRange{{Start: 0, End: 99}}
+	}
+	m := clusterMember{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		Member: topology.Member{Pod: name, Nodes: []valkey.ClusterNode{self}}}
+	for _, other := range knows {
+		m.Nodes = append(m.Nodes, valkey.ClusterNode{ID: "id-" + other, Primary: true})
+	}
+	return m
+}
+
+// A scale-in from 4 shards to 3 removes c-3: the StatefulSet keeps it until its server serves no
+// slot, has forgotten the cluster and is forgotten by every staying server; then it shrinks.
+func TestAScaleInKeepsTheLeavingPodsUntilTheirServersAreReleased(t *testing.T) {
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3}}
+	staying := func(knows ...string) []clusterMember {
+		return []clusterMember{
+			clusterPod("c-0", true, append([]string{"c-1", "c-2"}, knows...)...),
+			clusterPod("c-1", true, append([]string{"c-0", "c-2"}, knows...)...),
+			clusterPod("c-2", true, append([]string{"c-0", "c-1"}, knows...)...),
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		members []clusterMember
+		nodes   int32
+	}{{
+		name:    "no scale-in",
+		members: staying(),
+		nodes:   3,
+	}, {
+		name:    "the leaving primary still serves slots",
+		members: append(staying("c-3"), clusterPod("c-3", true, "c-0", "c-1", "c-2")),
+		nodes:   4,
+	}, {
+		name:    "drained of its slots, still in the cluster",
+		members: append(staying("c-3"), clusterPod("c-3", false, "c-0", "c-1", "c-2")),
+		nodes:   4,
+	}, {
+		name: "reset, still known by one staying server",
+		members: func() []clusterMember {
+			m := append(staying(), clusterPod("c-3", false))
+			m[0] = clusterPod("c-0", true, "c-1", "c-2", "c-3")
+			return m
+		}(),
+		nodes: 4,
+	}, {
+		name:    "forgotten by every staying server, not reset",
+		members: append(staying(), clusterPod("c-3", false, "c-0", "c-1", "c-2")),
+		nodes:   4,
+	}, {
+		name:    "its server cannot be asked",
+		members: append(staying(), clusterMember{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c-3"}}, Member: topology.Member{Pod: "c-3"}}),
+		nodes:   4,
+	}, {
+		name:    "released",
+		members: append(staying(), clusterPod("c-3", false)),
+		nodes:   3,
+	}, {
+		name:    "two leaving, the higher one released: both kept, as a StatefulSet removes the highest first",
+		members: append(staying("c-3"), clusterPod("c-3", true, "c-0", "c-1", "c-2"), clusterPod("c-4", false)),
+		nodes:   5,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range tc.members {
+				tc.members[i].Leaving = ordinal(cache, tc.members[i].pod) >= cache.Spec.Nodes()
+			}
+			if got := nodesToRun(cache, tc.members); got != tc.nodes {
+				t.Errorf("nodesToRun = %d, want %d", got, tc.nodes)
+			}
+		})
 	}
 }

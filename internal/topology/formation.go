@@ -166,8 +166,8 @@ type Plan struct {
 // Formed reports whether the cluster needs nothing more.
 func (p Plan) Formed() bool { return len(p.Actions) == 0 && p.Waiting == "" }
 
-// Form plans the next step towards the cluster the spec asks for, from the members: every server
-// meets the others; slots left open by a migration that stopped are finished or closed; the
+// Form plans the next step towards the cluster the spec asks for, from the members: while a
+// failover is settling, nothing; every server meets the others; slots left open by a migration that stopped are finished or closed; the
 // slots that no server serves are spread over primaries, so that a fresh cluster of S shards
 // gets 16384/S slots each (give or take one); primaries of pods that leave hand their shard to a
 // replica that stays; a surplus replica becomes an empty server when more primaries are wanted
@@ -206,7 +206,7 @@ func formStep(want Want, members []Member) Plan {
 		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
 	}
 	for _, step := range []func(Want, []Member) (Plan, bool){
-		forgetDeparted, meet, closeOpenSlots, assignSlots, handOverLeaving, freeReplica, attachReplicas, rebalance, release,
+		rolesAgreed, forgetDeparted, meet, closeOpenSlots, assignSlots, handOverLeaving, freeReplica, attachReplicas, rebalance, release,
 		replicasComplete,
 	} {
 		if plan, done := step(want, members); !done {

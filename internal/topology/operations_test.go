@@ -551,3 +551,413 @@ func TestRollRestartsReplicasFirstThenFailsOverEachShard(t *testing.T) {
 		t.Errorf("Roll without replicas = %v, %q", got, plan.Progress)
 	}
 }
+
+// A crash while leaving nodes are released leaves each of them reset or not, and forgotten by
+// some staying nodes and not by others. The next step is what the crash left undone, on every
+// node that still knows a leaving one; until then the pods are not released.
+func TestAHalfDoneReleaseIsFinishedOnEveryRemainingNode(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to Want
+		// undone are the actions of the releasing step that the crash left untaken.
+		undone []string
+		// relearnt lets the cluster bus run before the next look, as when the operator is back
+		// after the minute for which a forgotten node is not learnt again.
+		relearnt bool
+		next     []string
+	}{{
+		name: "a drained primary reset, forgotten by one staying node",
+		from: Want{4, 0}, to: Want{3, 0},
+		undone: []string{"pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
+		next:   []string{"pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
+	}, {
+		name: "a drained primary forgotten by two staying nodes, not reset",
+		from: Want{4, 0}, to: Want{3, 0},
+		undone: []string{"pod-03: CLUSTER RESET SOFT", "pod-02: CLUSTER FORGET id-pod-03"},
+		next:   []string{"pod-03: CLUSTER RESET SOFT", "pod-02: CLUSTER FORGET id-pod-03"},
+	}, {
+		name: "a drained primary reset, forgotten by none",
+		from: Want{4, 0}, to: Want{3, 0},
+		undone: []string{"pod-00: CLUSTER FORGET id-pod-03", "pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
+		next:   []string{"pod-00: CLUSTER FORGET id-pod-03", "pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
+	}, {
+		name: "a drained primary forgotten by one node, which learnt it again from the others",
+		from: Want{4, 0}, to: Want{3, 0},
+		undone:   []string{"pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
+		relearnt: true,
+		next:     []string{"pod-00: CLUSTER FORGET id-pod-03", "pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
+	}, {
+		name: "leaving replicas: one not reset, forgotten by all staying nodes but one",
+		from: Want{3, 1}, to: Want{3, 0},
+		undone: []string{"pod-04: CLUSTER RESET SOFT", "pod-02: CLUSTER FORGET id-pod-04"},
+		next:   []string{"pod-04: CLUSTER RESET SOFT", "pod-02: CLUSTER FORGET id-pod-04"},
+	}, {
+		name: "leaving replicas all reset, one still known by its former primary",
+		from: Want{3, 1}, to: Want{3, 0},
+		undone: []string{"pod-01: CLUSTER FORGET id-pod-04"},
+		next:   []string{"pod-01: CLUSTER FORGET id-pod-04"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := formedSim(t, tc.from)
+			s.leave(tc.to.Nodes())
+			var releasing Plan
+			for step := 0; releasing.Actions == nil; step++ {
+				plan := Form(tc.to, s.members())
+				if step == 100 || plan.Waiting != "" || plan.Formed() {
+					t.Fatalf("step %d: %v, waiting %q; want a step that releases", step, actions(plan), plan.Waiting)
+				}
+				if slices.ContainsFunc(plan.Actions, func(a Action) bool { return a.Reset }) {
+					releasing = plan
+					break
+				}
+				for _, a := range plan.Actions {
+					s.apply(t, a)
+				}
+				s.gossip()
+			}
+			for _, a := range tc.undone {
+				if !slices.Contains(actions(releasing), a) {
+					t.Fatalf("the releasing step %v has no %q", actions(releasing), a)
+				}
+			}
+			for _, a := range releasing.Actions {
+				if !slices.Contains(tc.undone, a.String()) {
+					s.apply(t, a)
+				}
+			}
+			if tc.relearnt {
+				s.gossip()
+			}
+
+			if Released(s.members()) {
+				t.Fatal("released while a staying node still knows a leaving one, or a leaving one a staying one")
+			}
+			next := Form(tc.to, s.members())
+			if got := actions(next); !slices.Equal(got, tc.next) || next.Operation != Draining {
+				t.Errorf("next step %v (%s), want %v (%s)", got, next.Operation, tc.next, Draining)
+			}
+			s.run(t, tc.to, 20)
+			s.assertBalanced(t, tc.to)
+			if !Released(s.members()) {
+				t.Error("not released once formed")
+			}
+		})
+	}
+}
+
+// nextStep is a state of the cluster and what Next makes of it: exactly these actions (none while
+// it waits) and this verdict.
+type nextStep struct {
+	name    string
+	want    Want
+	members func(t *testing.T) []Member
+	next    []string
+	problem Problem
+	message string // part of the verdict's message
+}
+
+func checkNext(t *testing.T, steps []nextStep) {
+	t.Helper()
+	for _, tc := range steps {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, health := Next(tc.want, tc.members(t))
+			if got := actions(plan); !slices.Equal(got, tc.next) {
+				t.Errorf("actions\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.next, "\n"))
+			}
+			if health.Problem != tc.problem || !strings.Contains(health.Message, tc.message) {
+				t.Errorf("verdict %s %q, want %s with %q", health.Problem, health.Message, tc.problem, tc.message)
+			}
+		})
+	}
+}
+
+// A replica told CLUSTER FAILOVER takes over only once Valkey says so; until then the old primary
+// is neither restarted nor released, and the step is the command again or a wait. While the
+// servers disagree who the primary is (read in the moments some have taken in the failover and
+// others not), nothing is done.
+func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
+	checkNext(t, []nextStep{{
+		name: "upgrade: the old primary still reported primary: the replica is told again",
+		want: Want{3, 1},
+		members: func(t *testing.T) []Member {
+			s := formedSim(t, Want{3, 1})
+			s.nodes["pod-00"].outdated = true
+			return s.members()
+		},
+		next:    []string{"pod-03: CLUSTER FAILOVER"},
+		problem: Upgrading, message: "5/6 nodes run the current pod template; next step: pod-03: CLUSTER FAILOVER",
+	}, {
+		name: "upgrade: the replica took over, the old primary still claims the slots: wait",
+		want: Want{2, 1},
+		members: func(t *testing.T) []Member {
+			s := formedSim(t, Want{2, 1})
+			s.nodes["pod-00"].outdated = true
+			s.nodes["pod-02"].primary, s.nodes["pod-02"].slots = "", maps.Clone(s.nodes["pod-00"].slots)
+			return s.members()
+		},
+		problem: Upgrading, message: "a failover to settle: pod-00 and pod-02 both serve slots",
+	}, {
+		// Shard 0 has a slot more than the others: ranked by slots, pod-02 would not count as
+		// a primary, and its replica would be moved to pod-00.
+		name: "upgrade of 3 shards: the replica took over the largest shard, the old primary still claims the slots: wait",
+		want: Want{3, 1},
+		members: func(t *testing.T) []Member {
+			s := formedSim(t, Want{3, 1})
+			s.nodes["pod-00"].outdated = true
+			s.nodes["pod-03"].primary, s.nodes["pod-03"].slots = "", maps.Clone(s.nodes["pod-00"].slots)
+			return s.members()
+		},
+		problem: Upgrading, message: "a failover to settle: pod-00 and pod-03 both serve slots",
+	}, {
+		name: "upgrade: the old primary already replicates the new one, which still replicates it: wait",
+		want: Want{2, 1},
+		members: func(t *testing.T) []Member {
+			s := formedSim(t, Want{2, 1})
+			s.nodes["pod-00"].outdated = true
+			s.nodes["pod-00"].primary, s.nodes["pod-00"].slots = id("pod-02"), map[int]bool{}
+			return s.members()
+		},
+		problem: Upgrading, message: "a failover to settle: pod-00 and pod-02 each replicate the other",
+	}, {
+		name: "upgrade: the replica told to fail over has its link down: wait",
+		want: Want{3, 1},
+		members: func(t *testing.T) []Member {
+			s := formedSim(t, Want{3, 1})
+			s.nodes["pod-00"].outdated = true
+			s.nodes["pod-03"].linkDown = true
+			return s.members()
+		},
+		problem: ReplicasMissing, message: "primary id-pod-00 has 0 of 1 replicas with their link up",
+	}, {
+		name: "replicas down: the staying replica took over, the leaving primary still claims the slots: wait",
+		want: Want{3, 0},
+		members: func(t *testing.T) []Member {
+			s := formedSim(t, Want{3, 1})
+			s.apply(t, Action{On: "pod-03", Failover: true})
+			s.leave(3)
+			s.nodes["pod-00"].primary, s.nodes["pod-00"].slots = "", maps.Clone(s.nodes["pod-03"].slots)
+			if Released(s.members()) {
+				t.Error("released while the leaving primary claims slots")
+			}
+			return s.members()
+		},
+		problem: Draining, message: "pods to remove: pod-03, pod-04, pod-05; a failover to settle: pod-00 and pod-03 both serve slots",
+	}, {
+		name: "replicas down: each of the two read as the other's replica: wait",
+		want: Want{3, 0},
+		members: func(t *testing.T) []Member {
+			s := formedSim(t, Want{3, 1})
+			s.apply(t, Action{On: "pod-03", Failover: true})
+			s.leave(3)
+			s.nodes["pod-00"].primary, s.nodes["pod-00"].slots = id("pod-03"), map[int]bool{}
+			s.nodes["pod-03"].primary, s.nodes["pod-03"].slots = id("pod-00"), map[int]bool{}
+			return s.members()
+		},
+		problem: Draining, message: "a failover to settle: pod-00 and pod-03 each replicate the other",
+	}})
+}
+
+// gonePrimary is the node of a server that is gone, id-gone: a primary of slots 8192-16383, which
+// the cluster agrees fails.
+var gonePrimary = valkey.ClusterNode{ID: "id-gone", IP: "127.64.0.9", Port: 6379, Primary: true, Failing: true,
+	Slots: []valkey.SlotRange{r(8192, 16383)}}
+
+// midUpgrade is a cluster of the given servers whose pods pod-0 and pod-2 still run the older
+// template, every server answering and every link up, each knowing the nodes given besides.
+func midUpgrade(servers []server, known ...valkey.ClusterNode) []Member {
+	members := healthy(world(servers...))
+	for i := range members {
+		members[i].Outdated = members[i].Pod == "pod-0" || members[i].Pod == "pod-2"
+		members[i].Nodes = append(members[i].Nodes, known...)
+	}
+	return members
+}
+
+// In an ordered upgrade that has restarted shard 1's pods (pod-1, pod-3) and not yet shard 0's
+// (pod-0, its replica pod-2), pod-1's server is gone and its pod back with a new, empty node: the
+// shard is healed, its replica taking over and the new node attached, before any pod restarts.
+func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
+	shard0 := []server{{pod: "pod-0", slots: []valkey.SlotRange{r(0, 8191)}}, {pod: "pod-2", replica: "pod-0"}}
+	primary3 := server{pod: "pod-3", slots: []valkey.SlotRange{r(8192, 16383)}}
+	cluster := func(more ...server) []server { return all(append(slices.Clone(shard0), more...)...) }
+	checkNext(t, []nextStep{{
+		name: "its replica not taken over yet: Valkey's failover is waited for",
+		want: Want{2, 1},
+		members: func(*testing.T) []Member {
+			return midUpgrade(cluster(server{pod: "pod-1"}, server{pod: "pod-3", replica: "gone"}), gonePrimary)
+		},
+		problem: Upgrading, message: "Valkey to fail over the shard of the departed node id-gone",
+	}, {
+		name: "the old node lost its address to the new pod (noaddr): its replica takes over",
+		want: Want{2, 1},
+		members: func(*testing.T) []Member {
+			noaddr := gonePrimary
+			noaddr.IP, noaddr.Failing = "", false
+			return midUpgrade(cluster(server{pod: "pod-1"}, server{pod: "pod-3", replica: "gone"}), noaddr)
+		},
+		next:    []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
+		problem: Upgrading, message: "next step: pod-3: CLUSTER FAILOVER TAKEOVER",
+	}, {
+		name: "taken over, the old node still known: every member forgets it",
+		want: Want{2, 1},
+		members: func(*testing.T) []Member {
+			demoted := gonePrimary
+			demoted.Primary, demoted.PrimaryID, demoted.Slots = false, "id-pod-3", nil
+			return midUpgrade(cluster(server{pod: "pod-1"}, primary3), demoted)
+		},
+		next: []string{"pod-0: CLUSTER FORGET id-gone", "pod-1: CLUSTER FORGET id-gone", "pod-2: CLUSTER FORGET id-gone",
+			"pod-3: CLUSTER FORGET id-gone"},
+		problem: Upgrading, message: "next step: pod-0: CLUSTER FORGET id-gone and 3 more",
+	}, {
+		name: "forgotten: the new node replicates the primary without a replica",
+		want: Want{2, 1},
+		members: func(*testing.T) []Member {
+			return midUpgrade(cluster(server{pod: "pod-1"}, primary3))
+		},
+		next:    []string{"pod-1: CLUSTER REPLICATE id-pod-3"},
+		problem: Upgrading, message: "next step: pod-1: CLUSTER REPLICATE id-pod-3",
+	}, {
+		name: "attached, its link not up yet: no pod restarts",
+		want: Want{2, 1},
+		members: func(*testing.T) []Member {
+			m := midUpgrade(cluster(server{pod: "pod-1", replica: "pod-3"}, primary3))
+			m[2].LinkUp = false // pod-1
+			return m
+		},
+		problem: ReplicasMissing, message: "primary id-pod-3 has 0 of 1 replicas with their link up",
+	}, {
+		name: "healed: the upgrade goes on with shard 0's replica",
+		want: Want{2, 1},
+		members: func(*testing.T) []Member {
+			return midUpgrade(cluster(server{pod: "pod-1", replica: "pod-3"}, primary3))
+		},
+		next:    []string{"delete pod pod-2"},
+		problem: Upgrading, message: "2/4 nodes run the current pod template; next step: delete pod pod-2",
+	}, {
+		name: "no replicas: the departed primary is forgotten, its keys lost",
+		want: Want{2, 0},
+		members: func(*testing.T) []Member {
+			return midUpgrade(all(shard0[0], server{pod: "pod-1"}), gonePrimary)
+		},
+		next:    []string{"pod-0: CLUSTER FORGET id-gone", "pod-1: CLUSTER FORGET id-gone"},
+		problem: Upgrading, message: "departed with no replica, their slots go to a new node without their keys: id-gone",
+	}, {
+		// Reported as scaling out: with the departed node forgotten, the cluster has fewer
+		// primaries than shards.
+		name: "no replicas: once forgotten, its slots go to the new node",
+		want: Want{2, 0},
+		members: func(*testing.T) []Member {
+			return midUpgrade(all(shard0[0], server{pod: "pod-1"}))
+		},
+		next:    []string{"pod-1: CLUSTER ADDSLOTSRANGE 8192-16383"},
+		problem: ScalingOut, message: "next step: pod-1: CLUSTER ADDSLOTSRANGE 8192-16383",
+	}})
+}
+
+// The first pod an ordered upgrade restarts, pod-2, the replica of pod-0, comes back as a new
+// node: it is met, attached and in sync, its old node forgotten, before the next pod restarts.
+func TestAnUpgradeWaitsForARestartedReplicaToSync(t *testing.T) {
+	restarted := func(pod2 server, met bool, known ...valkey.ClusterNode) func(*testing.T) []Member {
+		return func(*testing.T) []Member {
+			servers := all(server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 8191)}},
+				server{pod: "pod-1", slots: []valkey.SlotRange{r(8192, 16383)}}, server{pod: "pod-3", replica: "pod-1"})
+			if met {
+				servers = all(append(servers, pod2)...)
+			} else {
+				servers = append(servers, pod2)
+			}
+			members := healthy(world(servers...))
+			for i := range members {
+				members[i].Outdated = members[i].Pod != "pod-2"
+				if members[i].Pod != "pod-2" {
+					members[i].Nodes = append(members[i].Nodes, known...)
+				}
+			}
+			return members
+		}
+	}
+	oldNode := valkey.ClusterNode{ID: "id-gone", IP: "127.64.0.9", Port: 6379, Failing: true, PrimaryID: "id-pod-0"}
+	checkNext(t, []nextStep{{
+		name:    "its old node still known: forgotten",
+		want:    Want{2, 1},
+		members: restarted(server{pod: "pod-2"}, false, oldNode),
+		next:    []string{"pod-0: CLUSTER FORGET id-gone", "pod-1: CLUSTER FORGET id-gone", "pod-3: CLUSTER FORGET id-gone"},
+		problem: Upgrading, message: "next step: pod-0: CLUSTER FORGET id-gone and 2 more",
+	}, {
+		name:    "the new node not met yet: met",
+		want:    Want{2, 1},
+		members: restarted(server{pod: "pod-2"}, false),
+		next:    []string{"pod-0: CLUSTER MEET 127.64.0.2 6379"},
+		problem: Upgrading, message: "next step: pod-0: CLUSTER MEET 127.64.0.2 6379",
+	}, {
+		name:    "met: attached to the primary without a replica",
+		want:    Want{2, 1},
+		members: restarted(server{pod: "pod-2"}, true),
+		next:    []string{"pod-2: CLUSTER REPLICATE id-pod-0"},
+		problem: Upgrading, message: "next step: pod-2: CLUSTER REPLICATE id-pod-0",
+	}, {
+		name: "attached, its link down while it syncs: no pod restarts",
+		want: Want{2, 1},
+		members: func(t *testing.T) []Member {
+			m := restarted(server{pod: "pod-2", replica: "pod-0"}, true)(t)
+			m[3].LinkUp = false // pod-2
+			return m
+		},
+		problem: ReplicasMissing, message: "primary id-pod-0 has 0 of 1 replicas with their link up",
+	}, {
+		name:    "in sync: the next replica restarts",
+		want:    Want{2, 1},
+		members: restarted(server{pod: "pod-2", replica: "pod-0"}, true),
+		next:    []string{"delete pod pod-3"},
+		problem: Upgrading, message: "1/4 nodes run the current pod template; next step: delete pod pod-3",
+	}})
+}
+
+// A shard without a replica has none to take over from its primary, whose keys go when it
+// restarts: it restarts last, once the shards with a replica have failed over, and the plan says
+// so. Here pod-0's shard has no replica, and pod-1's has pod-2.
+func TestAShardWithoutAReplicaRestartsItsPrimaryLast(t *testing.T) {
+	bare := server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 8191)}}
+	for _, tc := range []struct {
+		name     string
+		servers  []server
+		outdated []string
+		next     string
+		progress string
+	}{{
+		name:     "every pod outdated: the replica first",
+		servers:  []server{bare, {pod: "pod-1", slots: []valkey.SlotRange{r(8192, 16383)}}, {pod: "pod-2", replica: "pod-1"}},
+		outdated: []string{"pod-0", "pod-1", "pod-2"},
+		next:     "delete pod pod-2",
+		progress: "0/3 nodes run the current pod template",
+	}, {
+		name:     "the replica restarted: the shard with a replica fails over before the other restarts",
+		servers:  []server{bare, {pod: "pod-1", slots: []valkey.SlotRange{r(8192, 16383)}}, {pod: "pod-2", replica: "pod-1"}},
+		outdated: []string{"pod-0", "pod-1"},
+		next:     "pod-2: CLUSTER FAILOVER",
+		progress: "1/3 nodes run the current pod template",
+	}, {
+		name:     "failed over: the old primary restarts as a replica",
+		servers:  []server{bare, {pod: "pod-1", replica: "pod-2"}, {pod: "pod-2", slots: []valkey.SlotRange{r(8192, 16383)}}},
+		outdated: []string{"pod-0", "pod-1"},
+		next:     "delete pod pod-1",
+		progress: "1/3 nodes run the current pod template",
+	}, {
+		name:     "only the primary without a replica left: it restarts, its keys lost",
+		servers:  []server{bare, {pod: "pod-1", replica: "pod-2"}, {pod: "pod-2", slots: []valkey.SlotRange{r(8192, 16383)}}},
+		outdated: []string{"pod-0"},
+		next:     "delete pod pod-0",
+		progress: "2/3 nodes run the current pod template; pod-0 is a primary without a replica: the keys of its 8192 slots are lost when it restarts",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			members := healthy(world(all(tc.servers...)...))
+			for i := range members {
+				members[i].Outdated = slices.Contains(tc.outdated, members[i].Pod)
+			}
+			plan := Roll(members)
+			if got := actions(plan); !slices.Equal(got, []string{tc.next}) || plan.Progress != tc.progress {
+				t.Errorf("Roll = %v, %q; want %s, %q", got, plan.Progress, tc.next, tc.progress)
+			}
+		})
+	}
+}

@@ -225,3 +225,56 @@ func leavingPods(members []Member) string {
 	}
 	return strings.Join(pods, ", ")
 }
+
+// rolesAgreed waits while the servers disagree about who is a shard's primary, as they do for the
+// moments of a failover in which some have taken in the new configuration and others not yet:
+// two servers each serving a slot, or each replicating the other. A step planned from such a
+// view could re-point the replicas of a shard that is changing hands, or reset the primary just
+// promoted as if it were a spare server. Valkey settles it within moments, by configuration
+// epoch. A slot open on either server is a migration stopped between its last two steps, which
+// closeOpenSlots finishes, not a failover.
+func rolesAgreed(_ Want, members []Member) (Plan, bool) {
+	var disputes []string
+	for i := range members {
+		a, _ := members[i].self()
+		for j := i + 1; j < len(members); j++ {
+			b, _ := members[j].self()
+			switch {
+			case a.PrimaryID != "" && a.PrimaryID == b.ID && b.PrimaryID == a.ID:
+				disputes = append(disputes, fmt.Sprintf("%s and %s each replicate the other", members[i].Pod, members[j].Pod))
+			case claimSameSlot(a, b):
+				disputes = append(disputes, fmt.Sprintf("%s and %s both serve slots", members[i].Pod, members[j].Pod))
+			}
+		}
+	}
+	if len(disputes) == 0 {
+		return Plan{}, true
+	}
+	plan := Plan{Waiting: "a failover to settle: " + strings.Join(disputes, "; ")}
+	if len(staying(members)) == len(members) {
+		// Not a drain's hand-over: the cluster heals, or an upgrade goes on (see Next). The
+		// count of primaries, which names the operation otherwise, is what is in dispute.
+		plan.Operation = Healing
+	}
+	return plan, false
+}
+
+// claimSameSlot reports whether both servers serve a slot that neither has open.
+func claimSameSlot(a, b valkey.ClusterNode) bool {
+	for _, ra := range a.Slots {
+		for _, rb := range b.Slots {
+			for slot := max(ra.Start, rb.Start); slot <= min(ra.End, rb.End); slot++ {
+				if !isOpen(a, slot) && !isOpen(b, slot) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func isOpen(n valkey.ClusterNode, slot int) bool {
+	_, migrating := n.Migrating[slot]
+	_, importing := n.Importing[slot]
+	return migrating || importing
+}
