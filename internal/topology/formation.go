@@ -6,6 +6,7 @@ package topology
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -312,8 +313,9 @@ func operation(want Want, members []Member) Problem {
 // node and never judge it failed, so Valkey never fails its shard over by itself. For such a
 // primary a replica among the members takes over (CLUSTER FAILOVER TAKEOVER, which needs no
 // vote); a failed one is left to Valkey's own failover, which picks the replica with the most
-// data. Then every member forgets every departed node, in one step, within the minute for which a
-// forgotten node is not re-learnt from a member that still knows it. A departed primary without
+// data. A slot a member was importing from a departed primary without a replica is claimed by
+// that member. Then every member forgets every departed node, in one step, within the minute for
+// which a forgotten node is not re-learnt from a member that still knows it. A departed primary without
 // a replica leaves its slots unserved once forgotten, and assignSlots gives them to a new node.
 func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 	ours := memberIDs(members)
@@ -371,6 +373,26 @@ func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 	}
 	if len(failingOver) > 0 {
 		return Plan{Waiting: "Valkey to fail over the shard of the departed node " + strings.Join(failingOver, ", "), Operation: Healing}, false
+	}
+	// A slot that a member imports from a departed primary without a replica keeps, of its keys,
+	// only those the member has received: the member claims it first. Forgetting the departed
+	// node would end the import (Valkey drops the open slots of a node it forgets) and leave the
+	// slot, and with it those keys, to a new node.
+	var claims []Action
+	for i := range members {
+		self, _ := members[i].self()
+		var slots []int
+		for _, slot := range slices.Sorted(maps.Keys(openSlots(self).Importing)) {
+			if from := self.Importing[slot]; departed[from] && holdsSlots[from] && !replicated[from] {
+				slots = append(slots, slot)
+			}
+		}
+		if len(slots) > 0 {
+			claims = append(claims, Action{On: members[i].Pod, Claim: &Claim{Slots: slots, ID: self.ID}})
+		}
+	}
+	if len(claims) > 0 {
+		return Plan{Actions: claims, Operation: Healing}, false
 	}
 	var forgets []Action
 	var lost []string

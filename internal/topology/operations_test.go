@@ -111,6 +111,9 @@ func (s *sim) apply(t *testing.T, a Action) {
 			t.Fatalf("%s: a replica cannot forget its primary", a)
 		}
 		delete(n.knows, a.Forget)
+		// As Valkey does: a forgotten node's open slots are closed.
+		maps.DeleteFunc(n.migrating, func(_ int, to string) bool { return to == a.Forget })
+		maps.DeleteFunc(n.importing, func(_ int, from string) bool { return from == a.Forget })
 	case a.Failover || a.Takeover:
 		old := s.byID(n.primary)
 		n.slots, old.slots = old.slots, map[int]bool{}
@@ -959,5 +962,35 @@ func TestAShardWithoutAReplicaRestartsItsPrimaryLast(t *testing.T) {
 				t.Errorf("Roll = %v, %q; want %s, %q", got, plan.Progress, tc.next, tc.progress)
 			}
 		})
+	}
+}
+
+// The source of a migration dies with a slot open and no replica to take over. The target claims
+// the slot before the dead node is forgotten, which in Valkey would end the import: the keys it
+// received stay served. Only then is the dead node forgotten, its other slots lost with it.
+func TestAnImportFromADepartedPrimaryIsClaimedBeforeItIsForgotten(t *testing.T) {
+	want := Want{2, 0}
+	cluster := func(pod0 func(self *valkey.ClusterNode)) []Member {
+		members := healthy(world(all(server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 8191)}}, server{pod: "pod-1"})...))
+		for i := range members {
+			members[i].Nodes = append(members[i].Nodes, gonePrimary)
+		}
+		for j := range members[0].Nodes {
+			if members[0].Nodes[j].Myself {
+				pod0(&members[0].Nodes[j])
+			}
+		}
+		return members
+	}
+	importing := cluster(func(self *valkey.ClusterNode) { self.Importing = map[int]string{8192: "id-gone"} })
+	plan := Form(want, importing)
+	if got := actions(plan); !slices.Equal(got, []string{"pod-0: CLUSTER SETSLOT 8192 NODE id-pod-0"}) || len(plan.Lost) > 0 {
+		t.Errorf("with the import open: %v, lost %v; want the importer to claim the slot, nothing lost yet", got, plan.Lost)
+	}
+	claimed := cluster(func(self *valkey.ClusterNode) { self.Slots = append(self.Slots, r(8192, 8192)) })
+	plan = Form(want, claimed)
+	if got := actions(plan); !slices.Equal(got, []string{"pod-0: CLUSTER FORGET id-gone", "pod-1: CLUSTER FORGET id-gone"}) ||
+		!slices.Equal(plan.Lost, []string{"id-gone"}) {
+		t.Errorf("with the slot claimed: %v, lost %v; want the dead node forgotten and its slots given up", got, plan.Lost)
 	}
 }
