@@ -5,8 +5,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev2 "example.com/cache-operator/api/v2"
@@ -132,7 +136,7 @@ func waitEvents(t *testing.T, key client.ObjectKey, want ...string) {
 // them off the shards that go before their pods are removed; a scale-in that interrupts a
 // scale-out still ends balanced; fewer replicas removes replicas only. No key is lost on the way.
 func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
-	startOperator(t, "a", "", clusterCheckInterval)
+	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newClusterCache(t, ns, "sessions", 3, 1)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
@@ -150,6 +154,12 @@ func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
 	}
 	assertKeysRead(t, key, keys)
 	waitEvents(t, key, cachev2.ReasonScalingOut+"/Start", cachev2.ReasonScalingOut+"/Finish")
+	cacheLabels := map[string]string{"namespace": key.Namespace, "name": key.Name}
+	families := operator.Metrics(t)
+	if toMove, moved := testenv.Sum(families, "cache_operator_cache_slots_to_move", cacheLabels),
+		testenv.Sum(families, "cache_operator_cache_slots_moved", cacheLabels); toMove != 0 || moved < 6553 {
+		t.Errorf("metrics: %v slots to move, %v moved; want 0 and at least 6553", toMove, moved)
+	}
 
 	began = time.Now()
 	patchCache(t, key, `{"spec":{"shards":3}}`)
@@ -160,12 +170,13 @@ func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
 	waitEvents(t, key, cachev2.ReasonDraining+"/Start", cachev2.ReasonDraining+"/Finish")
 
 	patchCache(t, key, `{"spec":{"shards":4}}`)
-	testenv.WaitFor(t, time.Minute, "the scale-out to start moving slots", func() (bool, string) {
-		c, err := getCache(t, key)
-		if err != nil {
-			return false, err.Error()
-		}
-		return c.Status.SlotsToMove > 0, fmt.Sprintf("%d slots to move", c.Status.SlotsToMove)
+	// The metrics show the operation in flight: the Cache counted under its reason, and the
+	// slots it still has to move.
+	testenv.WaitFor(t, time.Minute, "the metrics to show the scale-out moving slots", func() (bool, string) {
+		families := operator.Metrics(t)
+		toMove := testenv.Sum(families, "cache_operator_cache_slots_to_move", cacheLabels)
+		scalingOut := testenv.Sum(families, "cache_operator_caches", map[string]string{"reason": cachev2.ReasonScalingOut})
+		return toMove > 0 && scalingOut >= 1, fmt.Sprintf("%v slots to move, %v Caches scaling out", toMove, scalingOut)
 	})
 	patchCache(t, key, `{"spec":{"shards":3}}`)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
@@ -257,6 +268,7 @@ func TestClusterMigrationLeftOpenByAKilledOperatorIsFinished(t *testing.T) {
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
 	assertShape(t, key, 2, 0)
 	assertKeysRead(t, key, keys)
+	waitEvents(t, key, cachev2.ReasonRebalancing+"/Start", cachev2.ReasonRebalancing+"/Finish")
 	holders := 0
 	for _, v := range clusterViews(t, key) {
 		count, err := do(t, &v.pod, func(b valkeygo.Builder) valkeygo.Completed {
@@ -274,53 +286,62 @@ func TestClusterMigrationLeftOpenByAKilledOperatorIsFinished(t *testing.T) {
 	}
 }
 
-// The target of a migration dies with the slot open (and with no replica, its own keys with it,
-// and the key it had received):
-// once its pod is replaced, the operator closes the open slot, gives the dead node's slots to
-// the new node so that the cluster serves every slot again, says so in an event, and every key
-// of the other shards is still there.
-func TestClusterHealsWhenAMigrationTargetDies(t *testing.T) {
-	const keys = 3000
-	key := clusterOfKilledOperator(t, 3, keys)
+// A node of a migration dies with the slot open, and with no replica, its keys with it. Once its
+// pod is replaced, the operator closes the open slot, gives the dead node's slots to the new node
+// so that the cluster serves every slot again, says so in the status and in an event, and every
+// key of the other shards is still there. If the target died, the key it had received is lost
+// with it; if the source died, the target keeps that key and takes over the slot.
+func TestClusterHealsWhenANodeOfAMigrationDies(t *testing.T) {
+	for _, dies := range []string{"target", "source"} {
+		t.Run("the "+dies, func(t *testing.T) {
+			const keys = 3000
+			key := clusterOfKilledOperator(t, 3, keys)
 
-	p := primaries(clusterViews(t, key))
-	source, target := p[0], p[1]
-	_, moved := openSlot(t, source, target)
-	lost := keysServedBy(t, keys, target)
-	var movedIndex int
-	if _, err := fmt.Sscanf(moved, "key-%d", &movedIndex); err != nil {
-		t.Fatal(err)
-	}
-	lost[movedIndex] = true // moved to the target before it died
-	if err := runner.Crash(key.Namespace, target.pod.Name); err != nil {
-		t.Fatal(err)
-	}
-	startOperator(t, "b", "", clusterCheckInterval)
-	testenv.WaitFor(t, 3*time.Minute, "the crashed pod replaced and the cluster ready", func() (bool, string) {
-		c, err := getCache(t, key)
-		if err != nil {
-			return false, err.Error()
-		}
-		ok, why := settled(c)
-		for _, n := range c.Status.Nodes {
-			if n.Pod == target.pod.Name && n.ID == target.self.ID {
-				return false, "the old node is still there; " + why
+			p := primaries(clusterViews(t, key))
+			source, target := p[0], p[1]
+			_, moved := openSlot(t, source, target)
+			dead := map[string]serverView{"target": target, "source": source}[dies]
+			lost := keysServedBy(t, keys, dead)
+			var movedIndex int
+			if _, err := fmt.Sscanf(moved, "key-%d", &movedIndex); err != nil {
+				t.Fatal(err)
 			}
-		}
-		return ok, why
-	})
-	assertShape(t, key, 3, 0)
-	waitEvents(t, key, "SlotsLost/Forget")
+			lost[movedIndex] = dies == "target"
+			history := watchReady(t, key)
+			if err := runner.Crash(key.Namespace, dead.pod.Name); err != nil {
+				t.Fatal(err)
+			}
+			startOperator(t, "b", "", clusterCheckInterval)
+			testenv.WaitFor(t, 3*time.Minute, "the crashed pod replaced and the cluster ready", func() (bool, string) {
+				c, err := getCache(t, key)
+				if err != nil {
+					return false, err.Error()
+				}
+				ok, why := settled(c)
+				for _, n := range c.Status.Nodes {
+					if n.Pod == dead.pod.Name && n.ID == dead.self.ID {
+						return false, "the old node is still there; " + why
+					}
+				}
+				return ok, why
+			})
+			assertShape(t, key, 3, 0)
+			waitEvents(t, key, "SlotsLost/Forget")
+			if !strings.Contains(history.String(), "departed with no replica") {
+				t.Errorf("the status never said the slots were given up:\n%s", history)
+			}
 
-	c := clusterClient(t, key)
-	for i := range keys {
-		got, err := c.Do(context.Background(), c.B().Get().Key(fmt.Sprintf("key-%d", i)).Build()).ToString()
-		switch {
-		case lost[i] && err == nil:
-			t.Errorf("key-%d, served by the crashed node, survived it", i)
-		case !lost[i] && got != fmt.Sprint(i):
-			t.Errorf("GET key-%d = %q, %v; want %d", i, got, err, i)
-		}
+			c := clusterClient(t, key)
+			for i := range keys {
+				got, err := c.Do(context.Background(), c.B().Get().Key(fmt.Sprintf("key-%d", i)).Build()).ToString()
+				switch {
+				case lost[i] && err == nil:
+					t.Errorf("key-%d, served by the crashed node, survived it", i)
+				case !lost[i] && got != fmt.Sprint(i):
+					t.Errorf("GET key-%d = %q, %v; want %d", i, got, err, i)
+				}
+			}
+		})
 	}
 }
 
@@ -345,7 +366,8 @@ func keysServedBy(t *testing.T, n int, server serverView) map[int]bool {
 
 // A primary's server dies: Valkey promotes its replica, and the operator brings the replacement
 // pod's new node in as the shard's replica and forgets the dead node, with no human. Every write
-// that a replica had acknowledged (WAIT 1) before the crash is there after it.
+// that a replica had acknowledged (WAIT 1) before the crash is there after it, and still after
+// the replicas are cut to none, which removes the pod the promoted replica runs on.
 func TestClusterFailoverKeepsEveryWriteAReplicaAcknowledged(t *testing.T) {
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
@@ -414,6 +436,163 @@ func TestClusterFailoverKeepsEveryWriteAReplicaAcknowledged(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged keys of the crashed primary all readable", len(acked))
+	waitEvents(t, key, cachev2.ReasonHealing+"/Start", cachev2.ReasonHealing+"/Finish")
+
+	// The promoted replica runs on a pod that one replica fewer removes: the operator hands its
+	// shard back to the replica that stays before the pod goes, and no key is lost.
+	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
+	if !slices.ContainsFunc(c.Status.Nodes, func(n cachev2.ClusterNode) bool {
+		return n.Role == cachev2.RolePrimary && ordinalOf(key, n.Pod) >= 3
+	}) {
+		t.Fatalf("no primary on a pod that fewer replicas would remove: %+v", c.Status.Nodes)
+	}
+	patchCache(t, key, `{"spec":{"replicasPerShard":0}}`)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertShape(t, key, 3, 0)
+	reader = clusterClient(t, key)
+	for _, i := range acked {
+		if got, err := reader.Do(context.Background(), reader.B().Get().Key(fmt.Sprintf("key-%d", i)).Build()).ToString(); got != fmt.Sprint(i) {
+			t.Fatalf("key-%d after one replica fewer: %q, %v", i, got, err)
+		}
+	}
+}
+
+// ordinalOf is the ordinal of one of the Cache's pods, from its name.
+func ordinalOf(key client.ObjectKey, pod string) int {
+	var n int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(pod, key.Name+"-"), "%d", &n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// watchRestarts checks each of the Cache's pods as it is deleted: its server must have last said
+// it was a replica (a primary is restarted only once a failover has made it one), and every other
+// server must be running and answer, with its replication link up if it is a replica (one restart
+// at a time, each back in sync before the next). Each server is asked for its role every 10 ms,
+// well within the time from the operator's own look to the deletion reaching the watch. It
+// returns what it found wrong.
+func watchRestarts(t *testing.T, key client.ObjectKey) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := admin.Watch(ctx, &corev1.PodList{}, client.InNamespace(key.Namespace),
+		client.MatchingLabels{resources.LabelInstance: key.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	servers := map[types.UID]*valkey.Server{} // of the running pods not going away
+	primary := map[types.UID]bool{}           // whether the server last said it serves slots as a primary
+	var wrong []string
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			mu.Lock()
+			asked := maps.Clone(servers)
+			mu.Unlock()
+			for uid, server := range asked {
+				if nodes, err := server.ClusterNodes(ctx); err == nil {
+					self, _ := valkey.Myself(nodes)
+					mu.Lock()
+					primary[uid] = self.PrimaryID == "" && self.SlotsServed() > 0
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
+	wg.Go(func() {
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			server, known := servers[pod.UID]
+			mu.Unlock()
+			switch {
+			case pod.DeletionTimestamp == nil && !known && pod.Status.Phase == corev1.PodRunning:
+				if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !ip.IsLoopback() {
+					continue // not started yet, or not a server a test may talk to
+				}
+				if server, err := valkey.Connect(pod.Status.PodIP, resources.Port); err == nil {
+					mu.Lock()
+					servers[pod.UID] = server
+					mu.Unlock()
+				}
+			case pod.DeletionTimestamp != nil && known:
+				mu.Lock()
+				wasPrimary := primary[pod.UID]
+				delete(servers, pod.UID)
+				mu.Unlock()
+				server.Close()
+				problems := restartProblems(ctx, key, pod)
+				if wasPrimary {
+					problems = append(problems, fmt.Sprintf("%s was deleted while its server said it was a primary", pod.Name))
+				}
+				mu.Lock()
+				wrong = append(wrong, problems...)
+				mu.Unlock()
+			}
+		}
+	})
+	t.Cleanup(func() {
+		w.Stop()
+		cancel()
+		wg.Wait()
+		for _, server := range servers {
+			server.Close()
+		}
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(wrong)
+	}
+}
+
+// restartProblems is what the Cache's other servers report against restarting the pod now: one
+// that is not running, or not in sync.
+func restartProblems(ctx context.Context, key client.ObjectKey, restarted *corev1.Pod) []string {
+	var pods corev1.PodList
+	if err := admin.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels{resources.LabelInstance: key.Name}); err != nil {
+		return []string{err.Error()}
+	}
+	var problems []string
+	for _, pod := range pods.Items {
+		if pod.UID == restarted.UID {
+			continue
+		}
+		problem := func(format string, args ...any) {
+			problems = append(problems, fmt.Sprintf("when %s was deleted, %s: %s", restarted.Name, pod.Name, fmt.Sprintf(format, args...)))
+		}
+		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			problem("not running (%s), or going away as well", pod.Status.Phase)
+			continue
+		}
+		if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !ip.IsLoopback() {
+			problem("IP %q is not on the loopback interface", pod.Status.PodIP)
+			continue
+		}
+		server, err := valkey.Connect(pod.Status.PodIP, resources.Port)
+		if err != nil {
+			problem("%v", err)
+			continue
+		}
+		nodes, err := server.ClusterNodes(ctx)
+		if self, _ := valkey.Myself(nodes); err == nil && self.PrimaryID != "" {
+			if replication, rerr := server.Replication(ctx); rerr != nil || !replication.LinkUp {
+				problem("a replica with its link down (%v)", rerr)
+			}
+		} else if err != nil {
+			problem("%v", err)
+		}
+		server.Close()
+	}
+	return problems
 }
 
 // upgradeLoad writes and reads through a cluster client until stopped, over a fixed set of keys,
@@ -487,8 +666,9 @@ func (l *upgradeLoad) lost(t *testing.T, c valkeygo.Client) (lost, acked int) {
 }
 
 // A change of the pod template (here, the memory) restarts every pod once, in the operator's
-// order: replicas first, then each shard's primary after CLUSTER FAILOVER to an updated replica.
-// A client writing and reading all along loses no acknowledged write.
+// order: replicas first, then each shard's primary after CLUSTER FAILOVER to an updated replica,
+// one pod at a time, each with every other server up and in sync. A client writing and reading
+// all along loses no acknowledged write.
 func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.T) {
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
@@ -506,6 +686,7 @@ func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.
 		old[string(pod.UID)] = true
 	}
 	deletions := watchPodDeletions(t, ns)
+	restarts := watchRestarts(t, key)
 	c := clusterClient(t, key)
 	load := &upgradeLoad{}
 	ctx, stop := context.WithCancel(context.Background())
@@ -536,9 +717,13 @@ func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.
 	if !slices.Equal(slices.Compact(slices.Clone(deleted)), deleted) || len(deleted) != 6 {
 		t.Errorf("pods deleted: %v; want each of the 6 once", deleted)
 	}
+	for _, problem := range restarts() {
+		t.Error(problem)
+	}
 	if failovers := strings.Count(operator.Logs(t), `CLUSTER FAILOVER"`); failovers < 3 {
 		t.Errorf("%d CLUSTER FAILOVER steps, want one per shard at least", failovers)
 	}
+	waitEvents(t, key, cachev2.ReasonUpgrading+"/Start", cachev2.ReasonUpgrading+"/Finish")
 	lost, acked := load.lost(t, clusterClient(t, key))
 	t.Logf("upgrade of a 3×1 cluster: %s; client: %d requests, %d failed, longest outage %s; %d of %d keys lost their last acknowledged write",
 		took.Round(time.Second), load.requests, load.failures, load.longestOutage.Round(time.Millisecond), lost, acked)
