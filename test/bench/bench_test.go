@@ -388,46 +388,42 @@ func watchReadiness(t *testing.T, cfg *rest.Config, tl *timeline) *readiness {
 	t.Helper()
 	r := &readiness{ready: map[string]map[int]time.Time{}, observed: map[string]map[int64]time.Time{},
 		stsReady: map[string]map[int]bool{}, timeline: tl}
+	t.Cleanup(watchNamespace(t, cfg, namespace, func(obj any) {
+		switch o := obj.(type) {
+		case *cachev2.Cache:
+			r.update(o, time.Now())
+		case *appsv1.StatefulSet:
+			r.updateStatefulSet(o)
+		}
+	}, &cachev2.Cache{}, &appsv1.StatefulSet{}))
+	return r
+}
+
+// watchNamespace passes every object of the given kinds in the namespace to seen, as it is added
+// and each time it is updated, once the informers have synced, until the function returned is
+// called.
+func watchNamespace(t *testing.T, cfg *rest.Config, namespace string, seen func(any), kinds ...client.Object) context.CancelFunc {
+	t.Helper()
 	informers, err := cache.New(cfg, cache.Options{Scheme: controller.NewScheme(),
 		DefaultNamespaces: map[string]cache.Config{namespace: {}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	informer, err := informers.GetInformer(context.Background(), &cachev2.Cache{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	record := func(obj any) {
-		c, ok := obj.(*cachev2.Cache)
-		if !ok {
-			return
+	for _, kind := range kinds {
+		informer, err := informers.GetInformer(context.Background(), kind)
+		if err != nil {
+			t.Fatal(err)
 		}
-		r.update(c, time.Now())
-	}
-	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	stsInformer, err := informers.GetInformer(context.Background(), &appsv1.StatefulSet{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recordStatefulSet := func(obj any) {
-		if sts, ok := obj.(*appsv1.StatefulSet); ok {
-			r.updateStatefulSet(sts)
+		if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) },
+		}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if _, err := stsInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: recordStatefulSet, UpdateFunc: func(_, obj any) { recordStatefulSet(obj) },
-	}); err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	go func() { _ = informers.Start(ctx) }()
 	informers.WaitForCacheSync(ctx)
-	return r
+	return cancel
 }
 
 func (r *readiness) update(c *cachev2.Cache, now time.Time) {

@@ -13,11 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -75,19 +72,10 @@ func (b *bench) floor(t *testing.T, n int) FloorPhase {
 // function returned.
 func (b *bench) watchFloorReady(t *testing.T, n int) (<-chan struct{}, context.CancelFunc) {
 	t.Helper()
-	informers, err := cache.New(b.cfg, cache.Options{Scheme: controller.NewScheme(),
-		DefaultNamespaces: map[string]cache.Config{floorNamespace: {}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	informer, err := informers.GetInformer(context.Background(), &appsv1.StatefulSet{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	ready := map[string]bool{}
 	allReady := make(chan struct{})
-	record := func(obj any) {
+	stop := watchNamespace(t, b.cfg, floorNamespace, func(obj any) {
 		sts, ok := obj.(*appsv1.StatefulSet)
 		if !ok || !statefulSetReady(sts) {
 			return
@@ -99,14 +87,6 @@ func (b *bench) watchFloorReady(t *testing.T, n int) (<-chan struct{}, context.C
 				close(allReady)
 			}
 		}
-	}
-	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { _ = informers.Start(ctx) }()
-	informers.WaitForCacheSync(ctx)
-	return allReady, cancel
+	}, &appsv1.StatefulSet{})
+	return allReady, stop
 }

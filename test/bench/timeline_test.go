@@ -77,10 +77,18 @@ func (tl *timeline) addLocked() {
 	tl.points = append(tl.points, sample)
 }
 
+// samples is the timeline with, of each second of each phase, only its last state: at 10,000
+// Caches every change kept would make a results file of megabytes for a chart of seconds.
 func (tl *timeline) samples() []Sample {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	return tl.points
+	var kept []Sample
+	for i, s := range tl.points {
+		if i+1 == len(tl.points) || tl.points[i+1].Phase != s.Phase || int(tl.points[i+1].Seconds) != int(s.Seconds) {
+			kept = append(kept, s)
+		}
+	}
+	return kept
 }
 
 // operatorSampler scrapes the operator every half second: it keeps each phase's peak RSS and
