@@ -357,10 +357,11 @@ func (b *bench) deleteAll(t *testing.T) DeletePhase {
 }
 
 // waitIdle waits until the operator has made at least minReconciles reconciles and has
-// nothing queued or in progress.
+// nothing queued or in progress. It looks twice a second, the resolution of the restart's drain
+// time: each look is a scrape, which lists every Cache (see operatorSampler).
 func waitIdle(t *testing.T, o *testenv.Operator, minReconciles float64) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, *timeout, true,
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, *timeout, true,
 		func(context.Context) (bool, error) {
 			m := o.Metrics(t)
 			cache := map[string]string{"controller": "cache"}

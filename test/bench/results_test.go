@@ -151,7 +151,7 @@ func (r *Result) markdown(chart string) string {
 	for _, m := range r.Memory {
 		rss, heap = max(rss, m.RSSMiB), max(heap, m.HeapMiB)
 	}
-	p("| operator peak RSS / Go heap | %.0f MiB / %.0f MiB |\n\n", rss, heap)
+	p("| operator peak RSS (sampled every 0.5 s) / Go heap (every 2 s) | %.0f MiB / %.0f MiB |\n\n", rss, heap)
 	p("![Ready Caches over time](%s)\n", chart)
 	return b.String()
 }
