@@ -50,6 +50,8 @@ var (
 	outDir      = flag.String("out", "", "directory for benchmark.json, benchmark.md and benchmark.svg (default docs/)")
 	operator    = flag.String("operator-args", "", "extra flags for the operator, space-separated; none by default, so that its defaults are measured")
 	timeout     = flag.Duration("phase-timeout", 30*time.Minute, "how long a phase may take to converge")
+	floorLoad   = flag.Float64("floor-load", 0, "cores (0 to 1) the benchmark keeps busy during a second floor round, "+
+		"to see how much taking that much CPU slows the control plane; 0 skips the round")
 )
 
 const namespace = "bench"
@@ -70,6 +72,9 @@ func TestBenchmark(t *testing.T) {
 	// fill them; at 10,000 a whole round would add most of an hour.
 	b.phase("warm-up", func() { b.floor(t, min(*warmUp, *caches)) })
 	b.phase("floor", func() { r.Floor = b.floor(t, *caches) })
+	if *floorLoad > 0 {
+		b.phase("floor-loaded", func() { r.LoadedFloor = b.loadedFloor(t, *floorLoad) })
+	}
 	b.startOperator(t)
 	b.phase("create", func() { r.Create = b.createAll(t) })
 	b.phase("steady", func() { r.Steady = b.steadyState(t) })

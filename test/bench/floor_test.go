@@ -28,6 +28,47 @@ type FloorPhase struct {
 	AllReadySeconds float64 `json:"allReadySeconds"`
 }
 
+// LoadedFloorPhase is the floor measured again while the benchmark keeps Cores of CPU busy.
+// On a machine whose cores the control plane already saturates, as two are, it tells how much
+// of the operator's ratio to the floor is its CPU share rather than a lag of its own: give the
+// round the cores the operator and what it causes take, and compare.
+type LoadedFloorPhase struct {
+	Cores           float64 `json:"cores"`
+	AllReadySeconds float64 `json:"allReadySeconds"`
+}
+
+func (b *bench) loadedFloor(t *testing.T, cores float64) *LoadedFloorPhase {
+	if cores > 1 {
+		t.Fatalf("-floor-load=%g: at most one core", cores)
+	}
+	stop := burnCPU(cores)
+	defer stop()
+	return &LoadedFloorPhase{Cores: cores, AllReadySeconds: b.floor(t, *caches).AllReadySeconds}
+}
+
+// burnCPU keeps a fraction of one core busy, spinning for that share of every 10 ms, until the
+// function it returns is called.
+func burnCPU(cores float64) (stop func()) {
+	const period = 10 * time.Millisecond
+	busy := time.Duration(cores * float64(period))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			start := time.Now()
+			for time.Since(start) < busy { //nolint:revive // spinning is the point
+			}
+			time.Sleep(period - busy)
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
 // floor creates the objects, waits until every StatefulSet has all its replicas ready, then
 // removes them and waits until they and their pods are gone, so that they weigh nothing on the
 // operator's phases.

@@ -23,6 +23,7 @@ type Result struct {
 	Nodes        int               `json:"nodes"`
 	OperatorArgs []string          `json:"operatorArgs"`
 	Floor        FloorPhase        `json:"floor"`
+	LoadedFloor  *LoadedFloorPhase `json:"loadedFloor,omitempty"`
 	Create       CreatePhase       `json:"create"`
 	Steady       SteadyPhase       `json:"steady"`
 	Scale        ScalePhase        `json:"scale"`
@@ -126,6 +127,9 @@ func (r *Result) markdown(chart string) string {
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, strings.Join(r.OperatorArgs, " "))
 	p("| measure | value |\n|---|---|\n")
 	p("| floor: the same StatefulSets and Services created directly, all ready | %.1f s |\n", r.Floor.AllReadySeconds)
+	if f := r.LoadedFloor; f != nil {
+		p("| floor again, with %.2f cores kept busy by the benchmark | %.1f s, %.2f × the floor |\n", f.Cores, f.AllReadySeconds, f.AllReadySeconds/r.Floor.AllReadySeconds)
+	}
 	p("| create: all Ready (observedGeneration = generation) | %.1f s, **%.2f × the floor** |\n", r.Create.AllReadySeconds, r.Create.AllReadySeconds/r.Floor.AllReadySeconds)
 	p("| create → Ready per Cache, p50 / p99 | %.2f s / %.2f s |\n", r.Create.ReadyP50Seconds, r.Create.ReadyP99Seconds)
 	p("| create: operator requests per Cache | %.2f (%s) |\n", total(r.Create.Requests), breakdown(r.Create.Requests))
