@@ -131,9 +131,9 @@ func (m *operatorSampler) run(t *testing.T, current func() *testenv.Operator) {
 			case <-tick.C:
 			}
 			o := current()
-			var sample Memory
-			if rss, err := residentMiB(o.PID()); err == nil {
-				sample.RSSMiB = rss
+			sample, err := resident(o.PID())
+			if err != nil {
+				continue // exited: the restart phase replaces it
 			}
 			if time.Since(scraped) >= metricsEvery {
 				scraped = time.Now()
@@ -148,36 +148,42 @@ func (m *operatorSampler) run(t *testing.T, current func() *testenv.Operator) {
 				}
 			}
 			m.mu.Lock()
-			p := m.peak[m.phase]
-			p.RSSMiB, p.HeapMiB = max(p.RSSMiB, sample.RSSMiB), max(p.HeapMiB, sample.HeapMiB)
-			m.peak[m.phase] = p
+			m.peak[m.phase] = m.peak[m.phase].max(sample)
 			m.mu.Unlock()
 		}
 	}()
-}
-
-// residentMiB is the resident set size of process pid, in MiB; an error once it has exited.
-func residentMiB(pid int) (float64, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kib float64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%g kB", &kib); err != nil {
-				return 0, err
-			}
-			return kib / 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 func (m *operatorSampler) peaks() map[string]Memory {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.peak
+}
+
+// resident reads the resident set size of process pid and its anonymous part, in MiB; an
+// error once it has exited.
+func resident(pid int) (Memory, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return Memory{}, err
+	}
+	var m Memory
+	for line := range strings.Lines(string(status)) {
+		field, value, _ := strings.Cut(line, ":")
+		var kib float64
+		if field == "VmRSS" || field == "RssAnon" {
+			if _, err := fmt.Sscanf(strings.TrimSpace(value), "%g kB", &kib); err != nil {
+				return Memory{}, fmt.Errorf("/proc/%d/status: %s: %w", pid, field, err)
+			}
+		}
+		switch field {
+		case "VmRSS":
+			m.RSSMiB = kib / 1024
+		case "RssAnon":
+			m.AnonMiB = kib / 1024
+		}
+	}
+	return m, nil
 }
 
 func cpuAndMemory() (model string, memGiB float64) {
