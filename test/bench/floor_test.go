@@ -61,7 +61,7 @@ func burnCPU(cores float64) (stop func()) {
 			default:
 			}
 			start := time.Now()
-			for time.Since(start) < busy { //nolint:revive // spinning is the point
+			for time.Since(start) < busy { // spinning is the point
 			}
 			time.Sleep(period - busy)
 		}
