@@ -77,6 +77,8 @@ func (b *bench) floor(t *testing.T, n int) FloorPhase {
 	if err := b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); err != nil {
 		t.Fatal(err)
 	}
+	b.timeline.floorRoundStarted()
+	defer b.timeline.floorRoundEnded()
 	allReady, stopWatching := b.watchFloorReady(t, n)
 	start := time.Now()
 	parallel(t, n, func(i int) error {
@@ -109,7 +111,8 @@ func (b *bench) floor(t *testing.T, n int) FloorPhase {
 
 // watchFloorReady watches the floor's StatefulSets, as the create phase watches the Caches'
 // (polling lists of 10,000 whole StatefulSets would be load that the floor pays and the operator
-// not), and closes the channel once n of them have every replica ready. Stop the watch with the
+// not), draws them on the timeline as they become ready, and closes the channel once n of them
+// have every replica ready. Stop the watch with the
 // function returned.
 func (b *bench) watchFloorReady(t *testing.T, n int) (<-chan struct{}, context.CancelFunc) {
 	t.Helper()
@@ -124,7 +127,9 @@ func (b *bench) watchFloorReady(t *testing.T, n int) (<-chan struct{}, context.C
 		mu.Lock()
 		defer mu.Unlock()
 		if !ready[sts.Name] {
-			if ready[sts.Name] = true; len(ready) == n {
+			ready[sts.Name] = true
+			b.timeline.floorReadyChanged(len(ready))
+			if len(ready) == n {
 				close(allReady)
 			}
 		}

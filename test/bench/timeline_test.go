@@ -26,7 +26,10 @@ type timeline struct {
 	stsReadyN map[int]int
 	queue     int
 	remaining int
-	points    []Sample
+	// floorRound is set during a floor round, whose ready StatefulSets floorReady counts.
+	floorRound bool
+	floorReady int
+	points     []Sample
 }
 
 // newTimeline starts a timeline of n Caches, all of them left to delete until the delete phase
@@ -51,6 +54,14 @@ func (tl *timeline) statefulSetReadyChanged(phase int) {
 }
 func (tl *timeline) setRemaining(n int) { tl.record(func() { tl.remaining = n }) }
 
+// floorRoundStarted, floorReadyChanged and floorRoundEnded draw a floor round's StatefulSets
+// as they become ready, to set against the create phase's curve.
+func (tl *timeline) floorRoundStarted() {
+	tl.record(func() { tl.floorRound, tl.floorReady = true, 0 })
+}
+func (tl *timeline) floorReadyChanged(n int) { tl.record(func() { tl.floorReady = n }) }
+func (tl *timeline) floorRoundEnded()        { tl.record(func() { tl.floorRound = false }) }
+
 // setQueue records the operator's queue depth, sampled twice a second, only when it changes.
 func (tl *timeline) setQueue(depth int) {
 	tl.mu.Lock()
@@ -62,8 +73,8 @@ func (tl *timeline) setQueue(depth int) {
 }
 
 // addLocked appends the current state: Ready Caches and ready StatefulSets of the phase's spec
-// (created with the first spec, scaled with the second), during deletion the Caches still
-// there, and the operator's queue depth.
+// (created with the first spec, scaled with the second), during a floor round its ready
+// StatefulSets, during deletion the Caches still there, and the operator's queue depth.
 func (tl *timeline) addLocked() {
 	spec := 1
 	if tl.phase == "scale" || tl.phase == "restart" {
@@ -71,7 +82,10 @@ func (tl *timeline) addLocked() {
 	}
 	sample := Sample{Seconds: time.Since(tl.start).Seconds(), Phase: tl.phase, Ready: tl.readyN[spec],
 		StatefulSetsReady: tl.stsReadyN[spec], OperatorQueue: tl.queue}
-	if tl.phase == "delete" {
+	switch {
+	case tl.floorRound:
+		sample.StatefulSetsReady = tl.floorReady
+	case tl.phase == "delete":
 		sample.Ready, sample.StatefulSetsReady = tl.remaining, 0
 	}
 	tl.points = append(tl.points, sample)
