@@ -63,6 +63,9 @@ func operatorArgs() []string {
 
 func TestBenchmark(t *testing.T) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	if *floorLoad < 0 || *floorLoad > 1 {
+		t.Fatalf("-floor-load=%g: a share of one core, from 0 to 1", *floorLoad)
+	}
 	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine()}
 	b := setUp(t, r)
 

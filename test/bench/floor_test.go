@@ -38,19 +38,17 @@ type LoadedFloorPhase struct {
 }
 
 func (b *bench) loadedFloor(t *testing.T, cores float64) *LoadedFloorPhase {
-	if cores > 1 {
-		t.Fatalf("-floor-load=%g: at most one core", cores)
-	}
 	stop := burnCPU(cores)
 	defer stop()
 	return &LoadedFloorPhase{Cores: cores, AllReadySeconds: b.floor(t, *caches).AllReadySeconds}
 }
 
-// burnCPU keeps a fraction of one core busy, spinning for that share of every 10 ms, until the
-// function it returns is called.
+// burnCPU keeps a fraction of one core busy, spinning for that share of every 10 ms tick, until
+// the function it returns is called.
 func burnCPU(cores float64) (stop func()) {
 	const period = 10 * time.Millisecond
 	busy := time.Duration(cores * float64(period))
+	tick := time.NewTicker(period)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -58,15 +56,13 @@ func burnCPU(cores float64) (stop func()) {
 			select {
 			case <-done:
 				return
-			default:
+			case start := <-tick.C:
+				for time.Since(start) < busy { // spinning is the point
+				}
 			}
-			start := time.Now()
-			for time.Since(start) < busy { // spinning is the point
-			}
-			time.Sleep(period - busy)
 		}
 	})
-	return func() { close(done); wg.Wait() }
+	return func() { tick.Stop(); close(done); wg.Wait() }
 }
 
 // floor creates the objects, waits until every StatefulSet has all its replicas ready, then
@@ -112,8 +108,7 @@ func (b *bench) floor(t *testing.T, n int) FloorPhase {
 // watchFloorReady watches the floor's StatefulSets, as the create phase watches the Caches'
 // (polling lists of 10,000 whole StatefulSets would be load that the floor pays and the operator
 // not), draws them on the timeline as they become ready, and closes the channel once n of them
-// have every replica ready. Stop the watch with the
-// function returned.
+// have every replica ready. Stop the watch with the function returned.
 func (b *bench) watchFloorReady(t *testing.T, n int) (<-chan struct{}, context.CancelFunc) {
 	t.Helper()
 	var mu sync.Mutex

@@ -62,7 +62,7 @@ func (tl *timeline) floorRoundStarted() {
 func (tl *timeline) floorReadyChanged(n int) { tl.record(func() { tl.floorReady = n }) }
 func (tl *timeline) floorRoundEnded()        { tl.record(func() { tl.floorRound = false }) }
 
-// setQueue records the operator's queue depth, sampled twice a second, only when it changes.
+// setQueue records the operator's queue depth, sampled every metricsEvery, only when it changes.
 func (tl *timeline) setQueue(depth int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -182,20 +182,18 @@ func resident(pid int) (Memory, error) {
 		return Memory{}, err
 	}
 	var m Memory
+	fields := map[string]*float64{"VmRSS": &m.RSSMiB, "RssAnon": &m.AnonMiB}
 	for line := range strings.Lines(string(status)) {
 		field, value, _ := strings.Cut(line, ":")
+		mib, ok := fields[field]
+		if !ok {
+			continue
+		}
 		var kib float64
-		if field == "VmRSS" || field == "RssAnon" {
-			if _, err := fmt.Sscanf(strings.TrimSpace(value), "%g kB", &kib); err != nil {
-				return Memory{}, fmt.Errorf("/proc/%d/status: %s: %w", pid, field, err)
-			}
+		if _, err := fmt.Sscanf(strings.TrimSpace(value), "%g kB", &kib); err != nil {
+			return Memory{}, fmt.Errorf("/proc/%d/status: %s: %w", pid, field, err)
 		}
-		switch field {
-		case "VmRSS":
-			m.RSSMiB = kib / 1024
-		case "RssAnon":
-			m.AnonMiB = kib / 1024
-		}
+		*mib = kib / 1024
 	}
 	return m, nil
 }
