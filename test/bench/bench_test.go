@@ -52,6 +52,8 @@ var (
 	timeout     = flag.Duration("phase-timeout", 30*time.Minute, "how long a phase may take to converge")
 	floorLoad   = flag.Float64("floor-load", 0, "cores (0 to 1) the benchmark keeps busy during a second floor round, "+
 		"to see how much taking that much CPU slows the control plane; 0 skips the round")
+	floorSpread = flag.Duration("floor-spread", 0, "length of time over which a further floor round creates its objects evenly, "+
+		"as the operator's first passes do, to see how much arriving later delays the StatefulSets; 0 skips the round")
 )
 
 const namespace = "bench"
@@ -66,6 +68,9 @@ func TestBenchmark(t *testing.T) {
 	if *floorLoad < 0 || *floorLoad > 1 {
 		t.Fatalf("-floor-load=%g: a share of one core, from 0 to 1", *floorLoad)
 	}
+	if *floorSpread < 0 {
+		t.Fatalf("-floor-spread=%s: a length of time, 0 or more", *floorSpread)
+	}
 	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine()}
 	b := setUp(t, r)
 
@@ -73,10 +78,13 @@ func TestBenchmark(t *testing.T) {
 	// the operator's phases are: the first round on a new cluster pays for caches and
 	// connections being filled, which would make the floor look slower than it is. A thousand
 	// fill them; at 10,000 a whole round would add most of an hour.
-	b.phase("warm-up", func() { b.floor(t, min(*warmUp, *caches)) })
-	b.phase("floor", func() { r.Floor = b.floor(t, *caches) })
+	b.phase("warm-up", func() { b.floor(t, min(*warmUp, *caches), 0) })
+	b.phase("floor", func() { r.Floor = b.floor(t, *caches, 0) })
 	if *floorLoad > 0 {
 		b.phase("floor-loaded", func() { r.LoadedFloor = b.loadedFloor(t, *floorLoad) })
+	}
+	if *floorSpread > 0 {
+		b.phase("floor-spread", func() { r.SpreadFloor = b.spreadFloor(t, *floorSpread) })
 	}
 	b.startOperator(t)
 	b.phase("create", func() { r.Create = b.createAll(t) })
@@ -188,6 +196,13 @@ func (b *bench) phase(name string, run func()) {
 // parallel runs f for each of the first n Cache indexes, *concurrency at a time.
 func parallel(t *testing.T, n int, f func(i int) error) {
 	t.Helper()
+	parallelOver(t, n, 0, f)
+}
+
+// parallelOver is parallel with the starts spread evenly over the length of time given: none
+// of the n starts sooner than its share of it.
+func parallelOver(t *testing.T, n int, spread time.Duration, f func(i int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	next := make(chan int)
@@ -200,7 +215,16 @@ func parallel(t *testing.T, n int, f func(i int) error) {
 			}
 		})
 	}
+	var pace <-chan time.Time
+	if spread > 0 {
+		tick := time.NewTicker(spread / time.Duration(n))
+		defer tick.Stop()
+		pace = tick.C
+	}
 	for i := range n {
+		if pace != nil && i > 0 {
+			<-pace
+		}
 		next <- i
 	}
 	close(next)

@@ -40,7 +40,20 @@ type LoadedFloorPhase struct {
 func (b *bench) loadedFloor(t *testing.T, cores float64) *LoadedFloorPhase {
 	stop := burnCPU(cores)
 	defer stop()
-	return &LoadedFloorPhase{Cores: cores, AllReadySeconds: b.floor(t, *caches).AllReadySeconds}
+	return &LoadedFloorPhase{Cores: cores, AllReadySeconds: b.floor(t, *caches, 0).AllReadySeconds}
+}
+
+// SpreadFloorPhase is the floor measured again with its objects created evenly over
+// SpreadSeconds rather than as fast as the API server takes them. The operator makes its
+// StatefulSets as its first passes get to each Cache, over tens of seconds at 1,000: this round
+// tells how much of its ratio to the floor is that later arrival.
+type SpreadFloorPhase struct {
+	SpreadSeconds   float64 `json:"spreadSeconds"`
+	AllReadySeconds float64 `json:"allReadySeconds"`
+}
+
+func (b *bench) spreadFloor(t *testing.T, spread time.Duration) *SpreadFloorPhase {
+	return &SpreadFloorPhase{SpreadSeconds: spread.Seconds(), AllReadySeconds: b.floor(t, *caches, spread).AllReadySeconds}
 }
 
 // burnCPU keeps a fraction of one core busy, spinning for that share of every 10 ms tick, until
@@ -65,10 +78,10 @@ func burnCPU(cores float64) (stop func()) {
 	return func() { tick.Stop(); close(done); wg.Wait() }
 }
 
-// floor creates the objects, waits until every StatefulSet has all its replicas ready, then
+// floor creates the objects, spread over the time given (0: as fast as they go), waits until every StatefulSet has all its replicas ready, then
 // removes them and waits until they and their pods are gone, so that they weigh nothing on the
 // operator's phases.
-func (b *bench) floor(t *testing.T, n int) FloorPhase {
+func (b *bench) floor(t *testing.T, n int, spread time.Duration) FloorPhase {
 	ctx := context.Background()
 	if err := b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); err != nil {
 		t.Fatal(err)
@@ -77,7 +90,7 @@ func (b *bench) floor(t *testing.T, n int) FloorPhase {
 	defer b.timeline.floorRoundEnded()
 	allReady, stopWatching := b.watchFloorReady(t, n)
 	start := time.Now()
-	parallel(t, n, func(i int) error {
+	parallelOver(t, n, spread, func(i int) error {
 		c := benchCache(floorNamespace, i)
 		if err := b.admin.Create(ctx, resources.Service(c)); err != nil {
 			return err

@@ -24,6 +24,7 @@ type Result struct {
 	OperatorArgs []string          `json:"operatorArgs"`
 	Floor        FloorPhase        `json:"floor"`
 	LoadedFloor  *LoadedFloorPhase `json:"loadedFloor,omitempty"`
+	SpreadFloor  *SpreadFloorPhase `json:"spreadFloor,omitempty"`
 	Create       CreatePhase       `json:"create"`
 	Steady       SteadyPhase       `json:"steady"`
 	Scale        ScalePhase        `json:"scale"`
@@ -138,6 +139,9 @@ func (r *Result) markdown(chart string) string {
 	p("| floor: the same StatefulSets and Services created directly, all ready | %.1f s |\n", r.Floor.AllReadySeconds)
 	if f := r.LoadedFloor; f != nil {
 		p("| floor again, with %.2f cores kept busy by the benchmark | %.1f s, %.2f × the floor |\n", f.Cores, f.AllReadySeconds, f.AllReadySeconds/r.Floor.AllReadySeconds)
+	}
+	if f := r.SpreadFloor; f != nil {
+		p("| floor again, created evenly over %.0f s | %.1f s, %.2f × the floor |\n", f.SpreadSeconds, f.AllReadySeconds, f.AllReadySeconds/r.Floor.AllReadySeconds)
 	}
 	p("| create: all Ready (observedGeneration = generation) | %.1f s, **%.2f × the floor** |\n", r.Create.AllReadySeconds, r.Create.AllReadySeconds/r.Floor.AllReadySeconds)
 	p("| create → Ready per Cache, p50 / p99 | %.2f s / %.2f s |\n", r.Create.ReadyP50Seconds, r.Create.ReadyP99Seconds)
