@@ -16,9 +16,10 @@ import (
 //   - no managedFields on any cached object;
 //   - only the StatefulSets and Services that carry the operator's managed-by label rather than
 //     every one in the cluster;
-//   - StatefulSets without their pod template, of which the reconciler only needs a digest
-//     (resources.StripPodTemplate), and Services with only the fields the operator owns
-//     (resources.StripService); an update of either reads the whole stored object first;
+//   - StatefulSets with their pod template replaced by a digest, and the rest cut down to what
+//     the reconciler reads (resources.StripStatefulSet), and Services with only the fields the
+//     operator owns (resources.StripService); an update of either reads the whole stored
+//     object first;
 //   - only the pods of Cluster Caches, whose addresses the reconciler needs to reach their
 //     servers, with little more than those addresses.
 //
@@ -27,15 +28,14 @@ import (
 // takes it back (ensureChild).
 func InformerOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
-	stripManagedFields := cache.TransformStripManagedFields()
 	return cache.Options{
-		DefaultTransform: stripManagedFields,
+		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&appsv1.StatefulSet{}: {Label: managed, Transform: func(in any) (any, error) {
 				if sts, ok := in.(*appsv1.StatefulSet); ok {
-					resources.StripPodTemplate(sts)
+					return resources.StripStatefulSet(sts), nil
 				}
-				return stripManagedFields(in)
+				return in, nil
 			}},
 			&corev1.Service{}: {Label: managed, Transform: func(in any) (any, error) {
 				if svc, ok := in.(*corev1.Service); ok {

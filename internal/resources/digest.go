@@ -12,8 +12,8 @@ import (
 )
 
 // StatefulSetUpToDate reports whether MergeStatefulSet(sts, desired) would leave sts as it is,
-// so that there is nothing to write. sts may be a stored StatefulSet or one whose pod template
-// StripPodTemplate replaced by its digest.
+// so that there is nothing to write. sts may be a stored StatefulSet or the informer's copy,
+// reduced by StripStatefulSet.
 func StatefulSetUpToDate(sts, desired *appsv1.StatefulSet) bool {
 	return OwnedTemplateDigest(&sts.Spec.Template) == OwnedTemplateDigest(&desired.Spec.Template) &&
 		StatefulSetUpToDateBesidesTemplate(sts, desired)
@@ -41,15 +41,34 @@ const (
 	specInputsAnnotation     = "cache.example.com/spec-inputs"
 )
 
-// StripPodTemplate replaces a StatefulSet's pod template by the digest of its owned fields.
-// The pod template is most of a StatefulSet's size, and the reconciler only needs to know
-// whether its owned fields match (StatefulSetUpToDate); so the informer keeps StatefulSets
-// stripped, and an update starts from a fresh read of the whole object.
-func StripPodTemplate(sts *appsv1.StatefulSet) {
-	digest, inputs := OwnedTemplateDigest(&sts.Spec.Template), SpecInputs(&sts.Spec.Template)
-	sts.Spec.Template = corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{templateDigestAnnotation: digest, specInputsAnnotation: inputs}},
+// StripStatefulSet reduces a StatefulSet to what the reconciler reads of it, for the informer
+// to keep: the metadata CachedMeta keeps, with the generation and the record of the written
+// template; the fields MergeStatefulSet sets on a StatefulSet that exists (not the selector, the
+// governing Service or the pod management policy, which are immutable); the digest of the pod
+// template's owned fields rather than the template, which is most of a StatefulSet's size; and
+// the status without its conditions. StatefulSetUpToDate gives the same answer for it as for the
+// whole object, and an update starts from a fresh read of the whole object.
+func StripStatefulSet(sts *appsv1.StatefulSet) *appsv1.StatefulSet {
+	meta := CachedMeta(sts.ObjectMeta)
+	meta.Generation = sts.Generation
+	if written, ok := sts.Annotations[AnnotationTemplateWritten]; ok {
+		meta.Annotations = map[string]string{AnnotationTemplateWritten: written}
 	}
+	stripped := &appsv1.StatefulSet{
+		TypeMeta:   sts.TypeMeta,
+		ObjectMeta: meta,
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:       sts.Spec.Replicas,
+			UpdateStrategy: sts.Spec.UpdateStrategy,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+				templateDigestAnnotation: OwnedTemplateDigest(&sts.Spec.Template),
+				specInputsAnnotation:     SpecInputs(&sts.Spec.Template),
+			}}},
+		},
+		Status: sts.Status,
+	}
+	stripped.Status.Conditions = nil
+	return stripped
 }
 
 // AnnotationTemplateWritten, on a StatefulSet, is the digest of its pod template's owned fields
@@ -67,7 +86,7 @@ func TemplateAsWritten(sts *appsv1.StatefulSet) bool {
 // SpecInputs names what a pod template took from its Cache's spec: the Valkey image (the
 // version) and the memory limit. Two templates with the same inputs that differ otherwise were
 // built by different operator releases, which is how the reconciler tells an upgrade of itself,
-// which restarts no pod, from a change of the spec. A template stripped by StripPodTemplate
+// which restarts no pod, from a change of the spec. A template stripped by StripStatefulSet
 // gives the inputs it kept.
 func SpecInputs(template *corev1.PodTemplateSpec) string {
 	if inputs, ok := template.Annotations[specInputsAnnotation]; ok && len(template.Spec.Containers) == 0 {
@@ -83,7 +102,7 @@ func SpecInputs(template *corev1.PodTemplateSpec) string {
 
 // OwnedTemplateDigest is a digest of the pod template fields the operator owns: two templates
 // have the same digest exactly when merging one's owned fields into the other changes nothing. A
-// template stripped by StripPodTemplate gives the digest it kept.
+// template stripped by StripStatefulSet gives the digest it kept.
 func OwnedTemplateDigest(template *corev1.PodTemplateSpec) string {
 	if digest, ok := template.Annotations[templateDigestAnnotation]; ok && len(template.Spec.Containers) == 0 {
 		return digest
