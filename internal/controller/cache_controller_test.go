@@ -187,6 +187,7 @@ func TestHandEditOfTheServiceIsUndone(t *testing.T) {
 func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	firstPass(t, cache)
 	// The direct client reads objects exactly as stored, with every field the API server
 	// defaulted, so a merge that fought defaulting would show up as writes here.
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
@@ -234,6 +235,7 @@ func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 func TestConflictOnStatusWriteIsRetriedFromAFreshRead(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	firstPass(t, cache)
 	// A second writer changes the Cache between the reconciler's read and its status write,
 	// so the API server rejects the write as based on a stale resourceVersion.
 	racing := interceptor.NewClient(k8s, interceptor.Funcs{
@@ -262,6 +264,7 @@ func TestConflictOnStatusWriteIsRetriedFromAFreshRead(t *testing.T) {
 func TestCrashBeforeTheStatusWriteConverges(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	firstPass(t, cache)
 	// The process dies after creating the children and before writing status: the status
 	// write never reaches the API server.
 	crashing := interceptor.NewClient(k8s, interceptor.Funcs{
@@ -310,6 +313,40 @@ func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
 
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatalf("the pass after the stale read: %v", err)
+	}
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
+	assertOneOfEachChild(t, ns)
+}
+
+// A pass that runs after the reconciler created a Cache's children but before its informer shows
+// the StatefulSet, as the event of the Service's creation brings one, waits for the creation's
+// event: it does not create the StatefulSet again, which would only fail with AlreadyExists.
+func TestAPassBeforeTheInformerShowsACreatedChildWaits(t *testing.T) {
+	ns := newNamespace(t)
+	cache := newCache(t, ns)
+	r := newReconciler(k8s, nil)
+	if err := reconcile(r, cache); err != nil {
+		t.Fatal(err)
+	}
+
+	lagging, writes := countingWrites(interceptor.NewClient(k8s, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*appsv1.StatefulSet); ok {
+				return apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, key.Name)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}))
+	r.Client = lagging
+	result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cache)})
+	if err != nil || result.RequeueAfter == 0 || writes.Load() != 0 {
+		t.Errorf("the pass before the informer shows the StatefulSet: %d writes, result %+v, error %v; want none, a requeue, no error",
+			writes.Load(), result, err)
+	}
+
+	r.Client = k8s
+	if err := reconcile(r, cache); err != nil {
+		t.Fatal(err)
 	}
 	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 	assertOneOfEachChild(t, ns)
@@ -527,6 +564,7 @@ func TestAStaleStatefulSetIsNotReportedAsCurrent(t *testing.T) {
 func TestAPassReadingTheCacheFromBeforeItsOwnWriteWaits(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	firstPass(t, cache)
 	before := getCache(t, ns)
 	r := newReconciler(k8s, nil)
 	if err := reconcile(r, cache); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,43 +19,63 @@ import (
 	"example.com/cache-operator/internal/resources"
 )
 
+// children is what ensureChildren made of a Cache's Service and StatefulSet.
+type children struct {
+	sts *appsv1.StatefulSet
+	// templateHeld: the pods keep the template of an earlier operator release (see
+	// holdsReleaseTemplate).
+	templateHeld bool
+	// created: the Service or the StatefulSet did not exist, and this pass created it.
+	created bool
+	// pending: this reconciler created the Service or the StatefulSet and its informer does not
+	// show it yet (ownCreations); nothing else was done.
+	pending bool
+}
+
 // ensureChildren makes the Cache's Service and StatefulSet match its spec, with the number of
 // pods given (nodesToRun). The Service comes first: the StatefulSet's pods get their DNS names
-// from it. It also reports whether the pods keep the template of an earlier operator release
-// (see holdsReleaseTemplate).
-func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32) (*appsv1.StatefulSet, bool, error) {
-	if err := r.ensureService(ctx, cache); err != nil {
-		return nil, false, fmt.Errorf("ensuring Service: %w", err)
-	}
-	sts, templateHeld, err := r.ensureStatefulSet(ctx, cache, nodes)
+// from it.
+func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32) (children, error) {
+	serviceOp, err := r.ensureService(ctx, cache)
 	if err != nil {
-		return nil, false, fmt.Errorf("ensuring StatefulSet: %w", err)
+		return children{}, fmt.Errorf("ensuring Service: %w", err)
 	}
-	return sts, templateHeld, nil
+	if serviceOp == opPending {
+		return children{pending: true}, nil
+	}
+	made, err := r.ensureStatefulSet(ctx, cache, nodes)
+	if err != nil {
+		return children{}, fmt.Errorf("ensuring StatefulSet: %w", err)
+	}
+	made.created = made.created || serviceOp == controllerutil.OperationResultCreated
+	return made, nil
 }
 
 // ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod
 // template (see InformerOptions), whether anything needs writing. Only an update, rare next to the
 // passes that find nothing to do, reads the whole stored object first.
-func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache, nodes int32) (*appsv1.StatefulSet, bool, error) {
+func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache, nodes int32) (children, error) {
 	desired := resources.StatefulSet(cache, r.ImageRepository)
 	desired.Spec.Replicas = &nodes
 	cached := &appsv1.StatefulSet{}
-	err := r.Get(ctx, client.ObjectKeyFromObject(desired), cached)
+	pending, err := r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
+	if pending {
+		return children{pending: true}, nil
+	}
 	if err == nil && metav1.IsControlledBy(cached, cache) {
 		held := holdsReleaseTemplate(cache, cached, desired)
 		upToDate := resources.StatefulSetUpToDate(cached, desired) ||
 			held && resources.StatefulSetUpToDateBesidesTemplate(cached, desired)
 		if upToDate {
-			return cached, held, nil
+			return children{sts: cached, templateHeld: held}, nil
 		}
 	}
 	if client.IgnoreNotFound(err) != nil {
-		return nil, false, err
+		return children{}, err
 	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	held := false
-	err = r.ensureChild(ctx, r.writer(err), cache, sts, func() {
+	op, err := r.ensureChild(ctx, r.writer(err), cache, sts, func() {
 		want := desired
 		// Decided again on the stored object, which this closure gets fresh.
 		if held = holdsReleaseTemplate(cache, sts, desired); held {
@@ -63,7 +84,7 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 		}
 		resources.MergeStatefulSet(sts, want)
 	})
-	return sts, held, err
+	return children{sts: sts, templateHeld: held, created: op == controllerutil.OperationResultCreated}, err
 }
 
 // holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although
@@ -81,18 +102,40 @@ func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet
 
 // ensureService decides from the informer's copy of the Service, which keeps only the owned
 // fields (see InformerOptions), whether anything needs writing.
-func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache) error {
+func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache) (controllerutil.OperationResult, error) {
 	desired := resources.Service(cache)
 	cached := &corev1.Service{}
-	err := r.Get(ctx, client.ObjectKeyFromObject(desired), cached)
+	pending, err := r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
+	if pending {
+		return opPending, nil
+	}
 	if err == nil && metav1.IsControlledBy(cached, cache) && resources.ServiceUpToDate(cached, desired) {
-		return nil
+		return controllerutil.OperationResultNone, nil
 	}
 	if client.IgnoreNotFound(err) != nil {
-		return err
+		return controllerutil.OperationResultNone, err
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	return r.ensureChild(ctx, r.writer(err), cache, svc, func() { resources.MergeService(svc, desired) })
+}
+
+// opPending is ensureService's result for a Service this reconciler created that its informer does
+// not show yet.
+const opPending controllerutil.OperationResult = "pending"
+
+// getCachedChild reads a child of a Cache from the informer into obj. A child that this
+// reconciler created and the informer does not show yet is pending rather than not found: a
+// pass that created it again would only fail with AlreadyExists (ownCreations).
+func (r *CacheReconciler) getCachedChild(ctx context.Context, key client.ObjectKey, obj client.Object) (pending bool, err error) {
+	child := childKey{kind: r.kind(obj), name: key}
+	err = r.Get(ctx, key, obj)
+	switch {
+	case err == nil:
+		r.ownCreations.seen(child)
+	case apierrors.IsNotFound(err):
+		return r.ownCreations.pending(child, time.Now()), err
+	}
+	return false, err
 }
 
 // writer is the client a child is written through, given how reading the informer's copy went
@@ -116,7 +159,7 @@ func (c storedReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 }
 
 // ensureChild creates child, or updates it when merging the owned fields changed any of them,
-// and makes the Cache its controller so the garbage collector removes it with the Cache. It
+// says which it did, and makes the Cache its controller so the garbage collector removes it with the Cache. It
 // reads and writes through c. A read from the informer cache may be stale: the child's name is
 // the Cache's, so a create that races with an earlier one fails with AlreadyExists instead of
 // making a second child, and an update from a stale copy fails with a conflict, which goes back
@@ -126,33 +169,36 @@ func (c storedReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 // created a moment ago) or never see it (a child whose managed-by label someone removed, or an
 // object that is not the Cache's at all). The Cache's own child is merged as usual, which
 // restores its label; any other object is a NameConflictError.
-func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cache *cachev2.Cache, child client.Object, merge func()) error {
-	err := r.createOrUpdate(ctx, c, cache, child, merge)
+func (r *CacheReconciler) ensureChild(ctx context.Context, c client.Client, cache *cachev2.Cache, child client.Object, merge func()) (controllerutil.OperationResult, error) {
+	op, err := r.createOrUpdate(ctx, c, cache, child, merge)
 	if !apierrors.IsAlreadyExists(err) {
-		return err
+		return op, err
 	}
 	stored := child.DeepCopyObject().(client.Object)
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(child), stored); err != nil {
-		return err
+		return controllerutil.OperationResultNone, err
 	}
 	if !controlledByCacheNamed(stored, cache) {
-		return r.nameConflict(stored)
+		return controllerutil.OperationResultNone, r.nameConflict(stored)
 	}
 	return r.createOrUpdate(ctx, storedReads{Client: r.Client, reader: r.APIReader}, cache, child, merge)
 }
 
-func (r *CacheReconciler) createOrUpdate(ctx context.Context, c client.Client, cache *cachev2.Cache, child client.Object, merge func()) error {
+func (r *CacheReconciler) createOrUpdate(ctx context.Context, c client.Client, cache *cachev2.Cache, child client.Object, merge func()) (controllerutil.OperationResult, error) {
 	op, err := controllerutil.CreateOrUpdate(ctx, c, child, func() error {
 		merge()
 		return controllerutil.SetControllerReference(cache, child, r.Scheme())
 	})
 	if alreadyOwned := (*controllerutil.AlreadyOwnedError)(nil); errors.As(err, &alreadyOwned) {
-		return r.nameConflict(child)
+		return controllerutil.OperationResultNone, r.nameConflict(child)
+	}
+	if op == controllerutil.OperationResultCreated {
+		r.ownCreations.add(childKey{kind: r.kind(child), name: client.ObjectKeyFromObject(child)}, time.Now())
 	}
 	if op != controllerutil.OperationResultNone {
 		log.FromContext(ctx).Info("Wrote child", "kind", r.kind(child), "name", child.GetName(), "operation", op)
 	}
-	return err
+	return op, err
 }
 
 // controlledByCacheNamed reports whether obj's controller is a Cache of cache's name: this one,

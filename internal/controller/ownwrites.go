@@ -92,3 +92,54 @@ func (w *ownWrites) forget(key types.NamespacedName) {
 	defer w.mu.Unlock()
 	delete(w.replaced, key)
 }
+
+// creationSeenWithin is how long a child the reconciler created is expected to take to reach its
+// informer. A creation not seen by then is forgotten, in case the child was deleted before the
+// informer saw it, and the next pass creates it again.
+const creationSeenWithin = time.Minute
+
+// ownCreations remembers the children the reconciler created until its informer shows them. A
+// pass that runs before then, brought by the event of the Cache's other child, would create the
+// child again and fail with AlreadyExists, a conflict each time; it waits for the creation's
+// event instead, as a pass that reads a Cache from before our own write does (ownWrites).
+type ownCreations struct {
+	mu      sync.Mutex
+	created map[childKey]time.Time
+}
+
+// childKey is one child: its kind, since a Cache's Service and StatefulSet share its name, and
+// its name.
+type childKey struct {
+	kind string
+	name types.NamespacedName
+}
+
+// add records that the reconciler created child at time now.
+func (c *ownCreations) add(child childKey, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.created == nil {
+		c.created = map[childKey]time.Time{}
+	}
+	c.created[child] = now
+}
+
+// pending reports whether the reconciler created child less than creationSeenWithin before now
+// and its informer has not shown it since (seen).
+func (c *ownCreations) pending(child childKey, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.created[child]
+	if ok && now.Sub(at) >= creationSeenWithin {
+		delete(c.created, child)
+		return false
+	}
+	return ok
+}
+
+// seen forgets child's creation, once its informer shows it.
+func (c *ownCreations) seen(child childKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.created, child)
+}

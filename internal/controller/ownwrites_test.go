@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,5 +63,33 @@ func TestOnlyAWriteThatStoredANewVersionIsWaitedFor(t *testing.T) {
 	}
 	if !r.ownWrites.stale(key, "5") || r.ownWrites.stale(key, "6") {
 		t.Error("after a write that stored version 6, version 5 should be stale and 6 current")
+	}
+}
+
+func TestOwnCreationsArePendingUntilSeenOrTooOld(t *testing.T) {
+	var c ownCreations
+	sts := childKey{kind: "StatefulSet", name: types.NamespacedName{Namespace: "ns", Name: "a"}}
+	svc := childKey{kind: "Service", name: sts.name}
+	now := time.Now()
+	if c.pending(sts, now) {
+		t.Fatal("a child never created is pending")
+	}
+	c.add(sts, now)
+	if !c.pending(sts, now.Add(time.Second)) {
+		t.Error("a child created a second ago and not seen is not pending")
+	}
+	if c.pending(svc, now) {
+		t.Error("the Service of the same name counts as pending")
+	}
+	c.seen(sts)
+	if c.pending(sts, now.Add(time.Second)) {
+		t.Error("a child the informer has shown is still pending")
+	}
+	c.add(sts, now)
+	if c.pending(sts, now.Add(creationSeenWithin)) {
+		t.Error("a creation the informer never showed is pending for ever")
+	}
+	if c.pending(sts, now) {
+		t.Error("a creation given up on is remembered")
 	}
 }

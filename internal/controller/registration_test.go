@@ -118,11 +118,44 @@ func isGone(t *testing.T, namespace string) bool {
 	return apierrors.IsNotFound(err)
 }
 
+// A new Cache's first pass creates its Service and StatefulSet and writes nothing else, so that
+// a fleet created at once has all its StatefulSets before any Cache's other writes. The next
+// pass, which the children's creation brings, adds the finalizer, registers the Cache and
+// writes its status.
+func TestFirstPassOnlyCreatesTheChildren(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	cat, _ := newCatalog(t, etcd.Endpoint)
+	ns := newNamespace(t)
+	cache := newCache(t, ns)
+	r := newReconciler(k8s, cat)
+
+	if err := reconcile(r, cache); err != nil {
+		t.Fatal(err)
+	}
+	assertOneOfEachChild(t, ns)
+	if c := getCache(t, ns); c.ResourceVersion != cache.ResourceVersion {
+		t.Errorf("the first pass wrote the Cache: finalizers %v, status %+v", c.Finalizers, c.Status)
+	}
+	if got := records(t, etcd, ns); len(got) != 0 {
+		t.Errorf("the first pass registered the Cache: %v", got)
+	}
+
+	if err := reconcile(r, cache); err != nil {
+		t.Fatal(err)
+	}
+	if !controllerutil.ContainsFinalizer(getCache(t, ns), cachev2.Finalizer) {
+		t.Error("no finalizer after the second pass")
+	}
+	assertRecords(t, etcd, ns, 3)
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
+}
+
 func TestCatalogFollowsTheCacheAndUnchangedPassesWriteNothing(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	cat, etcdWrites := newCatalog(t, etcd.Endpoint)
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	firstPass(t, cache)
 
 	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
 		t.Fatal(err)
@@ -189,6 +222,7 @@ func TestCrashBetweenDeregisteringAndReleasingConverges(t *testing.T) {
 	cat, _ := newCatalog(t, etcd.Endpoint)
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	firstPass(t, cache)
 	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +306,7 @@ func TestAbandonAnnotationReleasesACacheWhoseCatalogIsGone(t *testing.T) {
 	gone, _ := newCatalog(t, "http://127.0.0.1:1")
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	firstPass(t, cache)
 	r := newReconciler(k8s, gone)
 	if err := reconcile(r, cache); err == nil {
 		t.Fatal("registration in an unreachable catalogue succeeded")

@@ -85,6 +85,16 @@ func newReconciler(c client.Client, cat catalog.Catalog) *CacheReconciler {
 	}
 }
 
+// firstPass runs a new Cache's first pass, which creates its children and writes nothing else
+// (see Reconcile), so that the pass a test makes next is the one that adds the finalizer,
+// registers the Cache and writes its status.
+func firstPass(t *testing.T, c *cachev2.Cache) {
+	t.Helper()
+	if err := reconcile(newReconciler(k8s, nil), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func reconcile(r *CacheReconciler, c *cachev2.Cache) error {
 	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 	return err
