@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -27,6 +28,13 @@ import (
 	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/resources"
 )
+
+// gcPercent is the operator's GOGC unless its environment sets one. Nearly all of its heap is the
+// informers' copies of every Cache, StatefulSet and Service, which live as long as the process;
+// Go's default of 100 lets garbage grow to as much again before collecting, which at 10,000
+// Caches was another 90 MiB. Collecting at a quarter of the live heap costs a little CPU while
+// many Caches change at once and none while they do not (docs/operations.md#sizing).
+const gcPercent = 25
 
 func main() {
 	var (
@@ -93,6 +101,9 @@ func main() {
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 	log := ctrl.Log.WithName("setup")
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(gcPercent)
+	}
 
 	if webhookCert.Secret.Namespace == "" {
 		namespace, err := os.ReadFile(podNamespaceFile)
