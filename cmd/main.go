@@ -32,8 +32,8 @@ import (
 // gcPercent is the operator's GOGC unless its environment sets one. Nearly all of its heap is the
 // informers' copies of every Cache, StatefulSet and Service, which live as long as the process;
 // Go's default of 100 lets garbage grow to as much again before collecting, which at 10,000
-// Caches was another 90 MiB. Collecting at a quarter of the live heap costs a little CPU while
-// many Caches change at once and none while they do not (docs/operations.md#sizing).
+// Caches was another 90 MiB. Collecting at a quarter of the live heap costs more collections
+// while many Caches change at once, and little while they do not (docs/operations.md#sizing).
 const gcPercent = 25
 
 func main() {

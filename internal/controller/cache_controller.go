@@ -1,7 +1,7 @@
 // Package controller holds the Cache reconciler: a level-triggered loop that re-reads a Cache and
-// its children on every pass and converges them on the spec. The only thing it keeps between
-// passes is which versions of a Cache its own writes replaced (ownWrites), so as not to act on
-// a read from before them.
+// its children on every pass and converges them on the spec. All it keeps between passes is
+// which versions of a Cache its own writes replaced (ownWrites) and which children it created
+// (ownCreations), so as not to act on a read from before them.
 package controller
 
 import (
@@ -89,10 +89,11 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
 	}
 	if made.created {
-		// A new Cache's first pass only creates its children; the finalizer, the registration
-		// and the status come in the next, which the children's creation brings. A fleet
-		// created at once so gets all its StatefulSets, the slowest part, before any Cache's
-		// other writes (docs/benchmark.md).
+		// A pass that creates a child does nothing else: a new Cache's first pass only creates
+		// its children, and the finalizer, the registration and the status come in the next,
+		// which the children's creation brings. A fleet created at once so gets all its
+		// StatefulSets, the slowest part, before any Cache's other writes (docs/benchmark.md).
+		// A pass that recreates a child deleted by hand stops there too.
 		return ctrl.Result{}, nil
 	}
 	if made.pending {

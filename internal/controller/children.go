@@ -28,7 +28,7 @@ type children struct {
 	// created: the Service or the StatefulSet did not exist, and this pass created it.
 	created bool
 	// pending: this reconciler created the Service or the StatefulSet and its informer does not
-	// show it yet (ownCreations); nothing else was done.
+	// show it yet (ownCreations); nothing was done with that child or after it.
 	pending bool
 }
 
@@ -36,18 +36,18 @@ type children struct {
 // pods given (nodesToRun). The Service comes first: the StatefulSet's pods get their DNS names
 // from it.
 func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32) (children, error) {
-	serviceOp, err := r.ensureService(ctx, cache)
+	serviceCreated, servicePending, err := r.ensureService(ctx, cache)
 	if err != nil {
 		return children{}, fmt.Errorf("ensuring Service: %w", err)
 	}
-	if serviceOp == opPending {
+	if servicePending {
 		return children{pending: true}, nil
 	}
 	made, err := r.ensureStatefulSet(ctx, cache, nodes)
 	if err != nil {
 		return children{}, fmt.Errorf("ensuring StatefulSet: %w", err)
 	}
-	made.created = made.created || serviceOp == controllerutil.OperationResultCreated
+	made.created = made.created || serviceCreated
 	return made, nil
 }
 
@@ -101,39 +101,38 @@ func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet
 }
 
 // ensureService decides from the informer's copy of the Service, which keeps only the owned
-// fields (see InformerOptions), whether anything needs writing.
-func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache) (controllerutil.OperationResult, error) {
+// fields (see InformerOptions), whether anything needs writing. It reports whether it created
+// the Service, or found it pending (see getCachedChild) and did nothing.
+func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache) (created, pending bool, err error) {
 	desired := resources.Service(cache)
 	cached := &corev1.Service{}
-	pending, err := r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
+	pending, err = r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
 	if pending {
-		return opPending, nil
+		return false, true, nil
 	}
 	if err == nil && metav1.IsControlledBy(cached, cache) && resources.ServiceUpToDate(cached, desired) {
-		return controllerutil.OperationResultNone, nil
+		return false, false, nil
 	}
 	if client.IgnoreNotFound(err) != nil {
-		return controllerutil.OperationResultNone, err
+		return false, false, err
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	return r.ensureChild(ctx, r.writer(err), cache, svc, func() { resources.MergeService(svc, desired) })
+	op, err := r.ensureChild(ctx, r.writer(err), cache, svc, func() { resources.MergeService(svc, desired) })
+	return op == controllerutil.OperationResultCreated, false, err
 }
-
-// opPending is ensureService's result for a Service this reconciler created that its informer does
-// not show yet.
-const opPending controllerutil.OperationResult = "pending"
 
 // getCachedChild reads a child of a Cache from the informer into obj. A child that this
 // reconciler created and the informer does not show yet is pending rather than not found: a
-// pass that created it again would only fail with AlreadyExists (ownCreations).
+// pass that created it again would have the create rejected with AlreadyExists
+// (ownCreations).
 func (r *CacheReconciler) getCachedChild(ctx context.Context, key client.ObjectKey, obj client.Object) (pending bool, err error) {
-	child := childKey{kind: r.kind(obj), name: key}
+	kind := r.kind(obj)
 	err = r.Get(ctx, key, obj)
 	switch {
 	case err == nil:
-		r.ownCreations.seen(child)
+		r.ownCreations.seen(kind, key)
 	case apierrors.IsNotFound(err):
-		return r.ownCreations.pending(child, time.Now()), err
+		return r.ownCreations.pending(kind, key, time.Now()), err
 	}
 	return false, err
 }
@@ -159,11 +158,11 @@ func (c storedReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 }
 
 // ensureChild creates child, or updates it when merging the owned fields changed any of them,
-// says which it did, and makes the Cache its controller so the garbage collector removes it with the Cache. It
-// reads and writes through c. A read from the informer cache may be stale: the child's name is
-// the Cache's, so a create that races with an earlier one fails with AlreadyExists instead of
-// making a second child, and an update from a stale copy fails with a conflict, which goes back
-// to the queue.
+// says which it did, and makes the Cache its controller so the garbage collector removes it with
+// the Cache. It reads and writes through c. A read from the informer cache may be stale: the
+// child's name is the Cache's, so a create that races with an earlier one fails with
+// AlreadyExists instead of making a second child, and an update from a stale copy fails with a
+// conflict, which goes back to the queue.
 //
 // On AlreadyExists the stored object is read around the informer, which may lag (the child was
 // created a moment ago) or never see it (a child whose managed-by label someone removed, or an
@@ -193,7 +192,7 @@ func (r *CacheReconciler) createOrUpdate(ctx context.Context, c client.Client, c
 		return controllerutil.OperationResultNone, r.nameConflict(child)
 	}
 	if op == controllerutil.OperationResultCreated {
-		r.ownCreations.add(childKey{kind: r.kind(child), name: client.ObjectKeyFromObject(child)}, time.Now())
+		r.ownCreations.add(r.kind(child), client.ObjectKeyFromObject(child), time.Now())
 	}
 	if op != controllerutil.OperationResultNone {
 		log.FromContext(ctx).Info("Wrote child", "kind", r.kind(child), "name", child.GetName(), "operation", op)

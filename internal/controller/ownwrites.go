@@ -14,8 +14,9 @@ import (
 	cachev2 "example.com/cache-operator/api/v2"
 )
 
-// staleReadRetryAfter is when a pass that found the Cache from before our own last write looks
-// again, should the event of that write not have enqueued it sooner.
+// staleReadRetryAfter is when a pass that found the Cache from before our own last write, or
+// did not find a child it created, looks again, should the event of that write not have
+// enqueued it sooner.
 const staleReadRetryAfter = time.Second
 
 // currentCache reads the Cache key from the informer: nil if it is gone, and not current if it
@@ -25,6 +26,7 @@ func (r *CacheReconciler) currentCache(ctx context.Context, key types.Namespaced
 	if err := r.Get(ctx, key, &cache); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.ownWrites.forget(key)
+			r.ownCreations.forget(key)
 			return nil, false, nil
 		}
 		return nil, false, err
@@ -55,8 +57,8 @@ func (r *CacheReconciler) writeCache(cache *cachev2.Cache, write func() error) e
 // them is working from a Cache older than our last write: its status update would fail with a
 // conflict, and its other writes would be based on a spec or status we have already moved past.
 // Such a pass is dropped; the watch event of our write is on its way and enqueues the Cache
-// again. This is the one thing the reconciler keeps between passes, and it only ever makes a
-// pass wait: forgetting it (a restart) costs a conflict, never a wrong write.
+// again. This and ownCreations are all the reconciler keeps between passes, and both only ever
+// make a pass wait: forgetting them (a restart) costs a conflict, never a wrong write.
 //
 // resourceVersions are compared for equality only; the API server does not promise an order.
 type ownWrites struct {
@@ -99,47 +101,72 @@ func (w *ownWrites) forget(key types.NamespacedName) {
 const creationSeenWithin = time.Minute
 
 // ownCreations remembers the children the reconciler created until its informer shows them. A
-// pass that runs before then, brought by the event of the Cache's other child, would create the
-// child again and fail with AlreadyExists, a conflict each time; it waits for the creation's
-// event instead, as a pass that reads a Cache from before our own write does (ownWrites).
+// pass that runs before then, brought by the event of the Cache's other child, would try to
+// create the child again: a create rejected with AlreadyExists, counted as a conflict, and a read
+// from the API server to recover. It waits for the creation's event instead, as a pass that reads
+// a Cache from before our own write does (ownWrites).
+//
+// Children are keyed by name and then kind: a Cache's Service and StatefulSet share its name, so
+// what is remembered of a Cache is forgotten at once when it is gone.
 type ownCreations struct {
 	mu      sync.Mutex
-	created map[childKey]time.Time
+	created map[types.NamespacedName]map[string]time.Time
 }
 
-// childKey is one child: its kind, since a Cache's Service and StatefulSet share its name, and
-// its name.
-type childKey struct {
-	kind string
-	name types.NamespacedName
-}
-
-// add records that the reconciler created child at time now.
-func (c *ownCreations) add(child childKey, now time.Time) {
+// add records that the reconciler created the child of this kind and name at time now.
+func (c *ownCreations) add(kind string, name types.NamespacedName, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.created == nil {
-		c.created = map[childKey]time.Time{}
+		c.created = map[types.NamespacedName]map[string]time.Time{}
 	}
-	c.created[child] = now
+	if c.created[name] == nil {
+		c.created[name] = map[string]time.Time{}
+	}
+	c.created[name][kind] = now
 }
 
-// pending reports whether the reconciler created child less than creationSeenWithin before now
-// and its informer has not shown it since (seen).
-func (c *ownCreations) pending(child childKey, now time.Time) bool {
+// pending reports whether the reconciler created the child of this kind and name less than
+// creationSeenWithin before now and its informer has not shown it since (seen).
+func (c *ownCreations) pending(kind string, name types.NamespacedName, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.created[child]
+	at, ok := c.created[name][kind]
 	if ok && now.Sub(at) >= creationSeenWithin {
-		delete(c.created, child)
+		c.drop(kind, name)
 		return false
 	}
 	return ok
 }
 
-// seen forgets child's creation, once its informer shows it.
-func (c *ownCreations) seen(child childKey) {
+// seen forgets the creation of the child of this kind and name, once its informer shows it.
+func (c *ownCreations) seen(kind string, name types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.created, child)
+	c.drop(kind, name)
+}
+
+// forget drops the creations of every child of this name, once their Cache is gone: no pass
+// will look for them again.
+func (c *ownCreations) forget(name types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.created, name)
+	c.release()
+}
+
+func (c *ownCreations) drop(kind string, name types.NamespacedName) {
+	delete(c.created[name], kind)
+	if len(c.created[name]) == 0 {
+		delete(c.created, name)
+	}
+	c.release()
+}
+
+// release lets go of the map once it is empty: a Go map keeps the size it grew to, which after a
+// fleet created at once is two entries per Cache.
+func (c *ownCreations) release() {
+	if len(c.created) == 0 {
+		c.created = nil
+	}
 }

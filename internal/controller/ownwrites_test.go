@@ -68,28 +68,44 @@ func TestOnlyAWriteThatStoredANewVersionIsWaitedFor(t *testing.T) {
 
 func TestOwnCreationsArePendingUntilSeenOrTooOld(t *testing.T) {
 	var c ownCreations
-	sts := childKey{kind: "StatefulSet", name: types.NamespacedName{Namespace: "ns", Name: "a"}}
-	svc := childKey{kind: "Service", name: sts.name}
+	name := types.NamespacedName{Namespace: "ns", Name: "a"}
 	now := time.Now()
-	if c.pending(sts, now) {
+	if c.pending("StatefulSet", name, now) {
 		t.Fatal("a child never created is pending")
 	}
-	c.add(sts, now)
-	if !c.pending(sts, now.Add(time.Second)) {
+	c.add("StatefulSet", name, now)
+	if !c.pending("StatefulSet", name, now.Add(time.Second)) {
 		t.Error("a child created a second ago and not seen is not pending")
 	}
-	if c.pending(svc, now) {
+	if c.pending("Service", name, now) {
 		t.Error("the Service of the same name counts as pending")
 	}
-	c.seen(sts)
-	if c.pending(sts, now.Add(time.Second)) {
+	c.seen("StatefulSet", name)
+	if c.pending("StatefulSet", name, now.Add(time.Second)) {
 		t.Error("a child the informer has shown is still pending")
 	}
-	c.add(sts, now)
-	if c.pending(sts, now.Add(creationSeenWithin)) {
+	c.add("StatefulSet", name, now)
+	if c.pending("StatefulSet", name, now.Add(creationSeenWithin)) {
 		t.Error("a creation the informer never showed is pending for ever")
 	}
-	if c.pending(sts, now) {
+	if c.pending("StatefulSet", name, now) {
 		t.Error("a creation given up on is remembered")
+	}
+	if c.created != nil {
+		t.Errorf("nothing is pending, and the map is kept: %v", c.created)
+	}
+}
+
+// A Cache deleted between the pass that created its children and the next leaves nothing
+// behind: no pass looks for its children again.
+func TestOwnCreationsOfAGoneCacheAreForgotten(t *testing.T) {
+	var c ownCreations
+	name := types.NamespacedName{Namespace: "ns", Name: "a"}
+	now := time.Now()
+	c.add("Service", name, now)
+	c.add("StatefulSet", name, now)
+	c.forget(name)
+	if c.pending("Service", name, now) || c.pending("StatefulSet", name, now) || c.created != nil {
+		t.Errorf("the children of a gone Cache are remembered: %v", c.created)
 	}
 }

@@ -337,10 +337,14 @@ func TestAbandonAnnotationReleasesACacheWhoseCatalogIsGone(t *testing.T) {
 func TestWithoutACatalogThereIsNoFinalizer(t *testing.T) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	firstPass(t, cache)
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}
 	c := getCache(t, ns)
+	if meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady) == nil {
+		t.Fatal("the second pass wrote no status")
+	}
 	if len(c.Finalizers) != 0 {
 		t.Errorf("finalizers = %v, want none", c.Finalizers)
 	}

@@ -68,8 +68,8 @@ func TestBenchmark(t *testing.T) {
 	if *floorLoad < 0 || *floorLoad > 1 {
 		t.Fatalf("-floor-load=%g: a share of one core, from 0 to 1", *floorLoad)
 	}
-	if *floorSpread < 0 {
-		t.Fatalf("-floor-spread=%s: a length of time, 0 or more", *floorSpread)
+	if *floorSpread < 0 || *floorSpread > 0 && *floorSpread < time.Duration(*caches)*time.Millisecond {
+		t.Fatalf("-floor-spread=%s: 0, or a length of time of at least a millisecond per Cache", *floorSpread)
 	}
 	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine()}
 	b := setUp(t, r)

@@ -78,9 +78,9 @@ func burnCPU(cores float64) (stop func()) {
 	return func() { tick.Stop(); close(done); wg.Wait() }
 }
 
-// floor creates the objects, spread over the time given (0: as fast as they go), waits until every StatefulSet has all its replicas ready, then
-// removes them and waits until they and their pods are gone, so that they weigh nothing on the
-// operator's phases.
+// floor creates the objects, evenly over the time given (0: as fast as they go), waits until
+// every StatefulSet has all its replicas ready, then removes them and waits until they and their
+// pods are gone, so that they weigh nothing on the operator's phases.
 func (b *bench) floor(t *testing.T, n int, spread time.Duration) FloorPhase {
 	ctx := context.Background()
 	if err := b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); err != nil {

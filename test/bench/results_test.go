@@ -193,7 +193,7 @@ func (r *Result) svg() string {
 	}
 	x := func(s float64) float64 { return pad + s/end*(w-2*pad) }
 	y := func(n int) float64 { return h - pad - float64(n)/float64(max(r.Caches, 1))*(h-2*pad) }
-	colours := map[string]string{"warm-up": "#c5b0d5", "floor": "#9467bd", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728"}
+	colours := map[string]string{"warm-up": "#c5b0d5", "floor": "#9467bd", "floor-loaded": "#e377c2", "floor-spread": "#bcbd22", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728"}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
 	fmt.Fprintf(&b, `<text x="%.0f" y="16">%d Caches: Ready (thick; during deletion: left), StatefulSets ready (dashed), operator queue (thin)</text>`+"\n", pad, r.Caches)
