@@ -155,6 +155,7 @@ func (c *ownCreations) forget(name types.NamespacedName) {
 	c.release()
 }
 
+// drop forgets one creation; the caller holds mu.
 func (c *ownCreations) drop(kind string, name types.NamespacedName) {
 	delete(c.created[name], kind)
 	if len(c.created[name]) == 0 {
