@@ -292,19 +292,10 @@ func TestStaleReadThatMissesTheStatefulSetCreatesNoDuplicate(t *testing.T) {
 	if err := reconcile(newReconciler(k8s, nil), cache); err != nil {
 		t.Fatal(err)
 	}
-	// The informer cache lags: it has not seen the StatefulSet created a moment ago.
-	stale := interceptor.NewClient(k8s, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if _, ok := obj.(*appsv1.StatefulSet); ok {
-				return apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, key.Name)
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
-
 	// The create fails with AlreadyExists; a read around the cache finds the Cache's own
-	// StatefulSet, which is already as it should be.
-	r := newReconciler(stale, nil)
+	// StatefulSet, which is already as it should be. The reconciler is a new one (a restarted
+	// operator) that does not remember creating it.
+	r := newReconciler(statefulSetsUnseen(), nil)
 	r.APIReader = k8s
 	if err := reconcile(r, cache); err != nil {
 		t.Fatalf("the pass with the stale read: %v", err)
@@ -329,22 +320,8 @@ func TestAPassBeforeTheInformerShowsACreatedChildWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lagging, writes := countingWrites(interceptor.NewClient(k8s, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if _, ok := obj.(*appsv1.StatefulSet); ok {
-				return apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, key.Name)
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	}))
-	r.Client = lagging
-	result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cache)})
-	if err != nil || result.RequeueAfter == 0 || writes.Load() != 0 {
-		t.Errorf("the pass before the informer shows the StatefulSet: %d writes, result %+v, error %v; want none, a requeue, no error",
-			writes.Load(), result, err)
-	}
+	assertPassWaits(t, r, cache, statefulSetsUnseen(), "the pass before the informer shows the StatefulSet")
 
-	r.Client = k8s
 	if err := reconcile(r, cache); err != nil {
 		t.Fatal(err)
 	}
@@ -480,6 +457,33 @@ func TestAnEarlierReleasesPodTemplateIsKeptUntilTheSpecChangesOrTheUserOptsIn(t 
 	templateCurrent(metav1.ConditionTrue)
 }
 
+// statefulSetsUnseen reads through an informer cache that has not seen any StatefulSet yet, as
+// one a moment behind a creation.
+func statefulSetsUnseen() client.WithWatch {
+	return interceptor.NewClient(k8s, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*appsv1.StatefulSet); ok {
+				return apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, key.Name)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+}
+
+// assertPassWaits runs one pass of r reading and writing through c, and checks that it waits for
+// the informer: no write, no error, and a requeue. r's own client is restored after.
+func assertPassWaits(t *testing.T, r *CacheReconciler, cache *cachev2.Cache, c client.WithWatch, pass string) {
+	t.Helper()
+	counted, writes := countingWrites(c)
+	own := r.Client
+	r.Client = counted
+	defer func() { r.Client = own }()
+	result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cache)})
+	if err != nil || result.RequeueAfter == 0 || writes.Load() != 0 {
+		t.Errorf("%s: %d writes, result %+v, error %v; want none, a requeue, no error", pass, writes.Load(), result, err)
+	}
+}
+
 // staleReads serves the given objects as a lagging informer would, in place of the stored ones.
 func staleReads(stale ...client.Object) client.WithWatch {
 	return interceptor.NewClient(k8s, interceptor.Funcs{
@@ -574,15 +578,8 @@ func TestAPassReadingTheCacheFromBeforeItsOwnWriteWaits(t *testing.T) {
 		t.Fatal("setup: the first pass wrote no status")
 	}
 
-	lagging, writes := countingWrites(staleReads(before))
-	r.Client = lagging
-	result, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cache)})
-	if err != nil || result.RequeueAfter == 0 || writes.Load() != 0 {
-		t.Errorf("the pass from before our write: %d writes, result %+v, error %v; want none, a requeue, no error",
-			writes.Load(), result, err)
-	}
+	assertPassWaits(t, r, cache, staleReads(before), "the pass from before our write")
 
-	r.Client = k8s
 	setStatefulSetReady(t, ns, 3)
 	if err := reconcile(r, cache); err != nil {
 		t.Fatal(err)
