@@ -16,23 +16,24 @@ import (
 
 // Result is everything one benchmark run measured.
 type Result struct {
-	Machine      Machine           `json:"machine"`
-	Caches       int               `json:"caches"`
-	Replicas     int               `json:"replicas"`
-	ScaleTo      int               `json:"scaleTo"`
-	Nodes        int               `json:"nodes"`
-	OperatorArgs []string          `json:"operatorArgs"`
-	Floor        FloorPhase        `json:"floor"`
-	LoadedFloor  *LoadedFloorPhase `json:"loadedFloor,omitempty"`
-	SpreadFloor  *SpreadFloorPhase `json:"spreadFloor,omitempty"`
-	Create       CreatePhase       `json:"create"`
-	Steady       SteadyPhase       `json:"steady"`
-	Scale        ScalePhase        `json:"scale"`
-	Restart      RestartPhase      `json:"restart"`
-	Change       ChangePhase       `json:"change"`
-	Delete       DeletePhase       `json:"delete"`
-	Memory       map[string]Memory `json:"memoryPeakByPhase"`
-	Timeline     []Sample          `json:"timeline"`
+	Machine      Machine  `json:"machine"`
+	Caches       int      `json:"caches"`
+	Replicas     int      `json:"replicas"`
+	ScaleTo      int      `json:"scaleTo"`
+	Nodes        int      `json:"nodes"`
+	OperatorArgs []string `json:"operatorArgs"`
+	// Rounds are the floor and create rounds, in order; the later phases run on the last
+	// round's Caches.
+	Rounds      []Round           `json:"rounds"`
+	LoadedFloor *LoadedFloorPhase `json:"loadedFloor,omitempty"`
+	SpreadFloor *SpreadFloorPhase `json:"spreadFloor,omitempty"`
+	Steady      SteadyPhase       `json:"steady"`
+	Scale       ScalePhase        `json:"scale"`
+	Restart     RestartPhase      `json:"restart"`
+	Change      ChangePhase       `json:"change"`
+	Delete      DeletePhase       `json:"delete"`
+	Memory      map[string]Memory `json:"memoryPeakByPhase"`
+	Timeline    []Sample          `json:"timeline"`
 }
 
 type Machine struct {
@@ -41,6 +42,26 @@ type Machine struct {
 	MemoryGiB float64 `json:"memoryGiB"`
 	GoVersion string  `json:"goVersion"`
 	Date      string  `json:"date"`
+}
+
+// Round is a floor round and the create round right after it.
+type Round struct {
+	Floor  FloorPhase  `json:"floor"`
+	Create CreatePhase `json:"create"`
+}
+
+// ratio is how many times the floor creating took.
+func (r Round) ratio() float64 { return r.Create.AllReadySeconds / r.Floor.AllReadySeconds }
+
+// medianRatio is the median of the rounds' ratios to their floors; of an even number, the
+// higher of the middle two.
+func (r *Result) medianRatio() float64 {
+	var ratios []float64
+	for _, round := range r.Rounds {
+		ratios = append(ratios, round.ratio())
+	}
+	slices.Sort(ratios)
+	return ratios[len(ratios)/2]
 }
 
 type CreatePhase struct {
@@ -136,18 +157,29 @@ func (r *Result) markdown(chart string) string {
 	p("Machine: %d × %s, %.0f GiB, %s, %s. Local kwokctl cluster, QPS limits off, %d simulated nodes. Operator flags: `%s`.\n\n",
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, strings.Join(r.OperatorArgs, " "))
 	p("| measure | value |\n|---|---|\n")
-	p("| floor: the same StatefulSets and Services created directly, all ready | %.1f s |\n", r.Floor.AllReadySeconds)
+	first, last := r.Rounds[0], r.Rounds[len(r.Rounds)-1]
+	var floors, creates, ratios, writes, conflicts []string
+	for _, round := range r.Rounds {
+		floors = append(floors, fmt.Sprintf("%.1f", round.Floor.AllReadySeconds))
+		creates = append(creates, fmt.Sprintf("%.1f", round.Create.AllReadySeconds))
+		ratios = append(ratios, fmt.Sprintf("%.2f", round.ratio()))
+		writes = append(writes, fmt.Sprintf("%.2f", total(round.Create.Writes)))
+		conflicts = append(conflicts, fmt.Sprintf("%.3f", total(round.Create.Conflicts)))
+	}
+	each := func(values []string) string { return strings.Join(values, ", ") }
+	p("| floor: the same StatefulSets and Services created directly, all ready; each round | %s s |\n", each(floors))
 	if f := r.LoadedFloor; f != nil {
-		p("| floor again, with %.2f cores kept busy by the benchmark | %.1f s, %.2f × the floor |\n", f.Cores, f.AllReadySeconds, f.AllReadySeconds/r.Floor.AllReadySeconds)
+		p("| floor again, with %.2f cores kept busy by the benchmark | %.1f s, %.2f × the first floor |\n", f.Cores, f.AllReadySeconds, f.AllReadySeconds/first.Floor.AllReadySeconds)
 	}
 	if f := r.SpreadFloor; f != nil {
-		p("| floor again, created evenly over %.0f s | %.1f s, %.2f × the floor |\n", f.SpreadSeconds, f.AllReadySeconds, f.AllReadySeconds/r.Floor.AllReadySeconds)
+		p("| floor again, created evenly over %.0f s | %.1f s, %.2f × the first floor |\n", f.SpreadSeconds, f.AllReadySeconds, f.AllReadySeconds/first.Floor.AllReadySeconds)
 	}
-	p("| create: all Ready (observedGeneration = generation) | %.1f s, **%.2f × the floor** |\n", r.Create.AllReadySeconds, r.Create.AllReadySeconds/r.Floor.AllReadySeconds)
-	p("| create → Ready per Cache, p50 / p99 | %.2f s / %.2f s |\n", r.Create.ReadyP50Seconds, r.Create.ReadyP99Seconds)
-	p("| create: operator requests per Cache | %.2f (%s) |\n", total(r.Create.Requests), breakdown(r.Create.Requests))
-	p("| create: operator writes per Cache (no Lease renewals, no Events) | %.2f (%s) |\n", total(r.Create.Writes), breakdown(r.Create.Writes))
-	p("| create: conflicts per Cache | %.3f (%s) |\n", total(r.Create.Conflicts), breakdown(r.Create.Conflicts))
+	p("| create: all Ready (observedGeneration = generation); each round | %s s |\n", each(creates))
+	p("| create against the round's floor; each round, **median** | %s ×, **%.2f ×** |\n", each(ratios), r.medianRatio())
+	p("| create → Ready per Cache, p50 / p99; last round | %.2f s / %.2f s |\n", last.Create.ReadyP50Seconds, last.Create.ReadyP99Seconds)
+	p("| create: operator requests per Cache; last round | %.2f (%s) |\n", total(last.Create.Requests), breakdown(last.Create.Requests))
+	p("| create: operator writes per Cache (no Lease renewals, no Events); each round, then the last by verb | %s (%s) |\n", each(writes), breakdown(last.Create.Writes))
+	p("| create: conflicts per Cache; each round, then the last by verb | %s (%s) |\n", each(conflicts), breakdown(last.Create.Conflicts))
 	p("| steady state (%.0f s): writes / reconciles | %d / %.0f |\n", r.Steady.Seconds, total(r.Steady.Writes), r.Steady.Reconciles)
 	if r.ScaleTo == r.Replicas {
 		p("| scale | not run (-scale-to = -replicas) |\n")
@@ -193,7 +225,7 @@ func (r *Result) svg() string {
 	}
 	x := func(s float64) float64 { return pad + s/end*(w-2*pad) }
 	y := func(n int) float64 { return h - pad - float64(n)/float64(max(r.Caches, 1))*(h-2*pad) }
-	colours := map[string]string{"warm-up": "#c5b0d5", "floor": "#9467bd", "floor-loaded": "#e377c2", "floor-spread": "#bcbd22", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728"}
+	colours := map[string]string{"warm-up": "#c5b0d5", "floor": "#9467bd", "floor-loaded": "#e377c2", "floor-spread": "#bcbd22", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728", "clear": "#ff9896"}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
 	fmt.Fprintf(&b, `<text x="%.0f" y="16">%d Caches: Ready (thick; during deletion: left), StatefulSets ready (dashed), operator queue (thin)</text>`+"\n", pad, r.Caches)
@@ -214,7 +246,7 @@ func (r *Result) svg() string {
 	phase := ""
 	flush := func() {
 		for i, line := range lines {
-			if len(points[i]) > 0 && (phase != "delete" || line.whileDeleting) {
+			if len(points[i]) > 0 && (!deleting(phase) || line.whileDeleting) {
 				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" %s points="%s"/>`+"\n", colours[phase], line.style, strings.Join(points[i], " "))
 			}
 			points[i] = nil

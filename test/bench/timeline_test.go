@@ -53,6 +53,7 @@ func (tl *timeline) statefulSetReadyChanged(phase int) {
 	tl.record(func() { tl.stsReadyN[phase]++ })
 }
 func (tl *timeline) setRemaining(n int) { tl.record(func() { tl.remaining = n }) }
+func (tl *timeline) readyCleared()      { tl.record(func() { clear(tl.readyN); clear(tl.stsReadyN) }) }
 
 // floorRoundStarted, floorReadyChanged and floorRoundEnded draw a floor round's StatefulSets
 // as they become ready, to set against the create phase's curve.
@@ -85,11 +86,14 @@ func (tl *timeline) addLocked() {
 	switch {
 	case tl.floorRound:
 		sample.StatefulSetsReady = tl.floorReady
-	case tl.phase == "delete":
+	case deleting(tl.phase):
 		sample.Ready, sample.StatefulSetsReady = tl.remaining, 0
 	}
 	tl.points = append(tl.points, sample)
 }
+
+// deleting tells the phases that delete the Caches, whose timeline draws the Caches left.
+func deleting(phase string) bool { return phase == "delete" || phase == "clear" }
 
 // samples is the timeline with, of each second of each phase, only its last state: at 10,000
 // Caches every change kept would make a results file of megabytes for a chart of seconds.
