@@ -58,6 +58,9 @@ var (
 		"to see how much taking that much CPU slows the control plane; 0 skips the round")
 	floorSpread = flag.Duration("floor-spread", 0, "length of time over which a further floor round creates its objects evenly, "+
 		"as the operator's first passes do, to see how much arriving later delays the StatefulSets; 0 skips the round")
+	floorWrites = flag.Int("floor-writes", 0, "writes per StatefulSet that the benchmark makes to a ConfigMap of its own during a further "+
+		"floor round in every round, as many as the operator makes beside the floor's objects, to see how much of the ratio is "+
+		"the API server's extra write load; 0 skips the round")
 )
 
 const namespace = "bench"
@@ -72,6 +75,9 @@ func TestBenchmark(t *testing.T) {
 	if *floorLoad < 0 || *floorLoad > 1 {
 		t.Fatalf("-floor-load=%g: a share of one core, from 0 to 1", *floorLoad)
 	}
+	if *floorWrites < 0 {
+		t.Fatalf("-floor-writes=%d: 0 or more", *floorWrites)
+	}
 	if *rounds < 1 {
 		t.Fatalf("-rounds=%d: at least one", *rounds)
 	}
@@ -85,7 +91,7 @@ func TestBenchmark(t *testing.T) {
 	// the operator's phases are: the first round on a new cluster pays for caches and
 	// connections being filled, which would make the floor look slower than it is. A thousand
 	// fill them; at 10,000 a whole round would add most of an hour.
-	b.phase("warm-up", func() { b.floor(t, min(*warmUp, *caches), 0) })
+	b.phase("warm-up", func() { b.floor(t, min(*warmUp, *caches), 0, 0) })
 	// The floor of one run can differ from the next run's by half (53 s against 101 s at 1,000,
 	// on one day): more than the margin the ratio is held to. So a run measures it against the
 	// floor several times, each create round right after its own floor round, and reports the
@@ -95,7 +101,10 @@ func TestBenchmark(t *testing.T) {
 			b.phase("clear", func() { b.clearFleet(t) })
 		}
 		var round Round
-		b.phase("floor", func() { round.Floor = b.floor(t, *caches, 0) })
+		b.phase("floor", func() { round.Floor = b.floor(t, *caches, 0, 0) })
+		if *floorWrites > 0 {
+			b.phase("floor-writes", func() { round.WritesFloor = b.writesFloor(t, *floorWrites) })
+		}
 		if i == 0 && *floorLoad > 0 {
 			b.phase("floor-loaded", func() { r.LoadedFloor = b.loadedFloor(t, *floorLoad) })
 		}

@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ type LoadedFloorPhase struct {
 func (b *bench) loadedFloor(t *testing.T, cores float64) *LoadedFloorPhase {
 	stop := burnCPU(cores)
 	defer stop()
-	return &LoadedFloorPhase{Cores: cores, AllReadySeconds: b.floor(t, *caches, 0).AllReadySeconds}
+	return &LoadedFloorPhase{Cores: cores, AllReadySeconds: b.floor(t, *caches, 0, 0).AllReadySeconds}
 }
 
 // SpreadFloorPhase is the floor measured again with its objects created evenly over
@@ -53,7 +54,21 @@ type SpreadFloorPhase struct {
 }
 
 func (b *bench) spreadFloor(t *testing.T, spread time.Duration) *SpreadFloorPhase {
-	return &SpreadFloorPhase{SpreadSeconds: spread.Seconds(), AllReadySeconds: b.floor(t, *caches, spread).AllReadySeconds}
+	return &SpreadFloorPhase{SpreadSeconds: spread.Seconds(), AllReadySeconds: b.floor(t, *caches, spread, 0).AllReadySeconds}
+}
+
+// WritesFloorPhase is the floor measured again while the benchmark makes Writes more writes per
+// StatefulSet, to a ConfigMap of its own made beside it: about as many as the operator makes
+// on top of the floor's objects (the Cache's creation, its finalizer, two status writes).
+// Against the floor of the same round, it tells how much of the operator's ratio is the API
+// server's extra write load rather than how the operator paces its work.
+type WritesFloorPhase struct {
+	Writes          int     `json:"writes"`
+	AllReadySeconds float64 `json:"allReadySeconds"`
+}
+
+func (b *bench) writesFloor(t *testing.T, writes int) *WritesFloorPhase {
+	return &WritesFloorPhase{Writes: writes, AllReadySeconds: b.floor(t, *caches, 0, writes).AllReadySeconds}
 }
 
 // burnCPU keeps a fraction of one core busy, spinning for that share of every 10 ms tick, until
@@ -78,10 +93,11 @@ func burnCPU(cores float64) (stop func()) {
 	return func() { tick.Stop(); close(done); wg.Wait() }
 }
 
-// floor creates the objects, evenly over the time given (0: as fast as they go), waits until
+// floor creates the objects, evenly over the time given (0: as fast as they go), each with the
+// number of writes to a ConfigMap of its own given (see WritesFloorPhase), waits until
 // every StatefulSet has all its replicas ready, then removes them and waits until they and their
 // pods are gone, so that they weigh nothing on the operator's phases.
-func (b *bench) floor(t *testing.T, n int, spread time.Duration) FloorPhase {
+func (b *bench) floor(t *testing.T, n int, spread time.Duration, writes int) FloorPhase {
 	ctx := context.Background()
 	if err := b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); err != nil {
 		t.Fatal(err)
@@ -95,7 +111,10 @@ func (b *bench) floor(t *testing.T, n int, spread time.Duration) FloorPhase {
 		if err := b.admin.Create(ctx, resources.Service(c)); err != nil {
 			return err
 		}
-		return b.admin.Create(ctx, resources.StatefulSet(c, resources.DefaultImageRepository))
+		if err := b.admin.Create(ctx, resources.StatefulSet(c, resources.DefaultImageRepository)); err != nil {
+			return err
+		}
+		return writeConfigMap(ctx, b.admin, c.Name, writes)
 	})
 	select {
 	case <-allReady:
@@ -116,6 +135,26 @@ func (b *bench) floor(t *testing.T, n int, spread time.Duration) FloorPhase {
 		t.Fatalf("the floor's namespace was not removed: %v", err)
 	}
 	return phase
+}
+
+// writeConfigMap makes writes writes to a ConfigMap of the floor's named name: its creation,
+// then updates.
+func writeConfigMap(ctx context.Context, c client.Client, name string, writes int) error {
+	if writes == 0 {
+		return nil
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace},
+		Data: map[string]string{"write": "1"}}
+	if err := c.Create(ctx, cm); err != nil {
+		return err
+	}
+	for i := 2; i <= writes; i++ {
+		cm.Data["write"] = strconv.Itoa(i)
+		if err := c.Update(ctx, cm); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // watchFloorReady watches the floor's StatefulSets, as the create phase watches the Caches'

@@ -46,8 +46,9 @@ type Machine struct {
 
 // Round is a floor round and the create round right after it.
 type Round struct {
-	Floor  FloorPhase  `json:"floor"`
-	Create CreatePhase `json:"create"`
+	Floor       FloorPhase        `json:"floor"`
+	WritesFloor *WritesFloorPhase `json:"writesFloor,omitempty"`
+	Create      CreatePhase       `json:"create"`
 }
 
 // ratio is how many times the floor creating took.
@@ -158,9 +159,12 @@ func (r *Result) markdown(chart string) string {
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, strings.Join(r.OperatorArgs, " "))
 	p("| measure | value |\n|---|---|\n")
 	first, last := r.Rounds[0], r.Rounds[len(r.Rounds)-1]
-	var floors, creates, ratios, writes, conflicts []string
+	var floors, writesFloors, creates, ratios, writes, conflicts []string
 	for _, round := range r.Rounds {
 		floors = append(floors, fmt.Sprintf("%.1f", round.Floor.AllReadySeconds))
+		if f := round.WritesFloor; f != nil {
+			writesFloors = append(writesFloors, fmt.Sprintf("%.1f s (%.2f ×)", f.AllReadySeconds, f.AllReadySeconds/round.Floor.AllReadySeconds))
+		}
 		creates = append(creates, fmt.Sprintf("%.1f", round.Create.AllReadySeconds))
 		ratios = append(ratios, fmt.Sprintf("%.2f", round.ratio()))
 		writes = append(writes, fmt.Sprintf("%.2f", total(round.Create.Writes)))
@@ -168,6 +172,9 @@ func (r *Result) markdown(chart string) string {
 	}
 	each := func(values []string) string { return strings.Join(values, ", ") }
 	p("| floor: the same StatefulSets and Services created directly, all ready; each round | %s s |\n", each(floors))
+	if len(writesFloors) > 0 {
+		p("| floor again, with %d writes per StatefulSet to ConfigMaps; each round, against its floor | %s |\n", first.WritesFloor.Writes, each(writesFloors))
+	}
 	if f := r.LoadedFloor; f != nil {
 		p("| floor again, with %.2f cores kept busy by the benchmark | %.1f s, %.2f × the first floor |\n", f.Cores, f.AllReadySeconds, f.AllReadySeconds/first.Floor.AllReadySeconds)
 	}
@@ -225,7 +232,7 @@ func (r *Result) svg() string {
 	}
 	x := func(s float64) float64 { return pad + s/end*(w-2*pad) }
 	y := func(n int) float64 { return h - pad - float64(n)/float64(max(r.Caches, 1))*(h-2*pad) }
-	colours := map[string]string{"warm-up": "#c5b0d5", "floor": "#9467bd", "floor-loaded": "#e377c2", "floor-spread": "#bcbd22", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728", "clear": "#ff9896"}
+	colours := map[string]string{"warm-up": "#c5b0d5", "floor": "#9467bd", "floor-loaded": "#e377c2", "floor-spread": "#bcbd22", "floor-writes": "#dbdb8d", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728", "clear": "#ff9896"}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
 	fmt.Fprintf(&b, `<text x="%.0f" y="16">%d Caches: Ready (thick; during deletion: left), StatefulSets ready (dashed), operator queue (thin)</text>`+"\n", pad, r.Caches)
