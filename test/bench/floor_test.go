@@ -137,8 +137,8 @@ func (b *bench) floor(t *testing.T, n int, spread time.Duration, writes int) Flo
 	return phase
 }
 
-// writeConfigMap makes writes writes to a ConfigMap of the floor's named name: its creation,
-// then updates.
+// writeConfigMap makes that many writes to a ConfigMap named name in the floor's namespace:
+// its creation, then updates.
 func writeConfigMap(ctx context.Context, c client.Client, name string, writes int) error {
 	if writes == 0 {
 		return nil
