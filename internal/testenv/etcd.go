@@ -90,6 +90,9 @@ func (e *Etcd) Stop(t testing.TB) {
 	e.cmd = nil
 }
 
+// PID is the running etcd's process ID.
+func (e *Etcd) PID() int { return e.cmd.Process.Pid }
+
 // Client is a new client of this etcd, closed by the caller.
 func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -61,6 +62,9 @@ var (
 	floorWrites = flag.Int("floor-writes", 0, "writes per StatefulSet that the benchmark makes to a ConfigMap of its own during a further "+
 		"floor round in every round, as many as the operator makes beside the floor's objects, to see how much of the ratio is "+
 		"the API server's extra write load; 0 skips the round")
+	floorReplay = flag.Bool("floor-replay", false, "a further floor round in every round after the first, during which the benchmark takes "+
+		"the CPU that the operator and its catalogue took in the round before's create phase, to see how much of the ratio is their CPU "+
+		"on cores they share here with the control plane")
 )
 
 const namespace = "bench"
@@ -80,6 +84,9 @@ func TestBenchmark(t *testing.T) {
 	}
 	if *rounds < 1 {
 		t.Fatalf("-rounds=%d: at least one", *rounds)
+	}
+	if *floorReplay && *rounds < 2 {
+		t.Fatalf("-floor-replay replays each round's create phase in the next round's floor: it needs -rounds=2 or more")
 	}
 	if *floorSpread < 0 || *floorSpread > 0 && *floorSpread < time.Duration(*caches)*time.Millisecond {
 		t.Fatalf("-floor-spread=%s: 0, or a length of time of at least a millisecond per Cache", *floorSpread)
@@ -104,6 +111,9 @@ func TestBenchmark(t *testing.T) {
 		b.phase("floor", func() { round.Floor = b.floor(t, *caches, 0, 0) })
 		if *floorWrites > 0 {
 			b.phase("floor-writes", func() { round.WritesFloor = b.writesFloor(t, *floorWrites) })
+		}
+		if i > 0 && *floorReplay {
+			b.phase("floor-replay", func() { round.ReplayFloor = b.replayFloor(t, r.Rounds[i-1].Create.CPU) })
 		}
 		if i == 0 && *floorLoad > 0 {
 			b.phase("floor-loaded", func() { r.LoadedFloor = b.loadedFloor(t, *floorLoad) })
@@ -220,6 +230,7 @@ func (b *bench) startOperator(t *testing.T) {
 }
 
 func (b *bench) phase(name string, run func()) {
+	log.Printf("phase %s starts", name)
 	b.timeline.setPhase(name)
 	b.memory.setPhase(name)
 	run()
@@ -281,6 +292,7 @@ func benchCache(ns string, i int) *cachev2.Cache {
 
 func (b *bench) createAll(t *testing.T) CreatePhase {
 	start := time.Now()
+	stopRecording := recordCPU(t, b.operator.Load().PID(), b.etcd.PID())
 	created := make([]time.Time, *caches)
 	parallel(t, *caches, func(i int) error {
 		created[i] = time.Now()
@@ -288,6 +300,7 @@ func (b *bench) createAll(t *testing.T) CreatePhase {
 	})
 	b.ready.waitAll(t, 1, *timeout)
 	end := time.Now()
+	cpu := stopRecording()
 	var latencies []time.Duration
 	for i := range *caches {
 		latencies = append(latencies, b.ready.readyAt(name(i), 1).Sub(created[i]))
@@ -298,24 +311,29 @@ func (b *bench) createAll(t *testing.T) CreatePhase {
 		ReadyP50Seconds: quantile(latencies, 0.5), ReadyP99Seconds: quantile(latencies, 0.99),
 		Requests: requests.perCache(*caches), Writes: requests.writes().perCache(*caches),
 		Conflicts: requests.conflicts().perCache(*caches),
+		// The operator started just before this phase, so all its passes are this phase's.
+		Reconciles: reconciles(t, b.operator.Load()) / float64(*caches),
+		CPU:        cpu,
 	}
 }
 
 func (b *bench) steadyState(t *testing.T) SteadyPhase {
-	reconciles := func() float64 {
-		return testenv.Sum(b.operator.Load().Metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": "cache"})
-	}
 	// Let the reconciles that the last status writes triggered finish first.
 	waitIdle(t, b.operator.Load(), 0)
-	before, start := reconciles(), time.Now()
+	before, start := reconciles(t, b.operator.Load()), time.Now()
 	done := time.NewTimer(*steady)
 	<-done.C
 	end := time.Now()
 	return SteadyPhase{
 		Seconds:    end.Sub(start).Seconds(),
 		Writes:     b.audit.requests(t, start, end).writes(),
-		Reconciles: reconciles() - before,
+		Reconciles: reconciles(t, b.operator.Load()) - before,
 	}
+}
+
+// reconciles is how many passes over Caches the operator's process has made since it started.
+func reconciles(t *testing.T, o *testenv.Operator) float64 {
+	return testenv.Sum(o.Metrics(t), "controller_runtime_reconcile_total", map[string]string{"controller": "cache"})
 }
 
 func (b *bench) scaleAll(t *testing.T) ScalePhase {

@@ -39,7 +39,7 @@ type LoadedFloorPhase struct {
 }
 
 func (b *bench) loadedFloor(t *testing.T, cores float64) *LoadedFloorPhase {
-	stop := burnCPU(cores)
+	stop := burnCPU(func(time.Duration) float64 { return cores })
 	defer stop()
 	return &LoadedFloorPhase{Cores: cores, AllReadySeconds: b.floor(t, *caches, 0, 0).AllReadySeconds}
 }
@@ -57,6 +57,24 @@ func (b *bench) spreadFloor(t *testing.T, spread time.Duration) *SpreadFloorPhas
 	return &SpreadFloorPhase{SpreadSeconds: spread.Seconds(), AllReadySeconds: b.floor(t, *caches, spread, 0).AllReadySeconds}
 }
 
+// ReplayFloorPhase is the floor measured again while the benchmark takes, moment by moment, the
+// CPU that the operator and its catalogue took in the round before's create phase. Here they
+// share two cores with the control plane, which in a cluster they do not: the operator runs on a
+// node of its own, and the catalogue is a service elsewhere. Against its round's floor, this
+// round tells how much of the ratio is that CPU, taken from the StatefulSet controller, the
+// scheduler and kwok; what is left is the operator's load on the API server and its pace.
+type ReplayFloorPhase struct {
+	// CPUSeconds is the CPU time replayed.
+	CPUSeconds      float64 `json:"cpuSeconds"`
+	AllReadySeconds float64 `json:"allReadySeconds"`
+}
+
+func (b *bench) replayFloor(t *testing.T, cpu CPUCurve) *ReplayFloorPhase {
+	stop := burnCPU(cpu.cores)
+	defer stop()
+	return &ReplayFloorPhase{CPUSeconds: cpu.total(), AllReadySeconds: b.floor(t, *caches, 0, 0).AllReadySeconds}
+}
+
 // WritesFloorPhase is the floor measured again while the benchmark makes Writes more writes per
 // StatefulSet, to a ConfigMap of its own made beside it: about as many as the operator makes
 // on top of the floor's objects (the Cache's creation, its finalizer, two status writes).
@@ -69,28 +87,6 @@ type WritesFloorPhase struct {
 
 func (b *bench) writesFloor(t *testing.T, writes int) *WritesFloorPhase {
 	return &WritesFloorPhase{Writes: writes, AllReadySeconds: b.floor(t, *caches, 0, writes).AllReadySeconds}
-}
-
-// burnCPU keeps a fraction of one core busy, spinning for that share of every 10 ms tick, until
-// the function it returns is called.
-func burnCPU(cores float64) (stop func()) {
-	const period = 10 * time.Millisecond
-	busy := time.Duration(cores * float64(period))
-	tick := time.NewTicker(period)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case start := <-tick.C:
-				for time.Since(start) < busy { // spinning is the point
-				}
-			}
-		}
-	})
-	return func() { tick.Stop(); close(done); wg.Wait() }
 }
 
 // floor creates the objects, evenly over the time given (0: as fast as they go), each with the

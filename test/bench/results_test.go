@@ -48,6 +48,7 @@ type Machine struct {
 type Round struct {
 	Floor       FloorPhase        `json:"floor"`
 	WritesFloor *WritesFloorPhase `json:"writesFloor,omitempty"`
+	ReplayFloor *ReplayFloorPhase `json:"replayFloor,omitempty"`
 	Create      CreatePhase       `json:"create"`
 }
 
@@ -72,6 +73,11 @@ type CreatePhase struct {
 	Requests        map[string]float64 `json:"requestsPerCache"`
 	Writes          map[string]float64 `json:"writesPerCache"`
 	Conflicts       map[string]float64 `json:"conflictsPerCache"`
+	// Reconciles is the operator's passes over Caches per Cache, until every Cache was Ready.
+	Reconciles float64 `json:"reconcilesPerCache"`
+	// CPU is what the operator and its catalogue took from the start of the phase until every
+	// Cache was Ready.
+	CPU CPUCurve `json:"operatorCPU"`
 }
 
 type SteadyPhase struct {
@@ -159,21 +165,29 @@ func (r *Result) markdown(chart string) string {
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, strings.Join(r.OperatorArgs, " "))
 	p("| measure | value |\n|---|---|\n")
 	first, last := r.Rounds[0], r.Rounds[len(r.Rounds)-1]
-	var floors, writesFloors, creates, ratios, writes, conflicts []string
+	var floors, writesFloors, replayFloors, creates, cpu, ratios, writes, conflicts, passes []string
 	for _, round := range r.Rounds {
 		floors = append(floors, fmt.Sprintf("%.1f", round.Floor.AllReadySeconds))
 		if f := round.WritesFloor; f != nil {
 			writesFloors = append(writesFloors, fmt.Sprintf("%.1f s (%.2f ×)", f.AllReadySeconds, f.AllReadySeconds/round.Floor.AllReadySeconds))
 		}
+		if f := round.ReplayFloor; f != nil {
+			replayFloors = append(replayFloors, fmt.Sprintf("%.1f s (%.2f ×)", f.AllReadySeconds, f.AllReadySeconds/round.Floor.AllReadySeconds))
+		}
 		creates = append(creates, fmt.Sprintf("%.1f", round.Create.AllReadySeconds))
+		cpu = append(cpu, fmt.Sprintf("%.1f s (%.2f cores)", round.Create.CPU.total(), round.Create.CPU.total()/round.Create.AllReadySeconds))
 		ratios = append(ratios, fmt.Sprintf("%.2f", round.ratio()))
 		writes = append(writes, fmt.Sprintf("%.2f", total(round.Create.Writes)))
 		conflicts = append(conflicts, fmt.Sprintf("%.3f", total(round.Create.Conflicts)))
+		passes = append(passes, fmt.Sprintf("%.2f", round.Create.Reconciles))
 	}
 	each := func(values []string) string { return strings.Join(values, ", ") }
 	p("| floor: the same StatefulSets and Services created directly, all ready; each round | %s s |\n", each(floors))
 	if len(writesFloors) > 0 {
 		p("| floor again, with %d writes per StatefulSet to ConfigMaps; each round, against its floor | %s |\n", first.WritesFloor.Writes, each(writesFloors))
+	}
+	if len(replayFloors) > 0 {
+		p("| floor again, taking the CPU that the operator and its catalogue took in the round before's create phase; each round after the first, against its floor | %s |\n", each(replayFloors))
 	}
 	if f := r.LoadedFloor; f != nil {
 		p("| floor again, with %.2f cores kept busy by the benchmark | %.1f s, %.2f × the first floor |\n", f.Cores, f.AllReadySeconds, f.AllReadySeconds/first.Floor.AllReadySeconds)
@@ -183,10 +197,12 @@ func (r *Result) markdown(chart string) string {
 	}
 	p("| create: all Ready (observedGeneration = generation); each round | %s s |\n", each(creates))
 	p("| create against the round's floor; each round, **median** | %s ×, **%.2f ×** |\n", each(ratios), r.medianRatio())
+	p("| create: CPU the operator and its catalogue took (on average over the phase); each round | %s |\n", each(cpu))
 	p("| create → Ready per Cache, p50 / p99; last round | %.2f s / %.2f s |\n", last.Create.ReadyP50Seconds, last.Create.ReadyP99Seconds)
 	p("| create: operator requests per Cache; last round | %.2f (%s) |\n", total(last.Create.Requests), breakdown(last.Create.Requests))
 	p("| create: operator writes per Cache (no Lease renewals, no Events); each round, then the last by verb | %s (%s) |\n", each(writes), breakdown(last.Create.Writes))
 	p("| create: conflicts per Cache; each round, then the last by verb | %s (%s) |\n", each(conflicts), breakdown(last.Create.Conflicts))
+	p("| create: reconciles per Cache until all Ready; each round | %s |\n", each(passes))
 	p("| steady state (%.0f s): writes / reconciles | %d / %.0f |\n", r.Steady.Seconds, total(r.Steady.Writes), r.Steady.Reconciles)
 	if r.ScaleTo == r.Replicas {
 		p("| scale | not run (-scale-to = -replicas) |\n")
@@ -232,7 +248,7 @@ func (r *Result) svg() string {
 	}
 	x := func(s float64) float64 { return pad + s/end*(w-2*pad) }
 	y := func(n int) float64 { return h - pad - float64(n)/float64(max(r.Caches, 1))*(h-2*pad) }
-	colours := map[string]string{"warm-up": "#c5b0d5", "floor": "#9467bd", "floor-loaded": "#e377c2", "floor-spread": "#bcbd22", "floor-writes": "#dbdb8d", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728", "clear": "#ff9896"}
+	colours := map[string]string{"warm-up": "#c5b0d5", "floor": "#9467bd", "floor-loaded": "#e377c2", "floor-spread": "#bcbd22", "floor-writes": "#dbdb8d", "floor-replay": "#17becf", "change": "#8c564b", "create": "#1f77b4", "steady": "#7f7f7f", "scale": "#2ca02c", "restart": "#ff7f0e", "delete": "#d62728", "clear": "#ff9896"}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
 	fmt.Fprintf(&b, `<text x="%.0f" y="16">%d Caches: Ready (thick; during deletion: left), StatefulSets ready (dashed), operator queue (thin)</text>`+"\n", pad, r.Caches)
