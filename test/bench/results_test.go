@@ -172,7 +172,8 @@ func (r *Result) markdown(chart string) string {
 			writesFloors = append(writesFloors, fmt.Sprintf("%.1f s (%.2f ×)", f.AllReadySeconds, f.AllReadySeconds/round.Floor.AllReadySeconds))
 		}
 		if f := round.ReplayFloor; f != nil {
-			replayFloors = append(replayFloors, fmt.Sprintf("%.1f s (%.2f ×)", f.AllReadySeconds, f.AllReadySeconds/round.Floor.AllReadySeconds))
+			replayFloors = append(replayFloors, fmt.Sprintf("%.1f s (%.2f ×; creating %.2f × it)", f.AllReadySeconds,
+				f.AllReadySeconds/round.Floor.AllReadySeconds, round.Create.AllReadySeconds/f.AllReadySeconds))
 		}
 		creates = append(creates, fmt.Sprintf("%.1f", round.Create.AllReadySeconds))
 		cpu = append(cpu, fmt.Sprintf("%.1f s (%.2f cores)", round.Create.CPU.total(), round.Create.CPU.total()/round.Create.AllReadySeconds))
@@ -187,7 +188,7 @@ func (r *Result) markdown(chart string) string {
 		p("| floor again, with %d writes per StatefulSet to ConfigMaps; each round, against its floor | %s |\n", first.WritesFloor.Writes, each(writesFloors))
 	}
 	if len(replayFloors) > 0 {
-		p("| floor again, taking the CPU that the operator and its catalogue took in the round before's create phase; each round after the first, against its floor | %s |\n", each(replayFloors))
+		p("| floor again, taking the CPU that the operator and its catalogue took in the round before's create phase; each round after the first, against its floor, and creating against it | %s |\n", each(replayFloors))
 	}
 	if f := r.LoadedFloor; f != nil {
 		p("| floor again, with %.2f cores kept busy by the benchmark | %.1f s, %.2f × the first floor |\n", f.Cores, f.AllReadySeconds, f.AllReadySeconds/first.Floor.AllReadySeconds)
