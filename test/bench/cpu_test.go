@@ -123,7 +123,7 @@ func burnCPU(cores func(elapsed time.Duration) float64) (stop func()) {
 					return
 				case <-tick.C:
 					// Timed from the wake-up, not from the tick, which a wake-up can follow
-					// by a millisecond or more: 0.2 of a core so became less than 0.1.
+					// by a millisecond or more: timed from the tick, 0.5 of a core was 0.2.
 					woke := time.Now()
 					busy := time.Duration(min(cores(woke.Sub(start))/2, 1) * float64(period))
 					for time.Since(woke) < busy { // spinning is the point
