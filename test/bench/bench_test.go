@@ -279,6 +279,20 @@ func parallelOver(t *testing.T, n int, spread time.Duration, f func(i int) error
 	}
 }
 
+// everyTick calls f once every period until stop is closed, and then returns.
+func everyTick(period time.Duration, stop <-chan struct{}, f func()) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			f()
+		}
+	}
+}
+
 func name(i int) string { return fmt.Sprintf("cache-%05d", i) }
 
 // benchCache is the i-th Cache of the benchmark, with every field as the API server defaults it,

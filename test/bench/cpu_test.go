@@ -61,18 +61,11 @@ func recordCPU(t *testing.T, pids ...int) (stop func() CPUCurve) {
 	var wg sync.WaitGroup
 	last := taken()
 	wg.Go(func() {
-		tick := time.NewTicker(cpuEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				now := taken()
-				curve.Seconds = append(curve.Seconds, now-last)
-				last = now
-			}
-		}
+		everyTick(cpuEvery, done, func() {
+			now := taken()
+			curve.Seconds = append(curve.Seconds, now-last)
+			last = now
+		})
 	})
 	return func() CPUCurve { close(done); wg.Wait(); return curve }
 }
@@ -115,21 +108,14 @@ func burnCPU(cores func(elapsed time.Duration) float64) (stop func()) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			tick := time.NewTicker(period)
-			defer tick.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-tick.C:
-					// Timed from the wake-up, not from the tick, which a wake-up can follow
-					// by a millisecond or more: timed from the tick, 0.5 of a core was 0.2.
-					woke := time.Now()
-					busy := time.Duration(min(cores(woke.Sub(start))/2, 1) * float64(period))
-					for time.Since(woke) < busy { // spinning is the point
-					}
+			everyTick(period, done, func() {
+				// Timed from the wake-up, not from the tick, which a wake-up can follow by a
+				// millisecond or more: timed from the tick, 0.5 of a core was 0.2.
+				woke := time.Now()
+				busy := time.Duration(min(cores(woke.Sub(start))/2, 1) * float64(period))
+				for time.Since(woke) < busy { // spinning is the point
 				}
-			}
+			})
 		})
 	}
 	return func() { close(done); wg.Wait() }

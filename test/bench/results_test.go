@@ -77,7 +77,7 @@ type CreatePhase struct {
 	Reconciles float64 `json:"reconcilesPerCache"`
 	// CPU is what the operator and its catalogue took from the start of the phase until every
 	// Cache was Ready.
-	CPU CPUCurve `json:"operatorCPU"`
+	CPU CPUCurve `json:"operatorAndCatalogueCPU"`
 }
 
 type SteadyPhase struct {
@@ -176,7 +176,8 @@ func (r *Result) markdown(chart string) string {
 				f.AllReadySeconds/round.Floor.AllReadySeconds, round.Create.AllReadySeconds/f.AllReadySeconds))
 		}
 		creates = append(creates, fmt.Sprintf("%.1f", round.Create.AllReadySeconds))
-		cpu = append(cpu, fmt.Sprintf("%.1f s (%.2f cores)", round.Create.CPU.total(), round.Create.CPU.total()/round.Create.AllReadySeconds))
+		taken := round.Create.CPU.total()
+		cpu = append(cpu, fmt.Sprintf("%.1f s (%.2f cores)", taken, taken/round.Create.AllReadySeconds))
 		ratios = append(ratios, fmt.Sprintf("%.2f", round.ratio()))
 		writes = append(writes, fmt.Sprintf("%.2f", total(round.Create.Writes)))
 		conflicts = append(conflicts, fmt.Sprintf("%.3f", total(round.Create.Conflicts)))

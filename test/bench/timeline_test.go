@@ -139,19 +139,12 @@ func (m *operatorSampler) run(t *testing.T, current func() *testenv.Operator) {
 	t.Cleanup(func() { close(stop); <-done })
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(memoryEvery)
-		defer tick.Stop()
 		var scraped time.Time
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
+		everyTick(memoryEvery, stop, func() {
 			o := current()
 			sample, err := resident(o.PID())
 			if err != nil {
-				continue // exited: the restart phase replaces it
+				return // exited: the restart phase replaces it
 			}
 			if time.Since(scraped) >= metricsEvery {
 				scraped = time.Now()
@@ -168,7 +161,7 @@ func (m *operatorSampler) run(t *testing.T, current func() *testenv.Operator) {
 			m.mu.Lock()
 			m.peak[m.phase] = m.peak[m.phase].max(sample)
 			m.mu.Unlock()
-		}
+		})
 	}()
 }
 
