@@ -8,7 +8,6 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -25,16 +24,10 @@ import (
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/conversionwebhook"
+	"example.com/cache-operator/internal/gcpacing"
 	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/resources"
 )
-
-// gcPercent is the operator's GOGC unless its environment sets one. Nearly all of its heap is the
-// informers' copies of every Cache, StatefulSet and Service, which live as long as the process;
-// Go's default of 100 lets garbage grow to as much again before collecting, which at 10,000
-// Caches was another 90 MiB. Collecting at a quarter of the live heap costs more collections
-// while many Caches change at once, and little while they do not (docs/operations.md#sizing).
-const gcPercent = 25
 
 func main() {
 	var (
@@ -102,7 +95,7 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 	log := ctrl.Log.WithName("setup")
 	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(gcPercent)
+		gcpacing.Default.Keep() // a GOGC in the environment is the user's to choose
 	}
 
 	if webhookCert.Secret.Namespace == "" {
