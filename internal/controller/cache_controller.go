@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
@@ -133,12 +134,13 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 // dashboard select on: it is set, not derived from the kind, so that it stays put.
 const ControllerName = "cache"
 
-// SetupWithManager registers the reconciler with the manager: Caches are watched, and so are the
-// StatefulSets and Services they own, each change of which enqueues the owning Cache.
+// SetupWithManager registers the reconciler with the manager: Caches are watched, but for the
+// echoes of the reconciler's own writes (ownWrites), and so are the StatefulSets and Services
+// they own, each change of which enqueues the owning Cache.
 func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&cachev2.Cache{}).
+		For(&cachev2.Cache{}, builder.WithPredicates(r.notAnEcho())).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).

@@ -9,7 +9,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	cachev2 "example.com/cache-operator/api/v2"
 )
@@ -39,15 +41,15 @@ func (r *CacheReconciler) currentCache(ctx context.Context, key types.Namespaced
 }
 
 // writeCache makes write, a write of ours to cache that updates it in place, and remembers the
-// version it replaced. A write the API server found to change nothing keeps the version and
-// sends no event to wait for, so it is not remembered.
+// version it replaced and the one it stored. A write the API server found to change nothing
+// keeps the version and sends no event to wait for, so it is not remembered.
 func (r *CacheReconciler) writeCache(cache *cachev2.Cache, write func() error) error {
 	replaced := cache.ResourceVersion
 	if err := write(); err != nil {
 		return err
 	}
 	if cache.ResourceVersion != replaced {
-		r.ownWrites.wrote(client.ObjectKeyFromObject(cache), replaced)
+		r.ownWrites.wrote(client.ObjectKeyFromObject(cache), replaced, cache.ResourceVersion)
 	}
 	return nil
 }
@@ -56,43 +58,121 @@ func (r *CacheReconciler) writeCache(cache *cachev2.Cache, write func() error) e
 // replaced, until the informer shows a version that is none of them. A pass that reads one of
 // them is working from a Cache older than our last write: its status update would fail with a
 // conflict, and its other writes would be based on a spec or status we have already moved past.
-// Such a pass is dropped; the watch event of our write is on its way and enqueues the Cache
-// again. This and ownCreations are all the reconciler keeps between passes, and both only ever
-// make a pass wait: forgetting them (a restart) costs a conflict, never a wrong write.
+// Such a pass is dropped and waits for the watch event of our write, which enqueues the Cache
+// again.
+//
+// It also remembers the versions our writes stored, until their watch events arrive. Such an
+// event, an echo, brings nothing to act on: the pass that wrote had read the version before it
+// (every write of ours carries the resourceVersion it read) and did what that version asked, so
+// the echo is dropped (echo), unless a pass is waiting for it. That spares a pass for each status
+// write and finalizer, a third of a new Cache's passes, each a read of the catalogue.
+//
+// This and ownCreations are all the reconciler keeps between passes. Both only make a pass wait
+// or spare one that would find nothing to do: forgetting them (a restart) costs a conflict or a
+// pass, never a wrong write.
 //
 // resourceVersions are compared for equality only; the API server does not promise an order.
 type ownWrites struct {
-	mu       sync.Mutex
-	replaced map[types.NamespacedName][]string
+	mu     sync.Mutex
+	caches map[types.NamespacedName]*ownWritesOf
 }
 
-// wrote records that a write of ours replaced version rv of the Cache key.
-func (w *ownWrites) wrote(key types.NamespacedName, rv string) {
+// ownWritesOf is what ownWrites remembers of one Cache.
+type ownWritesOf struct {
+	replaced []string // versions our writes replaced, until the informer shows one past them
+	stored   []string // versions our writes stored, until their events arrive
+	awaited  bool     // a pass read a replaced version and waits for the event of a stored one
+}
+
+// wrote records that a write of ours to the Cache key replaced its version replaced with stored.
+func (w *ownWrites) wrote(key types.NamespacedName, replaced, stored string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.replaced == nil {
-		w.replaced = map[types.NamespacedName][]string{}
+	if w.caches == nil {
+		w.caches = map[types.NamespacedName]*ownWritesOf{}
 	}
-	w.replaced[key] = append(w.replaced[key], rv)
+	of := w.caches[key]
+	if of == nil {
+		of = &ownWritesOf{}
+		w.caches[key] = of
+	}
+	of.replaced = append(of.replaced, replaced)
+	// The event of a stored version can go missing (an informer that relists sees only the
+	// latest), so only the latest few are kept; an echo forgotten brings a pass that writes nothing.
+	of.stored = append(of.stored, stored)
+	if len(of.stored) > maxStoredRemembered {
+		of.stored = slices.Delete(of.stored, 0, len(of.stored)-maxStoredRemembered)
+	}
 }
 
-// stale reports whether version rv of the Cache key is one our own writes have replaced. A
-// version that is not means the informer has caught up with them, and they are forgotten.
+// maxStoredRemembered is how many of a Cache's versions that our writes stored are remembered
+// until their events arrive: a pass writes at most twice (the finalizer, the status).
+const maxStoredRemembered = 4
+
+// stale reports whether version rv of the Cache key is one our own writes have replaced, and if
+// so, that a pass waits for the event of our write. A version that is not means the informer has
+// caught up with them, and they are forgotten.
 func (w *ownWrites) stale(key types.NamespacedName, rv string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if slices.Contains(w.replaced[key], rv) {
+	of := w.caches[key]
+	if of == nil {
+		return false
+	}
+	if slices.Contains(of.replaced, rv) {
+		of.awaited = true
 		return true
 	}
-	delete(w.replaced, key)
+	of.replaced, of.awaited = nil, false
+	w.release(key)
 	return false
+}
+
+// echo reports whether the watch event of version rv of the Cache key is the echo of a write of
+// ours that no pass waits for, and so may be dropped. Either way the version's event has
+// arrived, and it is forgotten.
+func (w *ownWrites) echo(key types.NamespacedName, rv string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	of := w.caches[key]
+	if of == nil {
+		return false
+	}
+	i := slices.Index(of.stored, rv)
+	if i < 0 {
+		return false
+	}
+	of.stored = slices.Delete(of.stored, i, i+1)
+	echo := !of.awaited
+	w.release(key)
+	return echo
+}
+
+// notAnEcho lets through every event of a Cache but the update that only echoes a write of the
+// reconciler's own (ownWrites.echo).
+func (r *CacheReconciler) notAnEcho() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return !r.ownWrites.echo(client.ObjectKeyFromObject(e.ObjectNew), e.ObjectNew.GetResourceVersion())
+	}}
 }
 
 // forget drops what is remembered of the Cache key, once it is gone.
 func (w *ownWrites) forget(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.replaced, key)
+	delete(w.caches, key)
+	w.release(key)
+}
+
+// release forgets the Cache key once nothing of it is remembered, and lets go of the map once it
+// is empty (see ownCreations.release); the caller holds mu.
+func (w *ownWrites) release(key types.NamespacedName) {
+	if of := w.caches[key]; of != nil && len(of.replaced) == 0 && len(of.stored) == 0 && !of.awaited {
+		delete(w.caches, key)
+	}
+	if len(w.caches) == 0 {
+		w.caches = nil
+	}
 }
 
 // creationSeenWithin is how long a child the reconciler created is expected to take to reach its

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,8 +20,8 @@ func TestOwnWritesAreStaleUntilTheInformerShowsAVersionPastThem(t *testing.T) {
 	if w.stale(a, "1") {
 		t.Fatal("a Cache never written is stale")
 	}
-	w.wrote(a, "1") // finalizer added over version 1
-	w.wrote(a, "2") // then status written over version 2
+	w.wrote(a, "1", "2") // finalizer added over version 1
+	w.wrote(a, "2", "3") // then status written over version 2
 	for _, rv := range []string{"1", "2"} {
 		if !w.stale(a, rv) {
 			t.Errorf("version %s, which our writes replaced, is not stale", rv)
@@ -29,16 +30,64 @@ func TestOwnWritesAreStaleUntilTheInformerShowsAVersionPastThem(t *testing.T) {
 	if w.stale(b, "2") {
 		t.Error("another Cache's version counts as stale")
 	}
-	if w.stale(a, "3") {
+	if w.stale(a, "4") {
 		t.Error("a version none of our writes replaced is stale")
 	}
 	if w.stale(a, "2") {
 		t.Error("once a newer version is read, the replaced ones are still remembered")
 	}
-	w.wrote(b, "7")
+	w.wrote(b, "7", "8")
 	w.forget(b)
-	if w.stale(b, "7") {
-		t.Error("a forgotten Cache's versions are still stale")
+	if w.stale(b, "7") || w.echo(b, "8") {
+		t.Error("a forgotten Cache's versions are still remembered")
+	}
+}
+
+// The events of our own writes are dropped, those of anyone else's are not, and neither is one a
+// pass waits for: a pass that read the version before our write asked to be enqueued again by it.
+func TestTheEchoOfAnOwnWriteIsDroppedUnlessAPassWaitsForIt(t *testing.T) {
+	var w ownWrites
+	a := types.NamespacedName{Namespace: "ns", Name: "a"}
+	w.wrote(a, "1", "2") // finalizer
+	w.wrote(a, "2", "3") // status
+	if w.echo(a, "5") {
+		t.Error("a version someone else stored is taken for an echo")
+	}
+	if !w.echo(a, "2") || !w.echo(a, "3") {
+		t.Error("the events of our two writes are not echoes")
+	}
+	if w.echo(a, "3") {
+		t.Error("a version's event counts as an echo twice")
+	}
+	if w.stale(a, "3") || w.caches != nil {
+		t.Errorf("after the echoes and a read past them, something is remembered: %v", w.caches)
+	}
+
+	w.wrote(a, "5", "6")
+	if !w.stale(a, "5") {
+		t.Fatal("setup: version 5, which our write replaced, is not stale")
+	}
+	if w.echo(a, "6") {
+		t.Error("the event a stale pass waits for is dropped as an echo")
+	}
+	if w.stale(a, "6") || w.caches != nil {
+		t.Errorf("once the pass reads past our write, something is remembered: %v", w.caches)
+	}
+}
+
+// A stored version whose event never comes (an informer that relists sees only the latest) is
+// not remembered for ever.
+func TestOnlyTheLatestStoredVersionsAreRemembered(t *testing.T) {
+	var w ownWrites
+	a := types.NamespacedName{Namespace: "ns", Name: "a"}
+	for v := range 10 {
+		w.wrote(a, strconv.Itoa(v), strconv.Itoa(v+1))
+	}
+	if got := len(w.caches[a].stored); got != maxStoredRemembered {
+		t.Errorf("%d stored versions remembered, want %d", got, maxStoredRemembered)
+	}
+	if !w.echo(a, "10") || w.echo(a, "1") {
+		t.Error("the latest stored version is forgotten, or the oldest is kept")
 	}
 }
 
@@ -60,6 +109,9 @@ func TestOnlyAWriteThatStoredANewVersionIsWaitedFor(t *testing.T) {
 	}
 	if err := r.writeCache(cache, func() error { cache.ResourceVersion = "6"; return nil }); err != nil {
 		t.Fatal(err)
+	}
+	if !r.ownWrites.echo(key, "6") {
+		t.Error("the event of the write that stored version 6 is not taken for an echo")
 	}
 	if !r.ownWrites.stale(key, "5") || r.ownWrites.stale(key, "6") {
 		t.Error("after a write that stored version 6, version 5 should be stale and 6 current")
