@@ -40,8 +40,8 @@ func (p Pacing) GCPercent(live uint64) int {
 }
 
 // Keep sets GOGC now and again after every collection, from the live heap that collection
-// found, for the rest of the process's life. The runtime applies a new GOGC to the collection
-// under way, so each setting holds from the collection after the one it was computed from.
+// found, for the rest of the process's life. A new GOGC moves the goal of the next collection at
+// once, so the growth allowed after each collection follows what that collection found live.
 func (p Pacing) Keep() {
 	debug.SetGCPercent(p.GCPercent(liveHeap()))
 	p.afterNextCollection()
