@@ -98,41 +98,42 @@ func TestBenchmark(t *testing.T) {
 	// the operator's phases are: the first round on a new cluster pays for caches and
 	// connections being filled, which would make the floor look slower than it is. A thousand
 	// fill them; at 10,000 a whole round would add most of an hour.
-	b.phase("warm-up", func() { b.floor(t, min(*warmUp, *caches), 0, 0) })
+	b.phase(t, "warm-up", func() { b.floor(t, min(*warmUp, *caches), 0, 0) })
 	// The floor of one run can differ from the next run's by half (53 s against 101 s at 1,000,
 	// on one day): more than the margin the ratio is held to. So a run measures it against the
 	// floor several times, each create round right after its own floor round, and reports the
 	// median of the ratios.
 	for i := range *rounds {
 		if i > 0 {
-			b.phase("clear", func() { b.clearFleet(t) })
+			b.phase(t, "clear", func() { b.clearFleet(t) })
 		}
 		var round Round
-		b.phase("floor", func() { round.Floor = b.floor(t, *caches, 0, 0) })
+		b.phase(t, "floor", func() { round.Floor = b.floor(t, *caches, 0, 0) })
 		if *floorWrites > 0 {
-			b.phase("floor-writes", func() { round.WritesFloor = b.writesFloor(t, *floorWrites) })
+			b.phase(t, "floor-writes", func() { round.WritesFloor = b.writesFloor(t, *floorWrites) })
 		}
 		if i > 0 && *floorReplay {
-			b.phase("floor-replay", func() { round.ReplayFloor = b.replayFloor(t, r.Rounds[i-1].Create.CPU) })
+			b.phase(t, "floor-replay", func() { round.ReplayFloor = b.replayFloor(t, r.Rounds[i-1].Create.CPU) })
 		}
 		if i == 0 && *floorLoad > 0 {
-			b.phase("floor-loaded", func() { r.LoadedFloor = b.loadedFloor(t, *floorLoad) })
+			b.phase(t, "floor-loaded", func() { r.LoadedFloor = b.loadedFloor(t, *floorLoad) })
 		}
 		if i == 0 && *floorSpread > 0 {
-			b.phase("floor-spread", func() { r.SpreadFloor = b.spreadFloor(t, *floorSpread) })
+			b.phase(t, "floor-spread", func() { r.SpreadFloor = b.spreadFloor(t, *floorSpread) })
 		}
 		b.startOperator(t)
-		b.phase("create", func() { round.Create = b.createAll(t) })
+		b.phase(t, "create", func() { round.Create = b.createAll(t) })
 		r.Rounds = append(r.Rounds, round)
 	}
-	b.phase("steady", func() { r.Steady = b.steadyState(t) })
+	b.phase(t, "steady", func() { r.Steady = b.steadyState(t) })
 	if *scaleTo != *replicas {
-		b.phase("scale", func() { r.Scale = b.scaleAll(t) })
+		b.phase(t, "scale", func() { r.Scale = b.scaleAll(t) })
 	}
-	b.phase("restart", func() { r.Restart = b.restart(t) })
-	b.phase("change", func() { r.Change = b.changeOneAtATime(t) })
-	b.phase("delete", func() { r.Delete = b.deleteAll(t) })
+	b.phase(t, "restart", func() { r.Restart = b.restart(t) })
+	b.phase(t, "change", func() { r.Change = b.changeOneAtATime(t) })
+	b.phase(t, "delete", func() { r.Delete = b.deleteAll(t) })
 	r.Memory = b.memory.peaks()
+	r.Steal = b.steal
 	r.Timeline = b.timeline.samples()
 	if err := r.write(*outDir); err != nil {
 		t.Fatal(err)
@@ -158,6 +159,8 @@ type bench struct {
 	args       []string
 	// started counts the operator processes started, which are named by it.
 	started int
+	// steal is the share of the machine's CPU its host took, phase by phase.
+	steal []PhaseSteal
 }
 
 func setUp(t *testing.T, r *Result) *bench {
@@ -229,11 +232,13 @@ func (b *bench) startOperator(t *testing.T) {
 	b.started++
 }
 
-func (b *bench) phase(name string, run func()) {
+func (b *bench) phase(t *testing.T, name string, run func()) {
 	log.Printf("phase %s starts", name)
 	b.timeline.setPhase(name)
 	b.memory.setPhase(name)
-	run()
+	steal := measureSteal(t, name, run)
+	log.Printf("phase %s: %.1f %% of the machine's CPU stolen by its host", name, steal.Percent)
+	b.steal = append(b.steal, steal)
 	b.timeline.mark() // so that a phase without changes still shows as a line
 }
 

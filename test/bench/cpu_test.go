@@ -120,3 +120,54 @@ func burnCPU(cores func(elapsed time.Duration) float64) (stop func()) {
 	}
 	return func() { close(done); wg.Wait() }
 }
+
+// PhaseSteal is the share of the machine's CPU time that its host gave to other guests during
+// one phase (steal): on a shared virtual machine, what tells a slow machine from a slow phase.
+type PhaseSteal struct {
+	Phase   string  `json:"phase"`
+	Percent float64 `json:"percent"`
+}
+
+// machineCPU reads the machine's CPU time so far, in clock ticks: stolen by the host, and in all.
+func machineCPU() (steal, all float64, err error) {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	fields := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal ...: guest time is counted in user too.
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected %q", line)
+	}
+	for i, f := range fields[1:9] {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		all += v
+		if i == 7 {
+			steal = v
+		}
+	}
+	return steal, all, nil
+}
+
+// measureSteal runs phase and returns the share of the machine's CPU time stolen meanwhile.
+func measureSteal(t *testing.T, name string, phase func()) PhaseSteal {
+	t.Helper()
+	steal0, all0, err := machineCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase()
+	steal1, all1, err := machineCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := PhaseSteal{Phase: name}
+	if all1 > all0 {
+		s.Percent = 100 * (steal1 - steal0) / (all1 - all0)
+	}
+	return s
+}

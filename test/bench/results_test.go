@@ -33,6 +33,7 @@ type Result struct {
 	Change      ChangePhase       `json:"change"`
 	Delete      DeletePhase       `json:"delete"`
 	Memory      map[string]Memory `json:"memoryPeakByPhase"`
+	Steal       []PhaseSteal      `json:"stealByPhase"`
 	Timeline    []Sample          `json:"timeline"`
 }
 
@@ -225,8 +226,13 @@ func (r *Result) markdown(chart string) string {
 	for _, m := range r.Memory {
 		peak = peak.max(m)
 	}
-	p("| operator peak RSS / its anonymous part (sampled every 0.5 s) / Go heap (every 2 s) | %.0f MiB / %.0f MiB / %.0f MiB |\n\n",
+	p("| operator peak RSS / its anonymous part (sampled every 0.5 s) / Go heap (every 2 s) | %.0f MiB / %.0f MiB / %.0f MiB |\n",
 		peak.RSSMiB, peak.AnonMiB, peak.HeapMiB)
+	var steal []string
+	for _, s := range r.Steal {
+		steal = append(steal, fmt.Sprintf("%s %.1f %%", s.Phase, s.Percent))
+	}
+	p("| the machine's CPU stolen by its host (steal), phase by phase; a slow machine, not a slow phase | %s |\n\n", strings.Join(steal, ", "))
 	p("![Ready Caches over time](%s)\n", chart)
 	return b.String()
 }
