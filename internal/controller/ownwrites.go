@@ -112,6 +112,10 @@ const maxStoredRemembered = 4
 // stale reports whether version rv of the Cache key is one our own writes have replaced, and if
 // so, that a pass waits for the event of our write. A version that is not means the informer has
 // caught up with them, and they are forgotten.
+//
+// A pass that read the Cache just before the informer took in our write, and calls this just
+// after the write's echo was dropped, waits for its timer (staleReadRetryAfter) instead: a
+// window of the few instructions between the read and this call, bounded by one second.
 func (w *ownWrites) stale(key types.NamespacedName, rv string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
