@@ -16,6 +16,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -78,6 +79,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert)
 	if err := ensureSecret(ctx, mgr, cfg.Secret); err != nil {
 		return err
 	}
+	// A certificate left in CertDir by an earlier process would end cert-controller's wait
+	// (EnableReadinessCheck, below) before this one's is written.
+	if err := removeFiles(cfg.CertDir); err != nil {
+		return fmt.Errorf("removing the webhook certificate an earlier process left: %w", err)
+	}
 	certsWritten := make(chan struct{})
 	err := rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      cfg.Secret,
@@ -90,7 +96,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert)
 		// every start, written or not, and an operator that restarts must write nothing.
 		Webhooks: nil,
 		// Every replica serves the webhook, so every replica must have the certificate.
-		RequireLeaderElection:  false,
+		RequireLeaderElection: false,
+		// On a new Secret, cert-controller's start and its reconcile of the Secret would both
+		// issue a CA: one update fails with a conflict, which it logs at error level. Its
+		// reconcile waits, so, until the certificate it issued at start is in CertDir.
+		EnableReadinessCheck:   true,
 		ServerCertDuration:     cfg.CertValidity,
 		LookaheadInterval:      cfg.RenewBefore,
 		RotationCheckFrequency: cfg.CheckInterval,
@@ -271,6 +281,16 @@ func (l *certificateLoader) injectCA(ctx context.Context, ca []byte) error {
 		return fmt.Errorf("injecting the webhook's CA into the CRD: %w", err)
 	}
 	log.FromContext(ctx).Info("Injected the webhook's CA into the CRD", "crd", CRDName)
+	return nil
+}
+
+// removeFiles removes the certificate and key that writeFiles writes, if they are there.
+func removeFiles(dir string) error {
+	for _, key := range []string{certKey, keyKey} {
+		if err := os.Remove(filepath.Join(dir, key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
 	return nil
 }
 

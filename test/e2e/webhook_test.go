@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -68,6 +69,21 @@ func TestEveryReplicaServesTheConversionWebhook(t *testing.T) {
 	for i := range 20 { // the balancer picks a replica at random for each connection
 		if err := readThroughV1(key); err != nil {
 			t.Fatalf("read %d through v1 with only the standby %s left: %v", i, standby.Name, err)
+		}
+	}
+}
+
+// An operator that issues the first certificate into an empty Secret, as on a new install,
+// logs no error doing it: nothing has gone wrong.
+func TestTheFirstCertificateIsIssuedWithoutAnErrorLogged(t *testing.T) {
+	o := startOperator(t, "a", "", "--webhook-cert-secret=first-cert-test-webhook-cert")
+	t.Cleanup(func() {
+		_ = cluster.Kubectl(context.Background(), "delete", "secret", "first-cert-test-webhook-cert", "--namespace", localcluster.OperatorNamespace)
+	})
+	waitWebhookServes(t, o)
+	for line := range strings.SplitSeq(o.Logs(t), "\n") {
+		if strings.Contains(line, `"level":"error"`) {
+			t.Errorf("error logged while issuing the first certificate: %s", line)
 		}
 	}
 }
