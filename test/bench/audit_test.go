@@ -47,15 +47,34 @@ type auditEvent struct {
 // requestCounts counts requests by "verb resource[/subresource]".
 type requestCounts map[string]int
 
-// requests counts the operator's requests received in [from, to].
-func (a *auditLog) requests(t *testing.T, from, to time.Time) requestCounts {
+// files are the audit log's files, the rotated ones included.
+func (a *auditLog) files(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(a.dir, "audit*.log"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no audit log in %s: %v", a.dir, err)
 	}
+	return files
+}
+
+// keep copies the audit log into -keep-logs.
+func (a *auditLog) keep(t *testing.T) {
+	t.Helper()
+	for _, file := range a.files(t) {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep(t, filepath.Base(file), f)
+		_ = f.Close()
+	}
+}
+
+// requests counts the operator's requests received in [from, to].
+func (a *auditLog) requests(t *testing.T, from, to time.Time) requestCounts {
+	t.Helper()
 	counts := requestCounts{}
-	for _, file := range files {
+	for _, file := range a.files(t) {
 		if err := countFile(file, from, to, counts); err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -53,9 +54,11 @@ var (
 	steady      = flag.Duration("steady", 60*time.Second, "length of the steady-state phase")
 	concurrency = flag.Int("concurrency", 16, "parallel client requests when creating, scaling and deleting")
 	outDir      = flag.String("out", "", "directory for benchmark.json, benchmark.md and benchmark.svg (default docs/)")
-	operator    = flag.String("operator-args", "", "extra flags for the operator, space-separated; none by default, so that its defaults are measured")
-	timeout     = flag.Duration("phase-timeout", 30*time.Minute, "how long a phase may take to converge")
-	floorLoad   = flag.Float64("floor-load", 0, "cores (0 to 1) the benchmark keeps busy during a second floor round, "+
+	keepLogs    = flag.String("keep-logs", "", "directory to copy each operator's log and the API server's audit log of its requests into "+
+		"at the end, to line the results up with what the operator did; none by default, since they go with the run's temporary directory")
+	operator  = flag.String("operator-args", "", "extra flags for the operator, space-separated; none by default, so that its defaults are measured")
+	timeout   = flag.Duration("phase-timeout", 30*time.Minute, "how long a phase may take to converge")
+	floorLoad = flag.Float64("floor-load", 0, "cores (0 to 1) the benchmark keeps busy during a second floor round, "+
 		"to see how much taking that much CPU slows the control plane; 0 skips the round")
 	floorSpread = flag.Duration("floor-spread", 0, "length of time over which a further floor round creates its objects evenly, "+
 		"as the operator's first passes do, to see how much arriving later delays the StatefulSets; 0 skips the round")
@@ -203,6 +206,9 @@ func setUp(t *testing.T, r *Result) *bench {
 		t.Fatal(err)
 	}
 	b.audit = &auditLog{dir: b.cluster.Logs()}
+	if *keepLogs != "" {
+		t.Cleanup(func() { b.audit.keep(t) })
+	}
 	b.etcd = testenv.StartEtcd(t)
 	b.args = append(operatorArgs(), "--catalog-endpoints", b.etcd.Endpoint)
 	// The benchmark reads and writes v2 only, but the API server keeps a watch cache for each
@@ -225,11 +231,31 @@ func setUp(t *testing.T, r *Result) *bench {
 // startOperator starts the operator, after a floor round or in place of one stopped, and
 // samples the memory of whichever process runs.
 func (b *bench) startOperator(t *testing.T) {
-	b.operator.Store(testenv.StartOperator(t, b.binary, fmt.Sprintf("bench-%d", b.started), b.kubeconfig, b.args...))
+	o := testenv.StartOperator(t, b.binary, fmt.Sprintf("bench-%d", b.started), b.kubeconfig, b.args...)
+	b.operator.Store(o)
+	if *keepLogs != "" {
+		t.Cleanup(func() { keep(t, o.Name+".log", strings.NewReader(o.Logs(t))) })
+	}
 	if b.started == 0 {
 		b.memory.run(t, b.operator.Load)
 	}
 	b.started++
+}
+
+// keep writes one of the run's logs into -keep-logs.
+func keep(t *testing.T, name string, from io.Reader) {
+	t.Helper()
+	if err := os.MkdirAll(*keepLogs, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	to, err := os.Create(filepath.Join(*keepLogs, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer to.Close() //nolint:errcheck
+	if _, err := io.Copy(to, from); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (b *bench) phase(t *testing.T, name string, run func()) {
