@@ -24,20 +24,34 @@ const staleReadRetryAfter = time.Second
 // currentCache reads the Cache key from the informer: nil if it is gone, and not current if it
 // is a version our own writes replaced (see ownWrites).
 func (r *CacheReconciler) currentCache(ctx context.Context, key types.NamespacedName) (*cachev2.Cache, bool, error) {
+	cache, err := r.cachedCache(ctx, key)
+	if cache == nil || !r.ownWrites.stale(key, cache.ResourceVersion) {
+		return cache, cache != nil, err
+	}
+	// The echo of our write may have come, and been dropped, between the read and stale, which
+	// has it let through from now on. An informer takes an event in before it hands it on, so
+	// such an echo is there by now: one more read sees it.
+	again, err := r.cachedCache(ctx, key)
+	if again == nil || again.ResourceVersion != cache.ResourceVersion && !r.ownWrites.stale(key, again.ResourceVersion) {
+		return again, again != nil, err
+	}
+	log.FromContext(ctx).V(1).Info("Waiting for the informer to show our last write")
+	return cache, false, nil
+}
+
+// cachedCache reads the Cache key from the informer: nil if it is gone, and then forgets what
+// is remembered of it.
+func (r *CacheReconciler) cachedCache(ctx context.Context, key types.NamespacedName) (*cachev2.Cache, error) {
 	var cache cachev2.Cache
 	if err := r.Get(ctx, key, &cache); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.ownWrites.forget(key)
 			r.ownCreations.forget(key)
-			return nil, false, nil
+			return nil, nil
 		}
-		return nil, false, err
+		return nil, err
 	}
-	if r.ownWrites.stale(key, cache.ResourceVersion) {
-		log.FromContext(ctx).V(1).Info("Waiting for the informer to show our last write")
-		return &cache, false, nil
-	}
-	return &cache, true, nil
+	return &cache, nil
 }
 
 // writeCache makes write, a write of ours to cache that updates it in place, and remembers the
@@ -112,10 +126,6 @@ const maxStoredRemembered = 4
 // stale reports whether version rv of the Cache key is one our own writes have replaced, and if
 // so, that a pass waits for the event of our write. A version that is not means the informer has
 // caught up with them, and they are forgotten.
-//
-// A pass that read the Cache just before the informer took in our write, and calls this just
-// after the write's echo was dropped, waits for its timer (staleReadRetryAfter) instead: a
-// window of the few instructions between the read and this call, bounded by one second.
 func (w *ownWrites) stale(key types.NamespacedName, rv string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

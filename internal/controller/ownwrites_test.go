@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"testing"
@@ -9,6 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	cachev2 "example.com/cache-operator/api/v2"
 )
@@ -73,6 +77,59 @@ func TestTheEchoOfAnOwnWriteIsDroppedUnlessAPassWaitsForIt(t *testing.T) {
 	if w.stale(a, "6") || w.caches != nil {
 		t.Errorf("once the pass reads past our write, something is remembered: %v", w.caches)
 	}
+}
+
+// The echo of our write can arrive, and be dropped, between a pass's read of the version before
+// it and the pass's look at whether that version is stale. The pass then reads again, and works
+// from our write, rather than wait for an event that has already come and gone. The informer is
+// a fake client here, since the real one cannot be made to deliver an event at that instant.
+func TestAPassThatMissesTheEchoItWouldWaitForReadsAgain(t *testing.T) {
+	ctx := context.Background()
+	informer := fake.NewClientBuilder().WithScheme(NewScheme()).
+		WithObjects(&cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}).Build()
+	r := &CacheReconciler{}
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	var before cachev2.Cache
+	if err := informer.Get(ctx, key, &before); err != nil {
+		t.Fatal(err)
+	}
+	// Our status write replaced the version the informer shows; the fake stores the next one.
+	stored := strconv.Itoa(mustAtoi(t, before.ResourceVersion) + 1)
+	r.ownWrites.wrote(key, before.ResourceVersion, stored)
+
+	echoDropped := false
+	r.Client = interceptor.NewClient(informer, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil || obj.GetResourceVersion() != before.ResourceVersion || echoDropped {
+				return err
+			}
+			// Right after the pass's read, the informer takes in our write and hands on its event.
+			after := before.DeepCopy()
+			after.Status.ObservedGeneration = 1
+			if err := c.Update(ctx, after); err != nil || after.ResourceVersion != stored {
+				t.Fatalf("setup: storing version %s: %v (stored %s)", stored, err, after.ResourceVersion)
+			}
+			echoDropped = !r.notAnEcho().Update(event.UpdateEvent{ObjectOld: &before, ObjectNew: after})
+			return nil
+		},
+	})
+
+	cache, current, err := r.currentCache(ctx, key)
+	if err != nil || !echoDropped {
+		t.Fatalf("setup: read %v, echo dropped %t", err, echoDropped)
+	}
+	if !current || cache.ResourceVersion != stored {
+		t.Errorf("the pass waits (current %t, version %s), for an echo already dropped", current, cache.ResourceVersion)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // A stored version whose event never comes (an informer that relists sees only the latest) is
