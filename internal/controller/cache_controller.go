@@ -135,12 +135,14 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 const ControllerName = "cache"
 
 // SetupWithManager registers the reconciler with the manager: Caches are watched, but for the
-// echoes of the reconciler's own writes (ownWrites), and so are the StatefulSets and Services
-// they own, each change of which enqueues the owning Cache.
+// echoes of the reconciler's own writes (ownWrites), those with work pending first at a start
+// (pendingFirst), and so are the StatefulSets and Services they own, each change of which
+// enqueues the owning Cache.
 func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&cachev2.Cache{}, builder.WithPredicates(r.notAnEcho())).
+		Watches(&cachev2.Cache{}, pendingFirst{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
