@@ -16,7 +16,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,17 +43,19 @@ import (
 // CRDName is the name of the CRD whose conversion webhook this is.
 const CRDName = "caches.cache.example.com"
 
-// cert-controller keeps the certificate, its key and the CA under these keys of the Secret.
+// cert-controller keeps the certificate, its key, the CA and its key under these keys of the
+// Secret.
 const (
-	certKey = "tls.crt"
-	keyKey  = "tls.key"
-	caKey   = "ca.crt"
+	certKey  = "tls.crt"
+	keyKey   = "tls.key"
+	caKey    = "ca.crt"
+	caKeyKey = "ca.key"
 )
 
 // Config says where the certificate lives and how it is made.
 type Config struct {
-	// Secret holds the CA and the serving certificate. The operator creates it, empty, when it
-	// is missing; cert-controller fills it.
+	// Secret holds the CA and the serving certificate. The operator creates it when it is
+	// missing, with a first CA and certificate; cert-controller renews them.
 	Secret types.NamespacedName
 	// DNSName is the name in the serving certificate: the host name the API server connects
 	// to, the webhook Service's in a cluster.
@@ -73,19 +74,10 @@ type Config struct {
 // Setup registers the conversion webhook with the manager's webhook server, whose TLS comes from
 // cert (see ServingCert.Configure), the certificate's issue and rotation (cert-controller), and
 // what serves each new certificate and injects its CA (certificateLoader). It
-// creates the Secret when it is missing, before the manager starts, since cert-controller only
-// fills one that exists.
+// creates the Secret, with a first certificate, when it is missing (ensureSecret).
 func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert) error {
-	if err := ensureSecret(ctx, mgr, cfg.Secret); err != nil {
-		return err
-	}
-	// A certificate left in CertDir by an earlier process would end cert-controller's wait
-	// (EnableReadinessCheck, below) before this one's is written.
-	if err := removeFiles(cfg.CertDir); err != nil {
-		return fmt.Errorf("removing the webhook certificate an earlier process left: %w", err)
-	}
 	certsWritten := make(chan struct{})
-	err := rotator.AddRotator(mgr, &rotator.CertRotator{
+	certs := &rotator.CertRotator{
 		SecretKey:      cfg.Secret,
 		CertDir:        cfg.CertDir,
 		CAName:         "cache-operator-webhook-ca",
@@ -96,26 +88,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert)
 		// every start, written or not, and an operator that restarts must write nothing.
 		Webhooks: nil,
 		// Every replica serves the webhook, so every replica must have the certificate.
-		RequireLeaderElection: false,
-		// On a new Secret, cert-controller's start and its reconcile of the Secret would both
-		// issue a CA: one update fails with a conflict, which it logs at error level. Its
-		// reconcile waits, so, until the certificate it issued at start is in CertDir.
-		EnableReadinessCheck:   true,
+		RequireLeaderElection:  false,
 		ServerCertDuration:     cfg.CertValidity,
 		LookaheadInterval:      cfg.RenewBefore,
 		RotationCheckFrequency: cfg.CheckInterval,
-	})
-	if err != nil {
+	}
+	if err := rotator.AddRotator(mgr, certs); err != nil {
 		return fmt.Errorf("setting up the webhook certificate's rotation: %w", err)
 	}
-	certs := &certificateLoader{cache: mgr.GetCache(), client: mgr.GetClient(), crdReader: mgr.GetAPIReader(),
+	if err := ensureSecret(ctx, mgr, cfg.Secret, certs); err != nil {
+		return err
+	}
+	loader := &certificateLoader{cache: mgr.GetCache(), client: mgr.GetClient(), crdReader: mgr.GetAPIReader(),
 		secret: cfg.Secret, dir: cfg.CertDir, cert: cert}
-	if err := mgr.Add(certs); err != nil {
+	if err := mgr.Add(loader); err != nil {
 		return err
 	}
 	// Not ready, so not behind the webhook Service, until the certificate is served and its CA
 	// is in the CRD: before that, the API server would refuse the certificate.
-	err = mgr.AddReadyzCheck("webhook-certificate", func(*http.Request) error {
+	err := mgr.AddReadyzCheck("webhook-certificate", func(*http.Request) error {
 		select {
 		case <-certsWritten:
 		default:
@@ -140,16 +131,41 @@ func SecretCache(secret types.NamespacedName) cache.ByObject {
 	}
 }
 
-func ensureSecret(ctx context.Context, mgr ctrl.Manager, key types.NamespacedName) error {
+// ensureSecret creates the Secret key when it is missing, with a CA and a certificate that
+// certs issues, as its rotation would. Given an empty Secret, cert-controller's start and its
+// reconcile of the Secret would each issue a CA, and one of the two updates would fail with a
+// conflict, logged at error level on every new install. Replicas that start together each
+// create it, and all but the first find it there.
+func ensureSecret(ctx context.Context, mgr ctrl.Manager, key types.NamespacedName, certs *rotator.CertRotator) error {
 	err := mgr.GetAPIReader().Get(ctx, key, &corev1.Secret{})
 	if apierrors.IsNotFound(err) {
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
-		err = client.IgnoreAlreadyExists(mgr.GetClient().Create(ctx, secret))
+		var secret *corev1.Secret
+		if secret, err = issuedSecret(key, certs, time.Now()); err == nil {
+			err = client.IgnoreAlreadyExists(mgr.GetClient().Create(ctx, secret))
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("ensuring the webhook certificate's Secret %s: %w", key, err)
 	}
 	return nil
+}
+
+// issuedSecret is the Secret key holding a new CA and a serving certificate signed by it, issued
+// by certs at now, as its rotation fills a Secret, valid from an hour before for clocks behind.
+func issuedSecret(key types.NamespacedName, certs *rotator.CertRotator, now time.Time) (*corev1.Secret, error) {
+	begin := now.Add(-time.Hour)
+	ca, err := certs.CreateCACert(begin, now.Add(certs.CaCertDuration))
+	if err != nil {
+		return nil, fmt.Errorf("issuing the webhook's CA: %w", err)
+	}
+	cert, certKeyPEM, err := certs.CreateCertPEM(ca, begin, now.Add(certs.ServerCertDuration))
+	if err != nil {
+		return nil, fmt.Errorf("issuing the webhook's certificate: %w", err)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
+		Data:       map[string][]byte{caKey: ca.CertPEM, caKeyKey: ca.KeyPEM, certKey: cert, keyKey: certKeyPEM},
+	}, nil
 }
 
 // ServingCert is the certificate the webhook server presents, the latest one in the Secret. It
@@ -281,16 +297,6 @@ func (l *certificateLoader) injectCA(ctx context.Context, ca []byte) error {
 		return fmt.Errorf("injecting the webhook's CA into the CRD: %w", err)
 	}
 	log.FromContext(ctx).Info("Injected the webhook's CA into the CRD", "crd", CRDName)
-	return nil
-}
-
-// removeFiles removes the certificate and key that writeFiles writes, if they are there.
-func removeFiles(dir string) error {
-	for _, key := range []string{certKey, keyKey} {
-		if err := os.Remove(filepath.Join(dir, key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-	}
 	return nil
 }
 
