@@ -28,9 +28,9 @@ func (r *CacheReconciler) currentCache(ctx context.Context, key types.Namespaced
 	if cache == nil || !r.ownWrites.stale(key, cache.ResourceVersion) {
 		return cache, cache != nil, err
 	}
-	// The echo of our write may have come, and been dropped, between the read and stale, which
-	// has it let through from now on. An informer takes an event in before it hands it on, so
-	// such an echo is there by now: one more read sees it.
+	// Our write's echo may have come between the read and stale, and been dropped, as no pass
+	// waited for it yet; from stale on, it is let through. An informer takes an event into its
+	// store before it hands it on, so an echo dropped before is in the store: read once more.
 	again, err := r.cachedCache(ctx, key)
 	if again == nil || again.ResourceVersion != cache.ResourceVersion && !r.ownWrites.stale(key, again.ResourceVersion) {
 		return again, again != nil, err

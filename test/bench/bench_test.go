@@ -54,11 +54,9 @@ var (
 	steady      = flag.Duration("steady", 60*time.Second, "length of the steady-state phase")
 	concurrency = flag.Int("concurrency", 16, "parallel client requests when creating, scaling and deleting")
 	outDir      = flag.String("out", "", "directory for benchmark.json, benchmark.md and benchmark.svg (default docs/)")
-	keepLogs    = flag.String("keep-logs", "", "directory to copy each operator's log and the API server's audit log of its requests into "+
-		"at the end, to line the results up with what the operator did; none by default, since they go with the run's temporary directory")
-	operator  = flag.String("operator-args", "", "extra flags for the operator, space-separated; none by default, so that its defaults are measured")
-	timeout   = flag.Duration("phase-timeout", 30*time.Minute, "how long a phase may take to converge")
-	floorLoad = flag.Float64("floor-load", 0, "cores (0 to 1) the benchmark keeps busy during a second floor round, "+
+	operator    = flag.String("operator-args", "", "extra flags for the operator, space-separated; none by default, so that its defaults are measured")
+	timeout     = flag.Duration("phase-timeout", 30*time.Minute, "how long a phase may take to converge")
+	floorLoad   = flag.Float64("floor-load", 0, "cores (0 to 1) the benchmark keeps busy during a second floor round, "+
 		"to see how much taking that much CPU slows the control plane; 0 skips the round")
 	floorSpread = flag.Duration("floor-spread", 0, "length of time over which a further floor round creates its objects evenly, "+
 		"as the operator's first passes do, to see how much arriving later delays the StatefulSets; 0 skips the round")
@@ -68,6 +66,8 @@ var (
 	floorReplay = flag.Bool("floor-replay", false, "a further floor round in every round after the first, during which the benchmark takes "+
 		"the CPU that the operator and its catalogue took in the round before's create phase, to see how much of the ratio is their CPU "+
 		"on cores they share here with the control plane")
+	keepLogs = flag.String("keep-logs", "", "directory to copy each operator's log and the API server's audit log of its requests into "+
+		"at the end, to line the results up with what the operator did; none by default, since they go with the run's temporary directory")
 )
 
 const namespace = "bench"

@@ -73,8 +73,8 @@ func TestEveryReplicaServesTheConversionWebhook(t *testing.T) {
 	}
 }
 
-// An operator that issues the first certificate into an empty Secret, as on a new install,
-// logs no error doing it: nothing has gone wrong.
+// An operator that finds no Secret for its certificate, as on a new install, issues the first
+// one and logs no error doing it: nothing has gone wrong.
 func TestTheFirstCertificateIsIssuedWithoutAnErrorLogged(t *testing.T) {
 	o := startOperator(t, "a", "", "--webhook-cert-secret=first-cert-test-webhook-cert")
 	t.Cleanup(func() {
