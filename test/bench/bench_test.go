@@ -66,6 +66,9 @@ var (
 	floorReplay = flag.Bool("floor-replay", false, "a further floor round in every round after the first, during which the benchmark takes "+
 		"the CPU that the operator and its catalogue took in the round before's create phase, to see how much of the ratio is their CPU "+
 		"on cores they share here with the control plane")
+	unserveV1 = flag.Bool("unserve-v1", false, "serve v2 only, as a release that no longer serves the deprecated v1 would: the API "+
+		"server then keeps no watch cache for v1 and calls the conversion webhook for none of the Caches' writes, to see what "+
+		"serving v1 costs")
 	keepLogs = flag.String("keep-logs", "", "directory to copy each operator's log and the API server's audit log of its requests into "+
 		"at the end, to line the results up with what the operator did; none by default, since they go with the run's temporary directory")
 )
@@ -94,7 +97,8 @@ func TestBenchmark(t *testing.T) {
 	if *floorSpread < 0 || *floorSpread > 0 && *floorSpread < time.Duration(*caches)*time.Millisecond {
 		t.Fatalf("-floor-spread=%s: 0, or a length of time of at least a millisecond per Cache", *floorSpread)
 	}
-	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine()}
+	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine(),
+		V1Served: !*unserveV1}
 	b := setUp(t, r)
 
 	// The floor is measured on a cluster that has already made and removed such objects, as
@@ -221,6 +225,13 @@ func setUp(t *testing.T, r *Result) *bench {
 		t.Fatal(err)
 	}
 	b.args = append(b.args, localcluster.OperatorWebhookArgs(webhookPort)...)
+	if *unserveV1 {
+		// The test op makes the patch fail, rather than unserve v2, if the versions' order changes.
+		unserve := `[{"op":"test","path":"/spec/versions/0/name","value":"v1"},{"op":"replace","path":"/spec/versions/0/served","value":false}]`
+		if err := b.cluster.Kubectl(ctx, "patch", "crd", "caches.cache.example.com", "--type=json", "-p", unserve); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	b.timeline = newTimeline(*caches)
 	b.ready = watchReadiness(t, cfg, b.timeline)

@@ -22,6 +22,8 @@ type Result struct {
 	ScaleTo      int      `json:"scaleTo"`
 	Nodes        int      `json:"nodes"`
 	OperatorArgs []string `json:"operatorArgs"`
+	// V1Served is whether the CRD served v1 beside v2 (-unserve-v1 not given).
+	V1Served bool `json:"v1Served"`
 	// Rounds are the floor and create rounds, in order; the later phases run on the last
 	// round's Caches.
 	Rounds      []Round           `json:"rounds"`
@@ -162,8 +164,12 @@ func (r *Result) markdown(chart string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("## %d Caches (%d → %d replicas)\n\n", r.Caches, r.Replicas, r.ScaleTo)
-	p("Machine: %d × %s, %.0f GiB, %s, %s. Local kwokctl cluster, QPS limits off, %d simulated nodes. Operator flags: `%s`.\n\n",
-		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, strings.Join(r.OperatorArgs, " "))
+	served := "v1 and v2 served"
+	if !r.V1Served {
+		served = "v2 served only (`-unserve-v1`)"
+	}
+	p("Machine: %d × %s, %.0f GiB, %s, %s. Local kwokctl cluster, QPS limits off, %d simulated nodes, %s. Operator flags: `%s`.\n\n",
+		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, served, strings.Join(r.OperatorArgs, " "))
 	p("| measure | value |\n|---|---|\n")
 	first, last := r.Rounds[0], r.Rounds[len(r.Rounds)-1]
 	var floors, writesFloors, replayFloors, creates, cpu, ratios, writes, conflicts, passes []string
