@@ -40,6 +40,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/controller"
+	"example.com/cache-operator/internal/conversionwebhook"
 	"example.com/cache-operator/internal/localcluster"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -228,7 +229,7 @@ func setUp(t *testing.T, r *Result) *bench {
 	if *unserveV1 {
 		// The test op makes the patch fail, rather than unserve v2, if the versions' order changes.
 		unserve := `[{"op":"test","path":"/spec/versions/0/name","value":"v1"},{"op":"replace","path":"/spec/versions/0/served","value":false}]`
-		if err := b.cluster.Kubectl(ctx, "patch", "crd", "caches.cache.example.com", "--type=json", "-p", unserve); err != nil {
+		if err := b.cluster.Kubectl(ctx, "patch", "crd", conversionwebhook.CRDName, "--type=json", "-p", unserve); err != nil {
 			t.Fatal(err)
 		}
 	}
