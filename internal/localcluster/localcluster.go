@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
+
+	"example.com/cache-operator/internal/conversionwebhook"
 )
 
 // Cluster is one kwokctl cluster.
@@ -206,7 +208,7 @@ func (c *Cluster) InstallOperatorAccess(ctx context.Context, root string) error 
 			return err
 		}
 	}
-	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/caches.cache.example.com", "--timeout=60s")
+	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/"+conversionwebhook.CRDName, "--timeout=60s")
 }
 
 // ServeConversionAt applies the Cache CRD of the repository at root with its conversion webhook
@@ -232,6 +234,13 @@ func (c *Cluster) ServeConversionAt(ctx context.Context, root string, port int) 
 		return err
 	}
 	return c.kubectlStdin(ctx, string(local), "apply", "--server-side", "--force-conflicts", "-f", "-")
+}
+
+// ServeV2Only stops serving the deprecated v1 of the Cache CRD, with the patch that the install
+// of the repository at root makes for it (config/v2-only). ServeConversionAt serves v1 again.
+func (c *Cluster) ServeV2Only(ctx context.Context, root string) error {
+	return c.Kubectl(ctx, "patch", "customresourcedefinition", conversionwebhook.CRDName, "--type=json",
+		"--patch-file", filepath.Join(root, "config", "v2-only", "unserve-v1.yaml"))
 }
 
 // OperatorWebhookArgs are the flags that make an operator running beside a local cluster serve

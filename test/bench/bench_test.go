@@ -40,7 +40,6 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/controller"
-	"example.com/cache-operator/internal/conversionwebhook"
 	"example.com/cache-operator/internal/localcluster"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -67,7 +66,7 @@ var (
 	floorReplay = flag.Bool("floor-replay", false, "a further floor round in every round after the first, during which the benchmark takes "+
 		"the CPU that the operator and its catalogue took in the round before's create phase, to see how much of the ratio is their CPU "+
 		"on cores they share here with the control plane")
-	unserveV1 = flag.Bool("unserve-v1", false, "serve v2 only, as a release that no longer serves the deprecated v1 would: the API "+
+	unserveV1 = flag.Bool("unserve-v1", false, "serve v2 only, as config/v2-only and the chart's serveV1=false install it: the API "+
 		"server then keeps no watch cache for v1 and calls the conversion webhook for none of the Caches' writes, to see what "+
 		"serving v1 costs")
 	keepLogs = flag.String("keep-logs", "", "directory to copy each operator's log and the API server's audit log of its requests into "+
@@ -227,9 +226,7 @@ func setUp(t *testing.T, r *Result) *bench {
 	}
 	b.args = append(b.args, localcluster.OperatorWebhookArgs(webhookPort)...)
 	if *unserveV1 {
-		// The test op makes the patch fail, rather than unserve v2, if the versions' order changes.
-		unserve := `[{"op":"test","path":"/spec/versions/0/name","value":"v1"},{"op":"replace","path":"/spec/versions/0/served","value":false}]`
-		if err := b.cluster.Kubectl(ctx, "patch", "crd", conversionwebhook.CRDName, "--type=json", "-p", unserve); err != nil {
+		if err := b.cluster.ServeV2Only(ctx, testenv.Root()); err != nil {
 			t.Fatal(err)
 		}
 	}

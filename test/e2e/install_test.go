@@ -153,40 +153,20 @@ func helmTemplate(t *testing.T, args ...string) string {
 }
 
 // The Helm chart and the kustomize install are two doors to the same operator: the same
-// objects, accepted by the same API server, and the same alerts at the chart's defaults.
+// objects, accepted by the same API server, and the same alerts at the chart's defaults. Serving
+// v2 only is a value of the one and an overlay of the other, and they agree on it too.
 func TestHelmChartInstallsWhatKustomizeInstalls(t *testing.T) {
-	ctx := context.Background()
-	kustomized, err := cluster.KubectlOutput(ctx, "kustomize", filepath.Join(testenv.Root(), "config", "default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rendered := helmTemplate(t, "--include-crds", "--set", "createNamespace=true")
-
-	k, h := byIdentity(objects(t, kustomized)), byIdentity(objects(t, rendered))
-	// Only the chart needs to say that uninstalling keeps the CRD, and every Cache with it.
-	if crd, ok := h["CustomResourceDefinition /caches.cache.example.com"]; ok {
-		annotations := crd.GetAnnotations()
-		if annotations["helm.sh/resource-policy"] != "keep" {
-			t.Errorf("the chart's CRD lacks helm.sh/resource-policy: keep; helm uninstall would delete every Cache")
-		}
-		delete(annotations, "helm.sh/resource-policy")
-		crd.SetAnnotations(annotations)
-	}
-	if ks, hs := slices.Sorted(maps.Keys(k)), slices.Sorted(maps.Keys(h)); !slices.Equal(ks, hs) {
-		t.Errorf("kustomize installs\n%s\nthe Helm chart\n%s", strings.Join(ks, "\n"), strings.Join(hs, "\n"))
-	}
-	for id, want := range k {
-		if got, ok := h[id]; ok && !reflect.DeepEqual(want.Object, got.Object) {
-			t.Errorf("%s differs between kustomize and the Helm chart at its defaults:\n%s", id, cmp.Diff(want.Object, got.Object))
-		}
-	}
-	chart := filepath.Join(t.TempDir(), "chart.yaml")
-	if err := os.WriteFile(chart, []byte(rendered), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Forced: the tests have pointed the CRD's conversion webhook elsewhere (ServeConversionAt).
-	if err := cluster.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", chart); err != nil {
-		t.Errorf("the API server refuses the rendered chart: %v", err)
+	for _, install := range []struct {
+		overlay string
+		values  []string
+	}{
+		{"default", nil},
+		{"v2-only", []string{"--set", "serveV1=false"}},
+	} {
+		t.Run(install.overlay, func(t *testing.T) {
+			compareInstalls(t, filepath.Join(testenv.Root(), "config", install.overlay),
+				helmTemplate(t, append([]string{"--include-crds", "--set", "createNamespace=true"}, install.values...)...))
+		})
 	}
 
 	// The monitoring objects need the Prometheus Operator's CRDs, which the local cluster
@@ -210,5 +190,43 @@ func TestHelmChartInstallsWhatKustomizeInstalls(t *testing.T) {
 		if !reflect.DeepEqual(want.Object, monitoring[want.GetKind()]) {
 			t.Errorf("the chart's %s differs from config/prometheus at the chart's defaults", want.GetKind())
 		}
+	}
+}
+
+// compareInstalls checks that the chart, rendered, installs what the kustomize overlay does, and
+// that the API server accepts it.
+func compareInstalls(t *testing.T, overlay, rendered string) {
+	t.Helper()
+	ctx := context.Background()
+	kustomized, err := cluster.KubectlOutput(ctx, "kustomize", overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	k, h := byIdentity(objects(t, kustomized)), byIdentity(objects(t, rendered))
+	// Only the chart needs to say that uninstalling keeps the CRD, and every Cache with it.
+	if crd, ok := h["CustomResourceDefinition /caches.cache.example.com"]; ok {
+		annotations := crd.GetAnnotations()
+		if annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("the chart's CRD lacks helm.sh/resource-policy: keep; helm uninstall would delete every Cache")
+		}
+		delete(annotations, "helm.sh/resource-policy")
+		crd.SetAnnotations(annotations)
+	}
+	if ks, hs := slices.Sorted(maps.Keys(k)), slices.Sorted(maps.Keys(h)); !slices.Equal(ks, hs) {
+		t.Errorf("kustomize installs\n%s\nthe Helm chart\n%s", strings.Join(ks, "\n"), strings.Join(hs, "\n"))
+	}
+	for id, want := range k {
+		if got, ok := h[id]; ok && !reflect.DeepEqual(want.Object, got.Object) {
+			t.Errorf("%s differs between kustomize and the Helm chart:\n%s", id, cmp.Diff(want.Object, got.Object))
+		}
+	}
+	chart := filepath.Join(t.TempDir(), "chart.yaml")
+	if err := os.WriteFile(chart, []byte(rendered), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Forced: the tests have pointed the CRD's conversion webhook elsewhere (ServeConversionAt).
+	if err := cluster.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", chart); err != nil {
+		t.Errorf("the API server refuses the rendered chart: %v", err)
 	}
 }
