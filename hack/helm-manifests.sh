@@ -20,8 +20,9 @@ serve_v1='{{ ne (toString .Values.serveV1) "false" }}'
 		-e '/^spec:$/r /dev/stdin' config/crd/bases/cache.example.com_caches.yaml <<<"$conversion" |
 		awk -v served="    served: $serve_v1" '
 			/^    name: v1$/ { inV1 = 1 }
-			inV1 && /^    served: true$/ { print served; inV1 = 0; next }
-			{ print }'
+			inV1 && /^    served: true$/ { print served; inV1 = 0; templated = 1; next }
+			{ print }
+			END { if (!templated) { print "no served: true under v1 in the CRD to template" > "/dev/stderr"; exit 1 } }'
 } >$chart/templates/crd.yaml
 
 sed "$release_namespace" config/rbac/role.yaml \
