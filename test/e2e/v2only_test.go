@@ -37,8 +37,7 @@ func TestServingV2OnlyKeepsEveryCacheWorking(t *testing.T) {
 	}
 	key := client.ObjectKeyFromObject(madeThroughV1)
 
-	// Registered after newNamespace, so it runs before the namespace's Caches are deleted: the
-	// tests after this one serve v1.
+	// The tests after this one need v1 served, however this one ends.
 	serveV1 := func() {
 		if err := cluster.ServeConversionAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
 			t.Fatal(err)
