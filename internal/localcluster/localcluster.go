@@ -240,7 +240,7 @@ func (c *Cluster) ServeConversionAt(ctx context.Context, root string, port int) 
 // of the repository at root makes for it (config/v2-only). ServeConversionAt serves v1 again.
 func (c *Cluster) ServeV2Only(ctx context.Context, root string) error {
 	return c.Kubectl(ctx, "patch", "customresourcedefinition", conversionwebhook.CRDName, "--type=json",
-		"--patch-file", filepath.Join(root, "config", "v2-only", "unserve-v1.yaml"))
+		"--patch-file", filepath.Join(root, "config", "v2-only", "crd", "unserve-v1.yaml"))
 }
 
 // OperatorWebhookArgs are the flags that make an operator running beside a local cluster serve

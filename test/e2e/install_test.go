@@ -230,3 +230,24 @@ func compareInstalls(t *testing.T, overlay, rendered string) {
 		t.Errorf("the API server refuses the rendered chart: %v", err)
 	}
 }
+
+// Step 1 of an upgrade of a cluster that serves v2 only applies config/v2-only/crd: the same
+// CRD as the whole v2-only install, so that step 2 changes nothing in it.
+func TestTheV2OnlyCRDIsTheV2OnlyInstallsCRD(t *testing.T) {
+	crd := map[string]unstructured.Unstructured{}
+	for _, overlay := range []string{"v2-only", filepath.Join("v2-only", "crd")} {
+		out, err := cluster.KubectlOutput(context.Background(), "kustomize", filepath.Join(testenv.Root(), "config", overlay))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objects(t, out) {
+			if o.GetKind() == "CustomResourceDefinition" {
+				crd[overlay] = o
+			}
+		}
+	}
+	whole, alone := crd["v2-only"], crd[filepath.Join("v2-only", "crd")]
+	if whole.Object == nil || !reflect.DeepEqual(whole.Object, alone.Object) {
+		t.Errorf("config/v2-only/crd differs from the CRD of config/v2-only:\n%s", cmp.Diff(whole.Object, alone.Object))
+	}
+}
