@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,3 +134,14 @@ func children(t *testing.T, namespace string) (statefulSets, services map[string
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// noErrorLogged fails the test for each error line in the operator's log so far, saying what the
+// operator was doing.
+func noErrorLogged(t *testing.T, o *testenv.Operator, while string) {
+	t.Helper()
+	for line := range strings.SplitSeq(o.Logs(t), "\n") {
+		if strings.Contains(line, `"level":"error"`) {
+			t.Errorf("error logged %s: %s", while, line)
+		}
+	}
+}
