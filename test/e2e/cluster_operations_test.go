@@ -563,7 +563,9 @@ func restartProblems(ctx context.Context, key client.ObjectKey, restarted *corev
 	}
 	var problems []string
 	for _, pod := range pods.Items {
-		if pod.UID == restarted.UID {
+		// The pod itself, or its replacement, which the StatefulSet controller may already have
+		// made when the deletion's event arrives late: a server starting, not another one.
+		if pod.Name == restarted.Name {
 			continue
 		}
 		problem := func(format string, args ...any) {
