@@ -44,21 +44,26 @@ func TestAMigrationStepOutOfTimeLeavesTheSlotOpenForTheNext(t *testing.T) {
 	if err := source.Meet(ctx, ips[1], 6379); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 30*time.Second, "the target to know the source, and the cluster to be ok", func() (bool, string) {
-		nodes, err := target.ClusterNodes(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		state, err := source.ClusterState(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, n := range nodes {
-			if n.ID == ids[0] && !n.Handshake {
-				return state == "ok", "cluster_state " + state
+	// MIGRATE is refused while the target says the cluster is down, so both sides must know each
+	// other and say ok: the source alone can say ok before the target does.
+	testenv.WaitFor(t, 30*time.Second, "both servers to know each other and say cluster_state:ok", func() (bool, string) {
+		for i, s := range servers {
+			nodes, err := s.ClusterNodes(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			if !knowsSettled(nodes, ids[1-i]) {
+				return false, fmt.Sprintf("server %d does not know server %d yet: %+v", i, 1-i, nodes)
+			}
+			state, err := s.ClusterState(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			if state != "ok" {
+				return false, fmt.Sprintf("server %d: cluster_state %s", i, state)
 			}
 		}
-		return false, fmt.Sprintf("%+v", nodes)
+		return true, ""
 	})
 
 	// Keys with one hash tag share a slot.
@@ -116,4 +121,14 @@ func TestAMigrationStepOutOfTimeLeavesTheSlotOpenForTheNext(t *testing.T) {
 	if left, arrived := countKeys(source), countKeys(target); left != 0 || arrived != keys {
 		t.Errorf("after the next step, %d keys on the source and %d on the target, want 0 and %d", left, arrived, keys)
 	}
+}
+
+// knowsSettled reports whether nodes lists the node id past its handshake.
+func knowsSettled(nodes []valkey.ClusterNode, id string) bool {
+	for _, n := range nodes {
+		if n.ID == id && !n.Handshake {
+			return true
+		}
+	}
+	return false
 }

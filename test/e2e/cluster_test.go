@@ -60,6 +60,34 @@ func waitReadyAs(t *testing.T, key client.ObjectKey, status metav1.ConditionStat
 	return c
 }
 
+// waitReadyWithNewNodes waits until the Cache is Ready as a cluster whose status lists n nodes,
+// each with an ID and none of them one of the old IDs, and returns the Cache. Pods replaced
+// without a change to the spec leave the Ready condition of the generation as it was written
+// before; only new node IDs in the same status show that the operator judged the new nodes.
+func waitReadyWithNewNodes(t *testing.T, key client.ObjectKey, n int, old map[string]bool, timeout time.Duration) *cachev2.Cache {
+	t.Helper()
+	var c *cachev2.Cache
+	testenv.WaitFor(t, timeout, fmt.Sprintf("%s Ready with %d new nodes", key, n), func() (bool, string) {
+		var err error
+		if c, err = getCache(t, key); err != nil {
+			return false, err.Error()
+		}
+		for _, node := range c.Status.Nodes {
+			if node.ID == "" || old[node.ID] {
+				return false, fmt.Sprintf("%s has its old node, or none", node.Pod)
+			}
+		}
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+		if ready == nil {
+			return false, "no Ready condition"
+		}
+		return ready.Status == metav1.ConditionTrue && ready.Reason == cachev2.ReasonClusterReady &&
+				ready.ObservedGeneration == c.Generation && len(c.Status.Nodes) == n,
+			fmt.Sprintf("%d nodes, Ready=%s %s: %s", len(c.Status.Nodes), ready.Status, ready.Reason, ready.Message)
+	})
+	return c
+}
+
 // clusterClient is a cluster client seeded with one of the Cache's nodes: it learns the others,
 // and where each slot is, from the cluster itself.
 func clusterClient(t *testing.T, key client.ObjectKey) valkeygo.Client {
@@ -301,20 +329,7 @@ func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
 	if err := admin.Delete(context.Background(), primaryPod); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 3*time.Minute, "the cluster whole again, with the replaced pod's new node in it", func() (bool, string) {
-		c, err := getCache(t, key)
-		if err != nil {
-			return false, err.Error()
-		}
-		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
-		for _, n := range c.Status.Nodes {
-			if n.Pod == primaryPod.Name && (n.ID == primary.ID || n.ID == "") {
-				return false, "the pod still has its old node, or none"
-			}
-		}
-		return ready != nil && ready.Reason == cachev2.ReasonClusterReady && len(c.Status.Nodes) == 6,
-			fmt.Sprintf("%d nodes, Ready %+v", len(c.Status.Nodes), ready)
-	})
+	c = waitReadyWithNewNodes(t, key, 6, map[string]bool{primary.ID: true}, 3*time.Minute)
 	for _, pod := range cachePods(t, key) {
 		reply, err := do(t, &pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterNodes().Build() }).ToString()
 		if err != nil {
@@ -326,24 +341,21 @@ func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
 	}
 	assertClusterServesKeys(t, key, 1000)
 
-	old := map[string]bool{}
+	oldPods, oldNodes := map[string]bool{}, map[string]bool{}
 	for _, pod := range cachePods(t, key) {
-		old[string(pod.UID)] = true
+		oldPods[string(pod.UID)] = true
+	}
+	for _, n := range c.Status.Nodes {
+		oldNodes[n.ID] = true
 	}
 	if err := admin.DeleteAllOf(context.Background(), &corev1.Pod{}, client.InNamespace(ns),
 		client.MatchingLabels{resources.LabelInstance: key.Name}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 2*time.Minute, "every pod to be replaced", func() (bool, string) {
-		pods := cachePods(t, key)
-		for _, pod := range pods {
-			if old[string(pod.UID)] || !podReady(&pod) {
-				return false, pod.Name + " is old or not ready"
-			}
-		}
-		return len(pods) == 6, fmt.Sprintf("%d pods", len(pods))
-	})
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	waitPodsReplaced(t, key, oldPods, 6)
+	// Ready with only new nodes, not the Ready of the old ones, before any server is asked: the
+	// new servers say cluster_state:fail until the operator has formed them into a cluster.
+	waitReadyWithNewNodes(t, key, 6, oldNodes, 3*time.Minute)
 	assertClusterStateOK(t, key)
 	assertClusterServesKeys(t, key, 1000)
 }

@@ -104,6 +104,23 @@ func waitSettled(t *testing.T, namespace string, timeout time.Duration) {
 	})
 }
 
+// waitPodsReplaced waits until the Cache has n pods, none of them one of the old ones (by UID),
+// and every one Ready. Pods replaced without a change to the spec leave the Cache's Ready
+// condition of before in place until the operator looks again, so that condition alone does not
+// show that the new pods are up.
+func waitPodsReplaced(t *testing.T, key client.ObjectKey, old map[string]bool, n int) {
+	t.Helper()
+	testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d pods of %s, replaced and Ready", n, key), func() (bool, string) {
+		pods := cachePods(t, key)
+		for _, pod := range pods {
+			if old[string(pod.UID)] || !podReady(&pod) {
+				return false, pod.Name + " is old or not Ready"
+			}
+		}
+		return len(pods) == n, fmt.Sprintf("%d pods", len(pods))
+	})
+}
+
 func patchCache(t *testing.T, key client.ObjectKey, patch string) *cachev2.Cache {
 	t.Helper()
 	c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}

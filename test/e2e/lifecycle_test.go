@@ -27,6 +27,8 @@ import (
 type readyHistory struct {
 	mu     sync.Mutex
 	states []string
+	// watched is the resourceVersion of the Cache as the watch last delivered it.
+	watched string
 }
 
 func watchReady(t *testing.T, key client.ObjectKey) *readyHistory {
@@ -46,12 +48,13 @@ func watchReady(t *testing.T, key client.ObjectKey) *readyHistory {
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
+			h.mu.Lock()
 			if ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady); ready != nil {
-				h.mu.Lock()
 				h.states = append(h.states, fmt.Sprintf("gen=%d observed=%d %s/%s %s",
 					c.Generation, c.Status.ObservedGeneration, ready.Status, ready.Reason, ready.Message))
-				h.mu.Unlock()
 			}
+			h.watched = c.ResourceVersion
+			h.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() { w.Stop(); cancel(); <-done })
@@ -63,6 +66,22 @@ func (h *readyHistory) saw(states ...string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.ContainsFunc(h.states, func(s string) bool { return slices.Contains(states, s) })
+}
+
+// caughtUp waits until the watch has delivered the Cache as it is stored now. A test that waited
+// on a read of the Cache can be ahead of the watch, which delivers in order but late: once caught
+// up, the history holds every state before the one the test read.
+func (h *readyHistory) caughtUp(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, "the watch of "+key.String()+" to catch up", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.watched == c.ResourceVersion, fmt.Sprintf("watched resourceVersion %q, stored %q", h.watched, c.ResourceVersion)
+	})
 }
 
 func (h *readyHistory) String() string {
@@ -116,6 +135,7 @@ func TestWorkedExampleScaleThreeToFive(t *testing.T) {
 		return ok && ready.Reason == cachev2.ReasonAllReplicasReady && ready.Message == "5/5 replicas ready" &&
 			c.Status.ReadyReplicas == 5, why
 	})
+	history.caughtUp(t, key)
 	progressing := func(n int) string {
 		return fmt.Sprintf("gen=%d observed=%d False/Progressing %d/5 replicas ready", gen, gen, n)
 	}

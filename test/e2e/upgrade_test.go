@@ -72,11 +72,7 @@ func TestUpgradeFromTheLastV1ReleaseRestartsNoPod(t *testing.T) {
 	// With the catalogue down every pass fails at registration, after the children are
 	// ensured; once it is back, the live Caches' passes succeed and the Terminating one finishes.
 	etcd.Start(t)
-	testenv.WaitFor(t, time.Minute, "the current operator to reconcile every live Cache", func() (bool, string) {
-		n := testenv.Sum(current.Metrics(t), "controller_runtime_reconcile_total",
-			map[string]string{"controller": controller.ControllerName, "result": "success"})
-		return n >= float64(len(live)), fmt.Sprintf("%v successful reconciles", n)
-	})
+	waitReconciled(t, current, len(live))
 	testenv.WaitFor(t, time.Minute, "the Terminating Cache to finish once the catalogue is back", func() (bool, string) {
 		_, err := getCache(t, client.ObjectKeyFromObject(leaving))
 		return isNotFound(err), fmt.Sprint(err)
@@ -177,6 +173,9 @@ func TestUpgradeFromTheLatestReleaseKeepsClustersRunning(t *testing.T) {
 		}
 		return sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType, string(sts.Spec.UpdateStrategy.Type)
 	})
+	// The Ready condition is the previous operator's until the current one has made a pass of
+	// its own: its verdict, and the pods as they are after it, are what the snapshot compares.
+	waitReconciled(t, current, 1)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
 	after := upgradeSnapshot(t, ns, []string{key.Name})
 	for what, was := range before {
@@ -191,6 +190,17 @@ func TestUpgradeFromTheLatestReleaseKeepsClustersRunning(t *testing.T) {
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	assertShape(t, key, 4, 1)
 	assertKeysRead(t, key, keys)
+}
+
+// waitReconciled waits until the operator has made at least n successful passes, over any
+// Caches: its metrics do not tell them apart.
+func waitReconciled(t *testing.T, o *testenv.Operator, n int) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("operator %s to make %d successful reconciles", o.Name, n), func() (bool, string) {
+		done := testenv.Sum(o.Metrics(t), "controller_runtime_reconcile_total",
+			map[string]string{"controller": controller.ControllerName, "result": "success"})
+		return done >= float64(n), fmt.Sprintf("%v successful reconciles", done)
+	})
 }
 
 // buildPreviousRelease builds the operator of the release of that name in hack/previous-release

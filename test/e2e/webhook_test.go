@@ -54,8 +54,14 @@ func TestEveryReplicaServesTheConversionWebhook(t *testing.T) {
 	waitWebhookServes(t, a, b)
 	ns := newNamespace(t)
 	key := client.ObjectKeyFromObject(newCache(t, ns, "orders-cache"))
-	// Replicas that start together settle on one CA between them within moments.
-	testenv.WaitFor(t, time.Minute, "a read through v1 with two replicas", func() (bool, string) {
+	// Replicas that start together settle on one CA between them within moments. A read through
+	// the balancer reaches one replica or the other, so a read alone does not show that the
+	// standby, the one left below, serves a certificate the API server trusts: both must serve
+	// the same one, and a read then pass.
+	testenv.WaitFor(t, time.Minute, "both replicas to serve one certificate, and a read through v1", func() (bool, string) {
+		if !bytes.Equal(servingCert(t, a.WebhookAddr).Raw, servingCert(t, b.WebhookAddr).Raw) {
+			return false, "the replicas serve different certificates"
+		}
 		err := readThroughV1(key)
 		return err == nil, fmt.Sprint(err)
 	})
