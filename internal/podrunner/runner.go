@@ -1,17 +1,32 @@
 // Package podrunner stands in for the kubelet's container runtime on a local cluster whose Valkey
 // pods kwok leaves to it (localcluster.Cluster.RealValkey). For each Valkey pod that kwok has
-// started on one of its nodes, it runs the container's own command line as a real valkey-server
-// process on the pod's loopback IP, runs the pod's readiness probe and reports the result in the
-// pod's status, and stops the process the way the kubelet would when the pod is deleted. So the
-// operator's pod template meets a real server: arguments a real server rejects fail the pod.
+// started on one of its nodes, it runs the container's own command line as a real process on the
+// pod's loopback IP: valkey-server, or the image's shell (sh -c) that ends in it. It behaves like
+// the kubelet in what the operator depends on:
+//   - a container that exits is restarted in place, as restartPolicy Always asks: same pod, same
+//     IP, same data directory (the pod's emptyDir), with restartCount and lastState.terminated
+//     (reason, exit code) in the pod's status and the kubelet's back-off between restarts (at
+//     once, then 10 s doubling to 5 min, reported as CrashLoopBackOff); under Never or
+//     OnFailure a finished container ends the pod (Failed or Succeeded), and a pod is replaced
+//     only when it is deleted;
+//   - the readiness probe decides the pod's Ready condition, and the liveness probe, after its
+//     failure threshold, stops the container (SIGTERM, then SIGKILL after the grace period) and
+//     it restarts;
+//   - a deleted pod's container gets SIGTERM and the pod's grace period before SIGKILL, and then
+//     the deletion completes.
 //
-// What differs from a kubelet, on purpose:
-//   - a server that exits fails its pod (phase Failed), which the StatefulSet controller then
-//     replaces with a new, empty one: the runner does not restart containers in place, so a
-//     crash looks like the loss of the node the pod ran on;
+// What still differs from a kubelet:
+//   - only pods of one container, whose command is valkey-server or sh (the machine's shell, with
+//     the toolchain first in its PATH), and whose probes exec valkey-cli or open a TCP
+//     connection; no init containers, no sidecars, no Jobs' pods, and the image is not looked
+//     at: the runner refuses what it cannot run, and the pod fails;
+//   - the runner appends --bind and --bind-source-addr with the pod's IP to the command line,
+//     since every pod shares the machine's loopback interface; a shell entrypoint must pass its
+//     arguments on to the server;
 //   - the first readiness probe runs as soon as the server accepts connections rather than at
 //     some point within the first period, so that tests do not wait out a period per pod;
-//   - liveness probes are not run.
+//   - no resource limits: a server over its memory limit is not OOM-killed;
+//   - the servers run as long as the runner: a runner that stops stops them all.
 package podrunner
 
 import (
@@ -50,8 +65,7 @@ type Runner struct {
 	Log logr.Logger
 
 	mu sync.Mutex
-	// servers are the pods' processes by pod UID, from start until the pod is gone; a pod
-	// whose server has exited keeps its entry, so that its server is never started again.
+	// servers are the pods by pod UID, from their start until they are gone.
 	servers  map[types.UID]*server
 	startups []time.Duration
 	work     sync.WaitGroup
@@ -86,7 +100,10 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	r.mu.Lock()
 	for _, s := range r.servers {
-		s.kill()
+		s.stopTerminating()
+		if s.proc != nil {
+			s.proc.kill()
+		}
 	}
 	r.mu.Unlock()
 	// Every process is reaped, and every goroutine done, before the directories go.
@@ -94,8 +111,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	return os.RemoveAll(r.Workdir)
 }
 
-// Crash kills the server of the named pod with SIGKILL, as a machine's sudden loss would: the
-// pod then fails and its StatefulSet replaces it.
+// Crash kills the server of the named pod with SIGKILL, as a crash or the kernel's OOM killer
+// would: the container then restarts in place.
 func (r *Runner) Crash(namespace, name string) error {
 	return r.Signal(namespace, name, syscall.SIGKILL)
 }
@@ -106,8 +123,8 @@ func (r *Runner) Signal(namespace, name string, sig syscall.Signal) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.servers {
-		if s.pod.Namespace == namespace && s.pod.Name == name && s.running() {
-			return s.cmd.Process.Signal(sig)
+		if s.pod.Namespace == namespace && s.pod.Name == name && s.proc != nil && s.proc.running() {
+			return s.proc.cmd.Process.Signal(sig)
 		}
 	}
 	return fmt.Errorf("no server runs for pod %s/%s", namespace, name)
@@ -141,24 +158,38 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 	case pod.DeletionTimestamp != nil:
 		if !known {
 			// Never started (or started by an earlier runner, whose servers died with it).
-			s = &server{pod: podKey(pod), uid: pod.UID, exited: closedChannel()}
+			s = &server{pod: podKey(pod), uid: pod.UID, stopping: make(chan struct{})}
 			r.servers[pod.UID] = s
 		}
 		if !s.terminating {
-			s.terminating = true
+			s.stopTerminating()
 			r.goWork(func() { r.terminate(ctx, s, gracePeriod(pod)) })
 		}
 	case !known && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "":
-		s, err := r.start(pod, &r.work)
+		s, err := r.newServer(pod)
+		if err == nil {
+			_, err = s.launch(&r.work)
+		}
 		if err != nil {
-			// Reported like a container that exited at once: the pod fails, with the reason.
-			r.Log.Error(err, "Could not start the pod's server", "pod", podKey(pod))
-			c := pod.Spec.Containers[0]
-			s = &server{pod: podKey(pod), uid: pod.UID, containerName: c.Name, image: c.Image,
-				exited: closedChannel(), exitErr: err, started: time.Now()}
+			// Reported like a container that exits at once, and restarted with the same back-off.
+			r.Log.Error(err, "Could not start the pod's container", "pod", podKey(pod))
+			if s == nil {
+				c := pod.Spec.Containers[0]
+				s = &server{pod: podKey(pod), uid: pod.UID, containerName: c.Name, image: c.Image, stopping: make(chan struct{})}
+			}
+			s.startErr = err.Error()
 		}
 		r.servers[pod.UID] = s
 		r.goWork(func() { r.supervise(ctx, s, pod) })
+	}
+}
+
+// stopTerminating marks the server's pod deleted, so that its container is not restarted and its
+// status no longer reported. Call it with the runner's lock held.
+func (s *server) stopTerminating() {
+	if !s.terminating {
+		s.terminating = true
+		close(s.stopping)
 	}
 }
 
@@ -168,11 +199,14 @@ func (r *Runner) forget(uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s, ok := r.servers[uid]; ok {
-		s.terminating = true // gone, not failed: nothing to report
-		s.kill()
+		s.stopTerminating() // gone, not failed: nothing to report
+		p := s.proc
 		delete(r.servers, uid)
 		r.goWork(func() {
-			<-s.exited
+			if p != nil {
+				p.kill()
+				<-p.exited
+			}
 			_ = os.RemoveAll(r.podDir(uid))
 		})
 	}

@@ -1,14 +1,12 @@
 package podrunner
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -17,37 +15,59 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// server is the process of one pod's Valkey container.
+// server is one pod as the runner keeps it, from its start until the pod is gone: its sandbox
+// (the IP and the directory that holds the data volume and the log), which lasts as long as the
+// pod, and its container's current process, which a restart replaces in place.
 type server struct {
 	pod           types.NamespacedName
 	uid           types.UID
 	containerName string
 	image         string
 	ip            string
-	// port is the container's port, where the server accepts connections.
-	port int32
-	cmd  *exec.Cmd
-	// exited is closed once the process has exited (at once for a server never started);
-	// exitErr is then why.
-	exited  chan struct{}
-	exitErr error
-	// terminating is set, under the runner's lock, once the pod's deletion was seen.
+	// port is the container's first port, where the server accepts connections; ports are its
+	// named ports, for probes that name one.
+	port  int32
+	ports map[string]int32
+	// binary and args are the container's command line, expanded and with the pod's IP to
+	// listen on; env is its environment; dataDir is its working directory.
+	binary  string
+	args    []string
+	env     []string
+	dataDir string
+	logPath string
+
+	// Guarded by the runner's lock: the current process (nil for a container that never
+	// started, with startErr saying why), how often the container was restarted and how its last run ended, and whether
+	// the pod's deletion was seen (terminating, with stopping closed).
+	proc        *process
+	startErr    string
+	restarts    int32
+	last        *corev1.ContainerStateTerminated
 	terminating bool
-	started     time.Time
+	stopping    chan struct{}
 }
 
-func (s *server) running() bool {
+// process is one run of a container.
+type process struct {
+	cmd *exec.Cmd
+	// exited is closed once the process has exited; exitErr is then why.
+	exited  chan struct{}
+	exitErr error
+	started time.Time
+}
+
+func (p *process) running() bool {
 	select {
-	case <-s.exited:
+	case <-p.exited:
 		return false
 	default:
 		return true
 	}
 }
 
-func (s *server) kill() {
-	if s.running() {
-		_ = s.cmd.Process.Kill()
+func (p *process) kill() {
+	if p.running() {
+		_ = p.cmd.Process.Kill()
 	}
 }
 
@@ -56,12 +76,11 @@ func (s *server) kill() {
 // instead.
 const dataMountPath = "/data"
 
-// start starts the server of a pod that kwok has started: the container's command line as the
-// pod spec has it, with the pod's IP to listen on and to connect from. Connections to other
-// servers (the cluster bus) must leave from the pod's IP too, or the peers would see them come
-// from 127.0.0.1.
-// Reaping the process counts in reaping, which Run waits on.
-func (r *Runner) start(pod *corev1.Pod, reaping *sync.WaitGroup) (*server, error) {
+// newServer prepares the sandbox of a pod that kwok has started: the container's command line as
+// the pod spec has it, with the pod's IP to listen on and to connect from (connections to other
+// servers, the cluster bus, must leave from the pod's IP, or the peers would see them come from
+// 127.0.0.1), and the pod's directory. Its container is started by launch.
+func (r *Runner) newServer(pod *corev1.Pod) (*server, error) {
 	if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !ip.IsLoopback() {
 		return nil, fmt.Errorf("the pod's IP %s is not a loopback address: a server behind it would be "+
 			"reached off this machine (a cluster made before pods got loopback IPs? `make local-cluster-down`)", pod.Status.PodIP)
@@ -85,24 +104,43 @@ func (r *Runner) start(pod *corev1.Pod, reaping *sync.WaitGroup) (*server, error
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
-	ip := pod.Status.PodIP
-	dataDir := filepath.Join(r.podDir(pod.UID), "data")
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	s := &server{
+		pod: podKey(pod), uid: pod.UID, containerName: c.Name, image: c.Image,
+		ip: pod.Status.PodIP, port: c.Ports[0].ContainerPort, ports: map[string]int32{},
+		binary: binary,
+		// Appended to the command line: a shell entrypoint passes its arguments on to the
+		// server ("$@").
+		args:     append(argv[1:len(argv):len(argv)], "--bind", pod.Status.PodIP, "--bind-source-addr", pod.Status.PodIP),
+		env:      r.processEnv(),
+		dataDir:  filepath.Join(r.podDir(pod.UID), "data"),
+		logPath:  filepath.Join(r.podDir(pod.UID), "valkey.log"),
+		stopping: make(chan struct{}),
+	}
+	for _, p := range c.Ports {
+		if p.Name != "" {
+			s.ports[p.Name] = p.ContainerPort
+		}
+	}
+	for name, value := range env {
+		s.env = append(s.env, name+"="+value)
+	}
+	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	logFile, err := os.Create(filepath.Join(r.podDir(pod.UID), "valkey.log"))
+	return s, nil
+}
+
+// launch starts a run of the server's container, in the pod's directory, which a restart keeps
+// as the kubelet keeps an emptyDir: the process sees what the previous run left there. Reaping
+// the process counts in reaping, which Run waits on. Call it with the runner's lock held.
+func (s *server) launch(reaping *sync.WaitGroup) (*process, error) {
+	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close() //nolint:errcheck // the child has its own copy
-
-	args := append(argv[1:len(argv):len(argv)], "--bind", ip, "--bind-source-addr", ip)
-	cmd := exec.Command(binary, args...)
-	cmd.Dir = dataDir
-	cmd.Env = toolchainEnv()
-	for name, value := range env {
-		cmd.Env = append(cmd.Env, name+"="+value)
-	}
+	cmd := exec.Command(s.binary, s.args...)
+	cmd.Dir, cmd.Env = s.dataDir, s.env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A runner that dies, even by SIGKILL, takes its servers with it. (Linux sends the signal
 	// when the thread that started the child ends; Go ends threads only with the process.)
@@ -110,15 +148,15 @@ func (r *Runner) start(pod *corev1.Pod, reaping *sync.WaitGroup) (*server, error
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{pod: podKey(pod), uid: pod.UID, containerName: c.Name, image: c.Image, ip: ip, port: c.Ports[0].ContainerPort, cmd: cmd, exited: make(chan struct{}), started: time.Now()}
+	p := &process{cmd: cmd, exited: make(chan struct{}), started: time.Now()}
 	reaping.Add(1)
 	go func() {
 		defer reaping.Done()
-		s.exitErr = cmd.Wait()
-		close(s.exited)
+		p.exitErr = cmd.Wait()
+		close(p.exited)
 	}()
-	r.Log.Info("Started the pod's server", "pod", s.pod, "ip", ip, "args", args)
-	return s, nil
+	s.proc = p
+	return p, nil
 }
 
 // commandLine is what the container runs: its command and arguments; with no command, the
@@ -127,155 +165,28 @@ func commandLine(c *corev1.Container) []string {
 	return append(append([]string(nil), c.Command...), c.Args...)
 }
 
-// toolchainEnv is the environment every process the runner starts gets, before the container's
-// own: the runner's PATH, which the toolchain's wrappers need.
-func toolchainEnv() []string {
-	return []string{"PATH=" + os.Getenv("PATH")}
+// processEnv is the environment every process the runner starts gets, before the container's
+// own: the runner's PATH, which the toolchain's wrappers need, behind the toolchain's directory,
+// where a container's shell finds the image's programs.
+func (r *Runner) processEnv() []string {
+	return []string{"PATH=" + r.BinDir + string(os.PathListSeparator) + os.Getenv("PATH")}
 }
 
-// binary is the toolchain's executable that argv names.
+// shell is the image's shell, which a container may start as its entrypoint (sh -c SCRIPT ARGS):
+// the runner runs the machine's own, with the toolchain first in its PATH.
+const shell = "sh"
+
+// binary is the executable that argv names: the machine's shell, or one of the toolchain's.
 func (r *Runner) binary(argv []string) (string, error) {
 	if len(argv) == 0 {
 		return "", errors.New("it has no command")
+	}
+	if argv[0] == shell || argv[0] == "/bin/"+shell {
+		return exec.LookPath(shell)
 	}
 	binary := filepath.Join(r.BinDir, filepath.Base(argv[0]))
 	if _, err := os.Stat(binary); err != nil {
 		return "", fmt.Errorf("it runs %q, which the toolchain does not have: %w", argv[0], err)
 	}
 	return binary, nil
-}
-
-// supervise runs the pod's readiness probe against its server and reports the result in the
-// pod's status, until the server exits or the pod is deleted. A server that exits on its own
-// fails the pod.
-func (r *Runner) supervise(ctx context.Context, s *server, pod *corev1.Pod) {
-	log := r.Log.WithValues("pod", s.pod)
-	probe := pod.Spec.Containers[0].ReadinessProbe
-	if probe == nil {
-		probe = &corev1.Probe{}
-	}
-	// The first result is reported whatever the pod says: the pod may have been started by an
-	// earlier runner, whose server died with it.
-	reported, known, everReady := false, false, false
-	successes, failures := 0, 0
-	s.waitAccepting(ctx)
-	for s.running() {
-		ok, probeErr := r.probe(ctx, s, probe)
-		if ok {
-			successes, failures = successes+1, 0
-		} else {
-			successes, failures = 0, failures+1
-		}
-		ready := reported
-		switch {
-		case ok && successes >= int(max(probe.SuccessThreshold, 1)):
-			ready = true
-		case !ok && failures >= int(max(probe.FailureThreshold, 1)):
-			ready = false
-		}
-		if (!known || ready != reported) && s.running() && !r.isTerminating(s) {
-			if err := r.reportReady(ctx, s, ready); err != nil {
-				log.Error(err, "Could not report readiness")
-			} else {
-				reported, known = ready, true
-				log.Info("Reported the pod's readiness", "ready", ready, "probe", errString(probeErr))
-			}
-		}
-		if reported && !everReady {
-			everReady = true
-			r.recordStartup(time.Since(s.started))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.exited:
-		case <-time.After(time.Duration(max(probe.PeriodSeconds, 1)) * time.Second):
-		}
-	}
-	if r.isTerminating(s) || ctx.Err() != nil {
-		return
-	}
-	log.Info("The pod's server exited", "err", errString(s.exitErr))
-	if err := retry(ctx, func() error { return r.reportFailed(ctx, s) }); err != nil {
-		log.Error(err, "Could not report the pod failed")
-	}
-}
-
-// waitAccepting returns once the server accepts connections on its port, or has exited.
-func (s *server) waitAccepting(ctx context.Context) {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for s.running() {
-		if conn, err := net.DialTimeout("tcp", net.JoinHostPort(s.ip, strconv.Itoa(int(s.port))), time.Second); err == nil {
-			_ = conn.Close()
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.exited:
-		case <-tick.C:
-		}
-	}
-}
-
-// probe runs the readiness probe's command. In a pod it would run in the pod's network
-// namespace, where valkey-cli's default host, 127.0.0.1, is the server; here the runner tells
-// valkey-cli the pod's IP instead.
-func (r *Runner) probe(ctx context.Context, s *server, probe *corev1.Probe) (bool, error) {
-	if probe.ProbeHandler == (corev1.ProbeHandler{}) {
-		return true, nil // no probe: ready once started, as with the kubelet
-	}
-	if probe.Exec == nil || len(probe.Exec.Command) == 0 || filepath.Base(probe.Exec.Command[0]) != "valkey-cli" {
-		return false, errors.New("the runner runs only readiness probes that exec valkey-cli")
-	}
-	binary, err := r.binary(probe.Exec.Command)
-	if err != nil {
-		return false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(max(probe.TimeoutSeconds, 1))*time.Second)
-	defer cancel()
-	args := append([]string{"-h", s.ip}, probe.Exec.Command[1:]...)
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = toolchainEnv()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return false, fmt.Errorf("%w: %s", err, out)
-	}
-	return true, nil
-}
-
-// terminate stops a deleted pod's server as the kubelet would, SIGTERM and then SIGKILL after
-// the grace period, and then completes the deletion.
-func (r *Runner) terminate(ctx context.Context, s *server, grace time.Duration) {
-	if s.running() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(grace):
-			s.kill()
-			<-s.exited
-		case <-ctx.Done():
-			return
-		}
-	}
-	if err := retry(ctx, func() error { return r.completeDeletion(ctx, s) }); err != nil {
-		r.Log.Error(err, "Could not complete the pod's deletion", "pod", s.pod)
-		return
-	}
-	_ = os.RemoveAll(r.podDir(s.uid))
-	r.Log.Info("Stopped the pod's server and completed its deletion", "pod", s.pod)
-}
-
-func (r *Runner) isTerminating(s *server) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return s.terminating
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

@@ -21,8 +21,22 @@ import (
 // status that also names the pod's UID, which the API server refuses to change, so that a report
 // about a deleted pod never lands on its replacement of the same name.
 
-// reportReady sets the pod's Ready and ContainersReady conditions and its container's ready flag.
-func (r *Runner) reportReady(ctx context.Context, s *server, ready bool) error {
+// reportRunning reports the container's current run: running since the process started, ready
+// or not, with the pod's Ready and ContainersReady conditions.
+func (r *Runner) reportRunning(ctx context.Context, s *server, p *process, ready bool) error {
+	return r.reportContainer(ctx, s, ready, corev1.ContainerState{
+		Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.started)},
+	})
+}
+
+// reportWaiting reports the container waiting to be restarted, as in CrashLoopBackOff.
+func (r *Runner) reportWaiting(ctx context.Context, s *server, reason, message string) error {
+	return r.reportContainer(ctx, s, false, corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message},
+	})
+}
+
+func (r *Runner) reportContainer(ctx context.Context, s *server, ready bool, state corev1.ContainerState) error {
 	status, reason := corev1.ConditionFalse, "ContainersNotReady"
 	if ready {
 		status, reason = corev1.ConditionTrue, ""
@@ -33,31 +47,25 @@ func (r *Runner) reportReady(ctx context.Context, s *server, ready bool) error {
 			condition(corev1.ContainersReady, status, reason, now),
 			condition(corev1.PodReady, status, reason, now),
 		},
-		"containerStatuses": []corev1.ContainerStatus{s.containerStatus(ready, corev1.ContainerState{
-			Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(s.started)},
-		})},
+		"containerStatuses": []corev1.ContainerStatus{r.containerStatus(s, ready, state)},
 	})
 }
 
-// reportFailed marks the pod Failed with its container terminated, as the kubelet does when a
-// pod's containers have stopped for good. The StatefulSet controller replaces a failed pod.
-func (r *Runner) reportFailed(ctx context.Context, s *server) error {
+// reportFinished ends the pod as the kubelet does when its restart policy keeps a container that
+// has stopped from running again: Succeeded if it exited with 0, else Failed.
+func (r *Runner) reportFinished(ctx context.Context, s *server, ended corev1.ContainerStateTerminated) error {
+	phase, reason := corev1.PodFailed, "PodFailed"
+	if ended.ExitCode == 0 {
+		phase, reason = corev1.PodSucceeded, "PodCompleted"
+	}
 	now := metav1.Now()
 	return r.patchStatus(ctx, s, map[string]any{
-		"phase": corev1.PodFailed,
+		"phase": phase,
 		"conditions": []map[string]any{
-			condition(corev1.ContainersReady, corev1.ConditionFalse, "PodFailed", now),
-			condition(corev1.PodReady, corev1.ConditionFalse, "PodFailed", now),
+			condition(corev1.ContainersReady, corev1.ConditionFalse, reason, now),
+			condition(corev1.PodReady, corev1.ConditionFalse, reason, now),
 		},
-		"containerStatuses": []corev1.ContainerStatus{s.containerStatus(false, corev1.ContainerState{
-			Terminated: &corev1.ContainerStateTerminated{
-				ExitCode:   exitCode(s.exitErr),
-				Reason:     "Error",
-				Message:    errString(s.exitErr),
-				StartedAt:  metav1.NewTime(s.started),
-				FinishedAt: now,
-			},
-		})},
+		"containerStatuses": []corev1.ContainerStatus{r.containerStatus(s, false, corev1.ContainerState{Terminated: &ended})},
 	})
 }
 
@@ -77,16 +85,24 @@ func exitCode(err error) int32 {
 	return int32(exit.ExitCode())
 }
 
-// containerStatus is the whole status of the pod's container: the list of container statuses is
-// replaced, not merged, by a patch.
-func (s *server) containerStatus(ready bool, state corev1.ContainerState) corev1.ContainerStatus {
-	return corev1.ContainerStatus{
-		Name:    s.containerName,
-		Image:   s.image,
-		Ready:   ready,
-		Started: ptr.To(state.Running != nil),
-		State:   state,
+// containerStatus is the whole status of the pod's container, with how often it was restarted
+// and how its last run ended: the list of container statuses is replaced, not merged, by a
+// patch.
+func (r *Runner) containerStatus(s *server, ready bool, state corev1.ContainerState) corev1.ContainerStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	status := corev1.ContainerStatus{
+		Name:         s.containerName,
+		Image:        s.image,
+		Ready:        ready,
+		Started:      ptr.To(state.Running != nil),
+		State:        state,
+		RestartCount: s.restarts,
 	}
+	if s.last != nil && state.Terminated == nil {
+		status.LastTerminationState = corev1.ContainerState{Terminated: s.last.DeepCopy()}
+	}
+	return status
 }
 
 func condition(t corev1.PodConditionType, status corev1.ConditionStatus, reason string, now metav1.Time) map[string]any {
