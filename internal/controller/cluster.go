@@ -73,6 +73,12 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 		health.Problem = topology.Forming
 	}
 	actErr := r.act(ctx, members, plan.Actions)
+	for _, a := range plan.Actions {
+		if a.Takeover {
+			r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, reasonTakeover, "Takeover",
+				"%s takes over the slots of its primary, whose server is gone (restarted as a new node, or its pod replaced)", a.On)
+		}
+	}
 	for _, id := range plan.Lost {
 		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, reasonSlotsLost, "Forget",
 			"node %s served slots and departed with no replica left to take them over: they go to a new node, without their keys", id)
@@ -89,8 +95,12 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	return report, clusterPollWhileNotReady, actErr
 }
 
-// reasonSlotsLost is the reason of the event that says a departed primary's keys are lost.
-const reasonSlotsLost = "SlotsLost"
+// reasonSlotsLost is the reason of the event that says a departed primary's keys are lost, and
+// reasonTakeover of the one that says a replica takes over from a primary that is gone.
+const (
+	reasonSlotsLost = "SlotsLost"
+	reasonTakeover  = "PrimaryLost"
+)
 
 // observeCluster asks the server of every live pod of the Cache, all at once, for its view of
 // the cluster. A server that cannot be asked is a member without a view, which Form waits on.
@@ -162,6 +172,9 @@ func observeMember(ctx context.Context, m *topology.Member) {
 		var replication valkey.Replication
 		replication, err = server.Replication(ctx)
 		m.LinkUp, m.ReplOffset = replication.LinkUp, replication.Offset
+	}
+	if err == nil {
+		m.Fenced, err = server.Fenced(ctx)
 	}
 	if err != nil {
 		logger.Info("Cannot read the Valkey server's cluster state", "error", err.Error())

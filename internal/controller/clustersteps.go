@@ -79,6 +79,8 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 		return server.SetSlotsOwner(ctx, a.Claim.Slots, a.Claim.ID)
 	case a.Migrate != nil:
 		return migrate(ctx, server, byPod, a.Migrate, deadline)
+	case a.Unfence:
+		return server.Unfence(ctx)
 	default:
 		return server.Replicate(ctx, a.Replicate)
 	}

@@ -18,6 +18,7 @@ import (
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/internal/valkey"
 )
 
 // These tests run the operator's pod template on real valkey-server processes, without a
@@ -39,25 +40,29 @@ func cachePod(memory string) *corev1.Pod {
 	}
 }
 
-// startServer starts the pod's server as the runner would and stops it when the test ends.
-func startServer(t *testing.T, pod *corev1.Pod) *server {
+// startServer starts the pod's container as the runner would and stops it when the test ends.
+func startServer(t *testing.T, pod *corev1.Pod) (*server, *process) {
 	t.Helper()
 	r := &Runner{BinDir: testenv.BinDir(), Workdir: t.TempDir(), Log: testr.New(t)}
-	s, err := r.start(pod, &r.work)
+	s, err := r.newServer(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.kill(); <-s.exited })
-	return s
+	p, err := s.launch(&r.work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.kill(); <-p.exited })
+	return s, p
 }
 
 func TestCachePodServesWithItsMemorySettingsAndPassesItsProbe(t *testing.T) {
 	pod := cachePod("64Mi")
-	s := startServer(t, pod)
+	s, p := startServer(t, pod)
 	r := &Runner{BinDir: testenv.BinDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s.waitAccepting(ctx)
+	s.waitAccepting(ctx, p)
 	if ok, err := r.probe(ctx, s, pod.Spec.Containers[0].ReadinessProbe); !ok {
 		t.Fatalf("the pod's readiness probe fails against its running server: %v", err)
 	}
@@ -80,10 +85,10 @@ func TestCachePodServesWithItsMemorySettingsAndPassesItsProbe(t *testing.T) {
 // A cache must evict rather than refuse writes: writing half as much again as maxmemory holds
 // evicts keys, and every write succeeds.
 func TestCachePodEvictsInsteadOfRefusingWrites(t *testing.T) {
-	s := startServer(t, cachePod("64Mi"))
+	s, p := startServer(t, cachePod("64Mi"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s.waitAccepting(ctx)
+	s.waitAccepting(ctx, p)
 	client := testenv.Valkey(t, s.ip, int(s.port))
 
 	value := strings.Repeat("x", 64<<10)
@@ -103,13 +108,78 @@ func TestServerRejectsABadCommandLine(t *testing.T) {
 	pod := cachePod("64Mi")
 	c := &pod.Spec.Containers[0]
 	c.Args = append(c.Args, "--maxmemory-policy", "allkeys-lur")
-	s := startServer(t, pod)
+	_, p := startServer(t, pod)
 	select {
-	case <-s.exited:
+	case <-p.exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("valkey-server runs with maxmemory-policy allkeys-lur")
 	}
-	if code := exitCode(s.exitErr); code == 0 {
+	if code := exitCode(p.exitErr); code == 0 {
 		t.Errorf("valkey-server exited with status 0 on a bad argument")
+	}
+}
+
+// A Cluster node's container that restarts in place, in the same pod directory as the kubelet
+// keeps an emptyDir, comes back as a new node that serves no slot, rather than as the crashed
+// node with its slots and none of their keys; and it starts fenced, refusing a replica's
+// resynchronisation.
+func TestClusterNodeRestartedInPlaceIsANewFencedNode(t *testing.T) {
+	pod := cachePod("64Mi")
+	cache := &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+	}
+	pod.Spec = resources.StatefulSet(cache, resources.DefaultImageRepository).Spec.Template.Spec
+	r := &Runner{BinDir: testenv.BinDir(), Workdir: t.TempDir(), Log: testr.New(t)}
+	s, err := r.newServer(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// run starts a run of the container and returns its node, with a connection to it.
+	run := func() (self valkey.ClusterNode, admin *valkey.Server) {
+		t.Helper()
+		p, err := s.launch(&r.work)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.kill(); <-p.exited })
+		s.waitAccepting(ctx, p)
+		admin, err = valkey.Connect(s.ip, int(s.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(admin.Close)
+		if fenced, err := admin.Fenced(ctx); err != nil || !fenced {
+			t.Errorf("a node that has just started serves replicas (fenced %v, %v)", fenced, err)
+		}
+		nodes, err := admin.ClusterNodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		self, _ = valkey.Myself(nodes)
+		return self, admin
+	}
+
+	first, admin := run()
+	if err := admin.AddSlots(ctx, []valkey.SlotRange{{Start: 0, End: valkey.SlotCount - 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Unfence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fenced, err := admin.Fenced(ctx); err != nil || fenced {
+		t.Errorf("Unfence left the node fenced (%v)", err)
+	}
+	s.proc.kill()
+	<-s.proc.exited
+
+	second, _ := run()
+	if second.ID == first.ID {
+		t.Errorf("the container restarted in place came back as node %s, the crashed node", first.ID)
+	}
+	if second.SlotsServed() != 0 {
+		t.Errorf("the restarted node serves %d slots with none of their keys", second.SlotsServed())
 	}
 }

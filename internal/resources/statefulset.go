@@ -168,6 +168,7 @@ func mergeContainer(containers *[]corev1.Container, want *corev1.Container) {
 // not owned, so they keep the server's values.
 func setOwnedContainerFields(dst, src *corev1.Container) {
 	dst.Image = src.Image
+	dst.Command = src.Command
 	dst.Args = src.Args
 	dst.Env = src.Env
 	dst.Ports = src.Ports
@@ -235,20 +236,22 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 }
 
 // clusterNode makes the container a Valkey Cluster node. It announces its pod IP, which is how
-// the other nodes and cluster clients reach it; the IP changes when the pod is replaced, and
-// the new node joins as a new, empty member that the operator brings in. The node's identity
-// lives in nodes.conf on the data volume, so it survives a restart of the container, not of
-// the pod. The readiness probe stays a PING: a node must answer before the operator can bring
-// it into the cluster, and the cluster's own health is judged by the operator, in the Cache's
-// Ready condition.
+// the other nodes and cluster clients reach it. The readiness probe stays a PING: a node must
+// answer before the operator can bring it into the cluster, and the cluster's own health is
+// judged by the operator, in the Cache's Ready condition.
+//
+// Every start of the container is a new, empty node (see startFresh), and it starts fenced: it
+// refuses to serve a replica's SYNC until the operator lifts the fence (FenceRule).
 func clusterNode(c *corev1.Container) {
+	c.Command = startFresh
 	c.Args = append(c.Args,
 		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf",
+		"--cluster-config-file", ClusterConfigFile,
 		"--cluster-node-timeout", strconv.Itoa(NodeTimeout),
 		"--cluster-announce-ip", "$(POD_IP)",
 		"--cluster-port", strconv.Itoa(BusPort),
-	)
+		"--user")
+	c.Args = append(c.Args, FenceRule...)
 	c.Env = []corev1.EnvVar{{
 		Name: "POD_IP",
 		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
@@ -257,6 +260,27 @@ func clusterNode(c *corev1.Container) {
 	}}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
 }
+
+// ClusterConfigFile is where a Cluster node keeps its identity and its view of the cluster, in
+// its data directory.
+const ClusterConfigFile = "nodes.conf"
+
+// startFresh is a Cluster node's entrypoint: it removes the node's identity before starting the
+// server, whose arguments follow. A container restarted in place (a crash, an OOM kill, a failed
+// liveness probe) keeps the pod's IP and its data volume, but persistence is off, so the server
+// comes back with no keys. With its old nodes.conf it would come back as the same node, still
+// the owner of its slots, and serve them empty; its replica would resynchronise from it and
+// empty too. Without it, the server is a new node with no slot, and the old one, whose address
+// the new one now answers at, is healed like a departed node: its replica takes over.
+var startFresh = []string{"sh", "-c", `rm -f ` + ClusterConfigFile + ` && exec "$@"`, "--"}
+
+// FenceRule is the rule for Valkey's default user with which a Cluster node starts: everything
+// but SYNC and PSYNC. A node that starts at the address of a node that crashed would otherwise
+// be asked by the crashed node's replica, which reconnects to that address every second, to
+// resynchronise, and the replica would throw its keys away for the new node's none: Valkey
+// checks no node ID on replication. The operator lifts the fence (Unfence) once no member
+// replicates a node that is gone.
+var FenceRule = []string{"default", "on", "nopass", "~*", "&*", "+@all", "-sync", "-psync"}
 
 func probe(handler corev1.ProbeHandler, periodSeconds int32) *corev1.Probe {
 	return &corev1.Probe{

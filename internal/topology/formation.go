@@ -30,6 +30,9 @@ type Member struct {
 	// Leaving marks a pod that a scale-in removes: its slots and its place in the cluster go
 	// first. Outdated marks a pod that runs an older pod template than its StatefulSet's.
 	Leaving, Outdated bool
+	// Fenced marks a server that refuses replicas' resynchronisation, as every Cluster node
+	// does from its start until unfence lifts it.
+	Fenced bool
 }
 
 // self is the member's own entry: what it says about itself is authoritative for its ID, its
@@ -75,6 +78,8 @@ type Action struct {
 	// Restart, when set, deletes On's pod, which its StatefulSet then creates again from the
 	// current template.
 	Restart bool
+	// Unfence, when set, lets replicas resynchronise from On.
+	Unfence bool
 }
 
 // Claim is slots that the node with the given ID takes.
@@ -129,6 +134,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s: migrate slots %s to %s", a.On, slotList(a.Migrate.Slots), a.Migrate.Target)
 	case a.Restart:
 		return "delete pod " + a.On
+	case a.Unfence:
+		return a.On + ": ACL SETUSER default +sync +psync"
 	default:
 		return fmt.Sprintf("%s: CLUSTER REPLICATE %s", a.On, a.Replicate)
 	}
@@ -207,7 +214,7 @@ func formStep(want Want, members []Member) Plan {
 		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
 	}
 	for _, step := range []func(Want, []Member) (Plan, bool){
-		rolesAgreed, forgetDeparted, meet, closeOpenSlots, assignSlots, handOverLeaving, freeReplica, attachReplicas, rebalance, release,
+		rolesAgreed, forgetDeparted, unfence, meet, closeOpenSlots, assignSlots, handOverLeaving, freeReplica, attachReplicas, rebalance, release,
 		replicasComplete,
 	} {
 		if plan, done := step(want, members); !done {
@@ -409,6 +416,28 @@ func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 		}
 	}
 	return Plan{Actions: forgets, Operation: Healing, Lost: lost}, len(forgets) == 0
+}
+
+// unfence lifts, all at once, the fence of the members whose servers refuse replicas'
+// resynchronisation, as every Cluster node does from its start (resources.FenceRule), once no
+// member replicates a node that is no member's. Until then a replica whose primary crashed, and
+// restarted in place as a new node at the same address, would resynchronise from the new, empty
+// node and drop its keys: Valkey's replication checks no node ID, and the replica reconnects to
+// the address every second. So the fence stays while such a replica waits for its shard's
+// failover (forgetDeparted); the other steps go on meanwhile, and a replica attached to a fenced
+// primary waits for the fence to go before it syncs.
+func unfence(_ Want, members []Member) (Plan, bool) {
+	ours := memberIDs(members)
+	var actions []Action
+	for i := range members {
+		if self, _ := members[i].self(); self.PrimaryID != "" && !ours[self.PrimaryID] {
+			return Plan{}, true
+		}
+		if members[i].Fenced {
+			actions = append(actions, Action{On: members[i].Pod, Unfence: true})
+		}
+	}
+	return Plan{Actions: actions}, len(actions) == 0
 }
 
 // meet has one member, the one that knows most of the others, meet every member it does not

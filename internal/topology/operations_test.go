@@ -15,6 +15,9 @@ import (
 // the next step is planned from the result. The real servers run the same operations in e2e.
 type sim struct {
 	nodes map[string]*simNode // by pod
+	// gone are the nodes whose server is gone while others still know them, by node ID: the
+	// others list them without an address (noaddr), as when a new node answers at it.
+	gone map[string]*simNode
 }
 
 type simNode struct {
@@ -26,15 +29,17 @@ type simNode struct {
 	knows             map[string]bool // node IDs
 	leaving, outdated bool
 	linkDown          bool
+	// fenced: the server has just started and refuses replicas' resynchronisation.
+	fenced bool
 }
 
-func newSim() *sim { return &sim{nodes: map[string]*simNode{}} }
+func newSim() *sim { return &sim{nodes: map[string]*simNode{}, gone: map[string]*simNode{}} }
 
 // add starts fresh servers.
 func (s *sim) add(pods ...string) {
 	for _, pod := range pods {
 		s.nodes[pod] = &simNode{pod: pod, id: id(pod), slots: map[int]bool{}, migrating: map[int]string{},
-			importing: map[int]string{}, knows: map[string]bool{}}
+			importing: map[int]string{}, knows: map[string]bool{}, fenced: true}
 	}
 }
 
@@ -44,12 +49,24 @@ func (s *sim) byID(nodeID string) *simNode {
 			return n
 		}
 	}
-	return nil
+	return s.gone[nodeID]
+}
+
+// restartInPlace restarts a pod's server in place: it comes back as a new, fenced node with no
+// slot at the same address, where the old node's peers find it and drop the old node's address.
+func (s *sim) restartInPlace(pod string) {
+	old := s.nodes[pod]
+	s.gone[old.id] = old
+	s.add(pod)
+	s.nodes[pod].id = old.id + "-restarted"
 }
 
 func (s *sim) entry(n *simNode, myself bool) valkey.ClusterNode {
 	e := valkey.ClusterNode{ID: n.id, IP: ip(n.pod), Port: 6379, Myself: myself, Connected: true,
 		Primary: n.primary == "", PrimaryID: n.primary}
+	if s.gone[n.id] != nil {
+		e.IP, e.Connected = "", false
+	}
 	for _, slot := range slices.Sorted(maps.Keys(n.slots)) {
 		e.Slots = append(e.Slots, r(slot, slot))
 	}
@@ -66,8 +83,11 @@ func (s *sim) members() []Member {
 	var members []Member
 	for _, pod := range slices.Sorted(maps.Keys(s.nodes)) {
 		n := s.nodes[pod]
-		m := Member{Pod: pod, IP: ip(pod), Port: 6379, State: "ok", LinkUp: n.primary != "" && !n.linkDown,
-			Leaving: n.leaving, Outdated: n.outdated, Nodes: []valkey.ClusterNode{s.entry(n, true)}}
+		// A replica of a fenced or gone primary cannot sync.
+		primary := s.byID(n.primary)
+		m := Member{Pod: pod, IP: ip(pod), Port: 6379, State: "ok",
+			LinkUp:  primary != nil && !n.linkDown && !primary.fenced && s.gone[n.primary] == nil,
+			Leaving: n.leaving, Outdated: n.outdated, Fenced: n.fenced, Nodes: []valkey.ClusterNode{s.entry(n, true)}}
 		for _, other := range slices.Sorted(maps.Keys(n.knows)) {
 			if o := s.byID(other); o != nil {
 				m.Nodes = append(m.Nodes, s.entry(o, false))
@@ -147,6 +167,13 @@ func (s *sim) apply(t *testing.T, a Action) {
 		}
 	case a.Migrate != nil:
 		s.migrate(t, n, s.nodes[a.Migrate.Target], a.Migrate, len(a.Migrate.Slots))
+	case a.Unfence:
+		for _, o := range s.nodes {
+			if s.gone[o.primary] != nil {
+				t.Fatalf("%s: %s replicates a node that is gone, and would resync from the new one", a, o.pod)
+			}
+		}
+		n.fenced = false
 	default:
 		t.Fatalf("no model of %s", a)
 	}
@@ -198,6 +225,9 @@ func (s *sim) gossip() {
 		changed = false
 		for _, n := range s.nodes {
 			for k := range n.knows {
+				if s.gone[k] != nil {
+					continue // a server that is gone tells nothing
+				}
 				for j := range s.byID(k).knows {
 					if j != n.id && !n.knows[j] {
 						n.knows[j], changed = true, true
@@ -758,6 +788,31 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		},
 		problem: Draining, message: "a failover to settle: pod-00 and pod-03 each replicate the other",
 	}})
+}
+
+// A primary's container restarted in place comes back as a new, fenced node at the old one's
+// address, which the old one's peers then drop (noaddr). Its replica still replicates the old
+// node and reconnects to that address: it takes over first, which needs no majority of
+// primaries, so with one shard as with three; the fence goes only after, and the new node is
+// healed in as a replica. (sim.apply fails the test if the fence goes while a member still
+// replicates a node that is gone.)
+func TestAPrimaryRestartedInPlaceIsReplacedByItsReplicaBeforeItServesReplicas(t *testing.T) {
+	for _, shards := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
+			want := Want{shards, 1}
+			s := formedSim(t, want)
+			restarted := s.nodes["pod-00"]
+			s.restartInPlace("pod-00")
+			if got := actions(Form(want, s.members())); !slices.Equal(got, []string{fmt.Sprintf("pod-%02d: CLUSTER FAILOVER TAKEOVER", shards)}) {
+				t.Errorf("first step %v, want the takeover by pod-00's replica", got)
+			}
+			s.run(t, want, 20)
+			s.assertBalanced(t, want)
+			if n := s.byID(restarted.id + "-restarted"); n.primary == "" || n.fenced {
+				t.Errorf("the restarted node is not an unfenced replica: %+v", n)
+			}
+		})
+	}
 }
 
 // gonePrimary is the node of a server that is gone, id-gone: a primary of slots 8192-16383, which

@@ -131,3 +131,21 @@ func (s *Server) Replication(ctx context.Context) (Replication, error) {
 	offset, _ := strconv.ParseInt(InfoField(reply, "slave_repl_offset"), 10, 64)
 	return Replication{LinkUp: InfoField(reply, "master_link_status") == "up", Offset: offset}, nil
 }
+
+// Fenced reports whether this server refuses to serve a replica's resynchronisation (PSYNC), as a
+// Cluster node does from its start until the operator lifts the fence.
+func (s *Server) Fenced(ctx context.Context) (bool, error) {
+	reply, err := s.do(ctx, s.client.B().AclDryrun().Username(fenceUser).Command("PSYNC").Arg("?", "-1").Build()).ToString()
+	if err != nil {
+		return false, s.wrap("ACL DRYRUN", err)
+	}
+	return reply != "OK", nil
+}
+
+// Unfence lets replicas resynchronise from this server.
+func (s *Server) Unfence(ctx context.Context) error {
+	return s.wrap("ACL SETUSER", s.do(ctx, s.client.B().AclSetuser().Username(fenceUser).Rule("+sync", "+psync").Build()).Error())
+}
+
+// fenceUser is the user replicas connect as, whose rights the fence takes away.
+const fenceUser = "default"
