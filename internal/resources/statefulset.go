@@ -250,6 +250,10 @@ func clusterNode(c *corev1.Container) {
 		"--cluster-node-timeout", strconv.Itoa(NodeTimeout),
 		"--cluster-announce-ip", "$(POD_IP)",
 		"--cluster-port", strconv.Itoa(BusPort),
+		// Any replica may stand for election, however long it has been cut off from its
+		// primary: a cache would rather serve slightly stale keys than none (Valkey's default,
+		// 10, can keep every replica of a shard from standing).
+		"--cluster-replica-validity-factor", "0",
 		"--user")
 	c.Args = append(c.Args, FenceRule...)
 	c.Env = []corev1.EnvVar{{

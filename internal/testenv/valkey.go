@@ -35,9 +35,9 @@ func LoopbackIPs(n int) []string {
 }
 
 // StartValkey starts the toolchain's valkey-server on ip:port with the given extra arguments,
-// in a data directory of its own, and waits until it accepts connections. The server is killed
-// when the test ends.
-func StartValkey(t testing.TB, ip string, port int, args ...string) {
+// in a data directory of its own, and waits until it accepts connections. It returns the
+// server's process, for a test to signal. The server is killed when the test ends.
+func StartValkey(t testing.TB, ip string, port int, args ...string) *os.Process {
 	t.Helper()
 	dir := t.TempDir()
 	log, err := os.Create(filepath.Join(dir, "valkey.log"))
@@ -69,6 +69,7 @@ func StartValkey(t testing.TB, ip string, port int, args ...string) {
 		_ = conn.Close()
 		return true, ""
 	})
+	return cmd.Process
 }
 
 // Valkey connects to the Valkey server at ip:port, which must be on the loopback interface:

@@ -211,6 +211,9 @@ func formStep(want Want, members []Member) Plan {
 		}
 	}
 	if len(unreachable) > 0 {
+		if plan, ok := takeOverUnreachable(members); ok {
+			return plan
+		}
 		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
 	}
 	for _, step := range []func(Want, []Member) (Plan, bool){
@@ -335,9 +338,10 @@ func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 		}
 	}
 	departed, lostAddress := map[string]bool{}, map[string]bool{}
+	noQuorum := failedWithoutQuorum(members)
 	for i := range members {
 		for _, n := range members[i].Nodes {
-			gone := n.Failing || n.IP == "" || n.SlotsServed() == 0 || !reachable[n.ID] && !replicated[n.ID]
+			gone := n.Failing || n.IP == "" || n.SlotsServed() == 0 || !reachable[n.ID] && !replicated[n.ID] || noQuorum[n.ID]
 			if !ours[n.ID] && !n.Handshake && gone {
 				departed[n.ID] = true
 				lostAddress[n.ID] = lostAddress[n.ID] || n.IP == ""
@@ -352,26 +356,11 @@ func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 			}
 		}
 	}
-	// Of a shard's replicas, the one furthest into the primary's writes takes over: it has lost
-	// the fewest.
-	successor := map[string]*Member{}
-	var failingOver []string
-	for i := range members {
-		self, _ := members[i].self()
-		id := self.PrimaryID
-		if !departed[id] || !holdsSlots[id] {
-			continue
-		}
-		if !slices.Contains(failingOver, id) {
-			failingOver = append(failingOver, id)
-		}
-		if best := successor[id]; best == nil || members[i].ReplOffset > best.ReplOffset {
-			successor[id] = &members[i]
-		}
-	}
+	successor := successors(members, func(id string) bool { return departed[id] && holdsSlots[id] })
+	failingOver := slices.Sorted(maps.Keys(successor))
 	var takeovers []Action
 	for _, id := range failingOver {
-		if lostAddress[id] {
+		if lostAddress[id] || noQuorum[id] {
 			takeovers = append(takeovers, Action{On: successor[id].Pod, Takeover: true})
 		}
 	}
@@ -416,6 +405,93 @@ func forgetDeparted(_ Want, members []Member) (Plan, bool) {
 		}
 	}
 	return Plan{Actions: forgets, Operation: Healing, Lost: lost}, len(forgets) == 0
+}
+
+// successors are, for each primary that failing says must be replaced and that has a replica
+// among the members, the replica furthest into its writes: it has lost the fewest.
+func successors(members []Member, failing func(id string) bool) map[string]*Member {
+	successor := map[string]*Member{}
+	for i := range members {
+		self, _ := members[i].self()
+		id := self.PrimaryID
+		if id == "" || !failing(id) {
+			continue
+		}
+		if best := successor[id]; best == nil || members[i].ReplOffset > best.ReplOffset {
+			successor[id] = &members[i]
+		}
+	}
+	return successor
+}
+
+// failedWithoutQuorum are the primaries serving slots that no member reaches, which Valkey will
+// never fail over: it promotes a replica only once a majority of the primaries that serve slots
+// agree that its primary fails, and here the primaries that members reach are no majority (a
+// cluster of one or two shards that lost a primary, or one that lost most of them). A primary
+// counts as not reached when every member that can be asked and knows it has gone the node
+// timeout without an answer from it (fail? or fail); a member's own node is reached. (The bus
+// link says nothing: a hung server's kernel still accepts connections.)
+func failedWithoutQuorum(members []Member) map[string]bool {
+	down := map[string]bool{}
+	for i := range members {
+		for _, n := range members[i].Nodes {
+			if n.SlotsServed() == 0 || n.PrimaryID != "" || n.Handshake {
+				continue
+			}
+			unreached := !n.Myself && (n.Suspected || n.Failing)
+			if seen, ok := down[n.ID]; ok {
+				down[n.ID] = seen && unreached
+			} else {
+				down[n.ID] = unreached
+			}
+		}
+	}
+	up := 0
+	for _, d := range down {
+		if !d {
+			up++
+		}
+	}
+	if up > len(down)/2 {
+		return nil
+	}
+	return maps.Collect(func(yield func(string, bool) bool) {
+		for id, d := range down {
+			if d && !yield(id, true) {
+				return
+			}
+		}
+	})
+}
+
+// takeOverUnreachable promotes a replica of a primary whose server the operator cannot ask and
+// no member reaches, when Valkey cannot (failedWithoutQuorum): the one furthest into the
+// primary's writes takes over (CLUSTER FAILOVER TAKEOVER, which needs no vote), one per shard.
+// The primary must be at the address of a member whose server cannot be asked: a server that
+// answers is never replaced, so the operator never makes a second primary of the slots of one
+// that still serves. It reports false when there is no such primary.
+func takeOverUnreachable(members []Member) (Plan, bool) {
+	noQuorum := failedWithoutQuorum(members)
+	silent := map[Address]bool{}
+	for i := range members {
+		if _, ok := members[i].self(); !ok {
+			silent[Address{members[i].IP, members[i].Port}] = true
+		}
+	}
+	unreached := map[string]bool{}
+	for i := range members {
+		for _, n := range members[i].Nodes {
+			if noQuorum[n.ID] && silent[Address{n.IP, n.Port}] {
+				unreached[n.ID] = true
+			}
+		}
+	}
+	successor := successors(members, func(id string) bool { return unreached[id] })
+	var takeovers []Action
+	for _, id := range slices.Sorted(maps.Keys(successor)) {
+		takeovers = append(takeovers, Action{On: successor[id].Pod, Takeover: true})
+	}
+	return Plan{Actions: takeovers, Operation: Healing}, len(takeovers) > 0
 }
 
 // unfence lifts, all at once, the fence of the members whose servers refuse replicas'

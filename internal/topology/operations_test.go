@@ -839,12 +839,14 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 	primary3 := server{pod: "pod-3", slots: []valkey.SlotRange{r(8192, 16383)}}
 	cluster := func(more ...server) []server { return all(append(slices.Clone(shard0), more...)...) }
 	checkNext(t, []nextStep{{
-		name: "its replica not taken over yet: Valkey's failover is waited for",
+		// Of two primaries, one left is no majority: Valkey would never elect the replica.
+		name: "its replica not taken over yet: it takes over",
 		want: Want{2, 1},
 		members: func(*testing.T) []Member {
 			return midUpgrade(cluster(server{pod: "pod-1"}, server{pod: "pod-3", replica: "gone"}), gonePrimary)
 		},
-		problem: Upgrading, message: "Valkey to fail over the shard of the departed node id-gone",
+		next:    []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
+		problem: Upgrading, message: "next step: pod-3: CLUSTER FAILOVER TAKEOVER",
 	}, {
 		name: "the old node lost its address to the new pod (noaddr): its replica takes over",
 		want: Want{2, 1},
@@ -1048,4 +1050,118 @@ func TestAnImportFromADepartedPrimaryIsClaimedBeforeItIsForgotten(t *testing.T) 
 		!slices.Equal(plan.Lost, []string{"id-gone"}) {
 		t.Errorf("with the slot claimed: %v, lost %v; want the dead node forgotten and its slots given up", got, plan.Lost)
 	}
+}
+
+// unreachable marks, in every member's view, the node of pod as the servers see a node whose
+// server stopped answering: after the node timeout without a reply (fail?), with no bus link; and
+// the member of pod as one whose server the operator cannot ask.
+func unreachable(members []Member, pod string, suspected bool) []Member {
+	for i := range members {
+		if members[i].Pod == pod {
+			members[i].Nodes = nil
+			continue
+		}
+		for j := range members[i].Nodes {
+			if n := &members[i].Nodes[j]; n.ID == id(pod) {
+				n.Suspected, n.Connected = suspected, !suspected
+			}
+		}
+	}
+	return members
+}
+
+// withOffsets sets the replicas' replication offsets, by pod.
+func withOffsets(members []Member, offsets map[string]int64) []Member {
+	for i := range members {
+		if offset, ok := offsets[members[i].Pod]; ok {
+			members[i].ReplOffset = offset
+		}
+	}
+	return members
+}
+
+// Valkey fails a shard over only when a majority of the primaries that serve slots agree that
+// its primary fails: a cluster of one or two shards that loses a primary never gets there. The
+// operator then promotes the replica furthest ahead itself, once every member has gone the node
+// timeout without reaching the primary, and never while the operator can still ask the primary's
+// server (a primary cut off from its replica but still answering is not replaced: no two
+// primaries of the same slots).
+func TestAPrimaryNoMemberReachesIsTakenOverWhenValkeyHasNoQuorum(t *testing.T) {
+	oneShard := func(replicas ...string) []server {
+		s := []server{{pod: "pod-0", slots: []valkey.SlotRange{r(0, 16383)}}}
+		for _, pod := range replicas {
+			s = append(s, server{pod: pod, replica: "pod-0"})
+		}
+		return all(s...)
+	}
+	twoShards := all(server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 8191)}}, server{pod: "pod-1", slots: []valkey.SlotRange{r(8192, 16383)}},
+		server{pod: "pod-2", replica: "pod-0"}, server{pod: "pod-3", replica: "pod-1"})
+	threeShards := all(server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 5460)}}, server{pod: "pod-1", slots: []valkey.SlotRange{r(5461, 10922)}},
+		server{pod: "pod-2", slots: []valkey.SlotRange{r(10923, 16383)}},
+		server{pod: "pod-3", replica: "pod-0"}, server{pod: "pod-4", replica: "pod-1"}, server{pod: "pod-5", replica: "pod-2"})
+	checkNext(t, []nextStep{{
+		name: "1×1, within the node timeout: wait",
+		want: Want{1, 1},
+		members: func(*testing.T) []Member {
+			return unreachable(healthy(world(oneShard("pod-1")...)), "pod-0", false)
+		},
+		problem: Healing, message: "cannot ask pod-0 for its cluster state",
+	}, {
+		name: "1×1, past the node timeout: the replica takes over",
+		want: Want{1, 1},
+		members: func(*testing.T) []Member {
+			return unreachable(healthy(world(oneShard("pod-1")...)), "pod-0", true)
+		},
+		next:    []string{"pod-1: CLUSTER FAILOVER TAKEOVER"},
+		problem: Healing, message: "next step: pod-1: CLUSTER FAILOVER TAKEOVER",
+	}, {
+		name: "1×2: only the replica furthest ahead takes over",
+		want: Want{1, 2},
+		members: func(*testing.T) []Member {
+			m := unreachable(healthy(world(oneShard("pod-1", "pod-2")...)), "pod-0", true)
+			return withOffsets(m, map[string]int64{"pod-1": 100, "pod-2": 200})
+		},
+		next:    []string{"pod-2: CLUSTER FAILOVER TAKEOVER"},
+		problem: Healing, message: "next step: pod-2: CLUSTER FAILOVER TAKEOVER",
+	}, {
+		name: "2×1, past the node timeout: one primary of two is no majority, the replica takes over",
+		want: Want{2, 1},
+		members: func(*testing.T) []Member {
+			return unreachable(healthy(world(slices.Clone(twoShards)...)), "pod-0", true)
+		},
+		next:    []string{"pod-2: CLUSTER FAILOVER TAKEOVER"},
+		problem: Healing, message: "next step: pod-2: CLUSTER FAILOVER TAKEOVER",
+	}, {
+		name: "3×1: two primaries of three are a majority, Valkey fails over by itself: wait",
+		want: Want{3, 1},
+		members: func(*testing.T) []Member {
+			return unreachable(healthy(world(slices.Clone(threeShards)...)), "pod-0", true)
+		},
+		problem: Healing, message: "cannot ask pod-0 for its cluster state",
+	}, {
+		name: "1×1 partitioned: the replica lost the primary, which still answers the operator: no takeover",
+		want: Want{1, 1},
+		members: func(*testing.T) []Member {
+			m := healthy(world(oneShard("pod-1")...))
+			for j := range m[1].Nodes {
+				if n := &m[1].Nodes[j]; n.ID == id("pod-0") {
+					n.Suspected, n.Connected = true, false
+				}
+			}
+			m[1].LinkUp = false
+			return m
+		},
+		problem: SlotsUnserved, message: "0 of 16384 slots are served by reachable primaries",
+	}, {
+		name: "2×1, the primary's pod replaced at a new address, the old node unreached by all: the replica takes over",
+		want: Want{2, 1},
+		members: func(*testing.T) []Member {
+			gone := gonePrimary
+			gone.Failing, gone.Suspected = false, true
+			return midUpgrade(all(server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 8191)}}, server{pod: "pod-2", replica: "pod-0"},
+				server{pod: "pod-1"}, server{pod: "pod-3", replica: "gone"}), gone)
+		},
+		next:    []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
+		problem: Upgrading, message: "next step: pod-3: CLUSTER FAILOVER TAKEOVER",
+	}})
 }
