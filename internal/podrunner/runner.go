@@ -245,9 +245,3 @@ func gracePeriod(pod *corev1.Pod) time.Duration {
 	}
 	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
 }
-
-func closedChannel() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}

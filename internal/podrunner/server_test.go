@@ -25,12 +25,12 @@ import (
 // cluster: the command line, the memory settings and the readiness probe as a real container
 // runtime would meet them.
 
-// cachePod is the pod that the operator's StatefulSet for a Cache of the given memory makes,
-// started on a loopback IP of the test's own.
-func cachePod(memory string) *corev1.Pod {
+// cachePod is the pod that the operator's StatefulSet for a Cache of the given mode and 64Mi of
+// memory makes, started on a loopback IP of the test's own.
+func cachePod(mode cachev2.Mode) *corev1.Pod {
 	cache := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
-		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse(memory)},
+		Spec:       cachev2.CacheSpec{Mode: mode, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
 	}
 	template := resources.StatefulSet(cache, resources.DefaultImageRepository).Spec.Template
 	return &corev1.Pod{
@@ -57,7 +57,7 @@ func startServer(t *testing.T, pod *corev1.Pod) (*server, *process) {
 }
 
 func TestCachePodServesWithItsMemorySettingsAndPassesItsProbe(t *testing.T) {
-	pod := cachePod("64Mi")
+	pod := cachePod(cachev2.ModeStandalone)
 	s, p := startServer(t, pod)
 	r := &Runner{BinDir: testenv.BinDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -85,7 +85,7 @@ func TestCachePodServesWithItsMemorySettingsAndPassesItsProbe(t *testing.T) {
 // A cache must evict rather than refuse writes: writing half as much again as maxmemory holds
 // evicts keys, and every write succeeds.
 func TestCachePodEvictsInsteadOfRefusingWrites(t *testing.T) {
-	s, p := startServer(t, cachePod("64Mi"))
+	s, p := startServer(t, cachePod(cachev2.ModeStandalone))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s.waitAccepting(ctx, p)
@@ -105,7 +105,7 @@ func TestCachePodEvictsInsteadOfRefusingWrites(t *testing.T) {
 
 // A command line that a real server rejects must fail the pod, not pass unnoticed.
 func TestServerRejectsABadCommandLine(t *testing.T) {
-	pod := cachePod("64Mi")
+	pod := cachePod(cachev2.ModeStandalone)
 	c := &pod.Spec.Containers[0]
 	c.Args = append(c.Args, "--maxmemory-policy", "allkeys-lur")
 	_, p := startServer(t, pod)
@@ -124,12 +124,7 @@ func TestServerRejectsABadCommandLine(t *testing.T) {
 // node with its slots and none of their keys; and it starts fenced, refusing a replica's
 // resynchronisation.
 func TestClusterNodeRestartedInPlaceIsANewFencedNode(t *testing.T) {
-	pod := cachePod("64Mi")
-	cache := &cachev2.Cache{
-		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
-		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
-	}
-	pod.Spec = resources.StatefulSet(cache, resources.DefaultImageRepository).Spec.Template.Spec
+	pod := cachePod(cachev2.ModeCluster)
 	r := &Runner{BinDir: testenv.BinDir(), Workdir: t.TempDir(), Log: testr.New(t)}
 	s, err := r.newServer(pod)
 	if err != nil {

@@ -1127,10 +1127,10 @@ func TestAPrimaryNoMemberReachesIsTakenOverWhenValkeyHasNoQuorum(t *testing.T) {
 		name: "2×1, past the node timeout: one primary of two is no majority, the replica takes over",
 		want: Want{2, 1},
 		members: func(*testing.T) []Member {
-			return unreachable(healthy(world(slices.Clone(twoShards)...)), "pod-0", true)
+			return unreachable(healthy(world(slices.Clone(twoShards)...)), "pod-1", true)
 		},
-		next:    []string{"pod-2: CLUSTER FAILOVER TAKEOVER"},
-		problem: Healing, message: "next step: pod-2: CLUSTER FAILOVER TAKEOVER",
+		next:    []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
+		problem: Healing, message: "next step: pod-3: CLUSTER FAILOVER TAKEOVER",
 	}, {
 		name: "3×1: two primaries of three are a majority, Valkey fails over by itself: wait",
 		want: Want{3, 1},
