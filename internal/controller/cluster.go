@@ -73,6 +73,12 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 		health.Problem = topology.Forming
 	}
 	actErr := r.act(ctx, members, plan.Actions)
+	for _, m := range members {
+		if m.Stranger != "" {
+			r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, reasonStranger, "Observe",
+				"the server at %s, the address of pod %s, says it is %s: no cluster step is taken until the pod's own server answers there", m.IP, m.Pod, m.Stranger)
+		}
+	}
 	for _, a := range plan.Actions {
 		if a.Takeover {
 			r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, reasonTakeover, "Takeover",
@@ -100,6 +106,8 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 const (
 	reasonSlotsLost = "SlotsLost"
 	reasonTakeover  = "PrimaryLost"
+	// reasonStranger is the reason of the event that says a pod's address answers as another.
+	reasonStranger = "WrongServer"
 )
 
 // observeCluster asks the server of every live pod of the Cache, all at once, for its view of
@@ -123,7 +131,7 @@ func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cac
 	}
 	var wg sync.WaitGroup
 	for i := range members {
-		wg.Go(func() { observeMember(ctx, &members[i].Member) })
+		wg.Go(func() { observeMember(ctx, &members[i].Member, resources.NodeName(cache.Namespace, members[i].Pod)) })
 	}
 	wg.Wait()
 	return members, nil
@@ -154,9 +162,11 @@ func nodesToRun(cache *cachev2.Cache, members []clusterMember) int32 {
 	return nodes
 }
 
-// observeMember fills in what m's server reports; on any failure, m keeps no view of the
-// cluster, and the log says why.
-func observeMember(ctx context.Context, m *topology.Member) {
+// observeMember fills in what m's server reports, once the server has said it is the node name
+// expected (resources.NodeName); a server that says it is another is a Stranger. On any failure, m
+// keeps no view of the cluster, and the log says why. A server of a pod template from before
+// node names announces none, and is taken at its address.
+func observeMember(ctx context.Context, m *topology.Member, name string) {
 	logger := log.FromContext(ctx).WithValues("pod", m.Pod)
 	server, err := valkey.Connect(m.IP, m.Port)
 	if err != nil {
@@ -164,6 +174,15 @@ func observeMember(ctx context.Context, m *topology.Member) {
 		return
 	}
 	defer server.Close()
+	announced, err := server.NodeName(ctx)
+	if err != nil {
+		logger.Info("Cannot ask the Valkey server which pod it is", "error", err.Error())
+		return
+	}
+	if announced != "" && announced != name {
+		m.Stranger = announced
+		return
+	}
 	nodes, err := server.ClusterNodes(ctx)
 	if err == nil {
 		m.State, err = server.ClusterState(ctx)

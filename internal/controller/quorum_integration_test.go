@@ -43,7 +43,7 @@ func TestAShardWithoutQuorumIsFailedOverByTheOperator(t *testing.T) {
 			pass := func() (topology.Plan, topology.Health) {
 				for i := range members {
 					members[i].Member = topology.Member{Pod: members[i].Pod, IP: members[i].IP, Port: members[i].Port}
-					observeMember(ctx, &members[i].Member)
+					observeMember(ctx, &members[i].Member, members[i].Pod)
 				}
 				plan, health := topology.Next(want, topologyMembers(members))
 				for _, a := range plan.Actions {

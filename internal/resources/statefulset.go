@@ -249,6 +249,7 @@ func clusterNode(c *corev1.Container) {
 		"--cluster-config-file", ClusterConfigFile,
 		"--cluster-node-timeout", strconv.Itoa(NodeTimeout),
 		"--cluster-announce-ip", "$(POD_IP)",
+		"--cluster-announce-human-nodename", NodeName("$(POD_NAMESPACE)", "$(POD_NAME)"),
 		"--cluster-port", strconv.Itoa(BusPort),
 		// Any replica may stand for election, however long it has been cut off from its
 		// primary: a cache would rather serve slightly stale keys than none (Valkey's default,
@@ -256,14 +257,20 @@ func clusterNode(c *corev1.Container) {
 		"--cluster-replica-validity-factor", "0",
 		"--user")
 	c.Args = append(c.Args, FenceRule...)
-	c.Env = []corev1.EnvVar{{
-		Name: "POD_IP",
-		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
-			APIVersion: "v1", FieldPath: "status.podIP",
-		}},
-	}}
+	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
 }
+
+// podField is an environment variable that holds a field of the pod (the downward API).
+func podField(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}}
+}
+
+// NodeName is what a Cluster node says it is (cluster-announce-human-nodename): its pod, by
+// namespace and name. The operator checks it before it sends a server any command, so that an
+// address that has since gone to another pod (a stale informer, a reused IP) never gets a
+// command meant for the pod it had.
+func NodeName(namespace, pod string) string { return namespace + "/" + pod }
 
 // ClusterConfigFile is where a Cluster node keeps its identity and its view of the cluster, in
 // its data directory.

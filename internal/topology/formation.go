@@ -33,6 +33,9 @@ type Member struct {
 	// Fenced marks a server that refuses replicas' resynchronisation, as every Cluster node
 	// does from its start until unfence lifts it.
 	Fenced bool
+	// Stranger, when set, is what the server at the member's address says it is, which is not
+	// this member's pod: the address has gone to another pod, and Nodes are not read.
+	Stranger string
 }
 
 // self is the member's own entry: what it says about itself is authoritative for its ID, its
@@ -203,6 +206,17 @@ func Form(want Want, members []Member) Plan {
 func formStep(want Want, members []Member) Plan {
 	if staying := len(staying(members)); staying < want.Nodes() {
 		return Plan{Waiting: fmt.Sprintf("%d/%d nodes are running", staying, want.Nodes())}
+	}
+	// An address that answers as another pod: whatever the view says, no command goes anywhere
+	// until the members are read again.
+	var strangers []string
+	for _, m := range members {
+		if m.Stranger != "" {
+			strangers = append(strangers, fmt.Sprintf("the server at %s, %s's address, is %s", m.IP, m.Pod, m.Stranger))
+		}
+	}
+	if len(strangers) > 0 {
+		return Plan{Waiting: strings.Join(strangers, "; ")}
 	}
 	var unreachable []string
 	for i := range members {

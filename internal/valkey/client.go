@@ -149,3 +149,10 @@ func (s *Server) Unfence(ctx context.Context) error {
 
 // fenceUser is the user replicas connect as, whose rights the fence takes away.
 const fenceUser = "default"
+
+// NodeName is the name the server announces for itself (cluster-announce-human-nodename); empty
+// if it announces none.
+func (s *Server) NodeName(ctx context.Context) (string, error) {
+	values, err := s.do(ctx, s.client.B().ConfigGet().Parameter("cluster-announce-human-nodename").Build()).AsStrMap()
+	return values["cluster-announce-human-nodename"], s.wrap("CONFIG GET", err)
+}
