@@ -17,3 +17,14 @@ const AnnotationPodTemplate = "cache.example.com/pod-template"
 
 // PodTemplateLatest is the value of AnnotationPodTemplate that opts in.
 const PodTemplateLatest = "latest"
+
+// AnnotationRolloutEmptiesNodes, set to RolloutEmptiesNodesAllowed on a Cache whose nodes have no
+// replica to take over from them (every Standalone Cache, and a Cluster with replicasPerShard
+// 0), lets a change of version or memory restart its nodes, each of which comes back empty: the
+// data of a node goes with its restart. Without it such a change waits, with Ready False and
+// reason ReasonRolloutEmptiesNodes. It is a standing consent: left set, later changes go ahead
+// too.
+const AnnotationRolloutEmptiesNodes = "cache.example.com/rollout-empties-nodes"
+
+// RolloutEmptiesNodesAllowed is the value of AnnotationRolloutEmptiesNodes that consents.
+const RolloutEmptiesNodesAllowed = "allow"

@@ -23,6 +23,12 @@ const (
 	// the Cache's, so the operator cannot make its own; the message names it. The Cache stays
 	// not ready until that object is removed or renamed, or the Cache is.
 	ReasonNameConflict = "NameConflict"
+
+	// ReasonRolloutEmptiesNodes means a change of version or memory waits for consent: it
+	// restarts every node, and no replica holds a node's keys while it restarts, so each comes
+	// back empty. The pods keep running the spec before the change; the message says how to go
+	// ahead (AnnotationRolloutEmptiesNodes, or replicas first for a Cluster).
+	ReasonRolloutEmptiesNodes = "RolloutEmptiesNodes"
 )
 
 // Reasons of a Cluster Cache's Ready condition beyond those above: what the operator sees in

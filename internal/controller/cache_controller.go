@@ -120,7 +120,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		cluster, pollAfter, clusterErr = r.tendCluster(ctx, cache, made.sts, members)
 	}
 	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
-	if err := r.writeStatus(ctx, cache, observedStatus(cache, made.sts, registered, made.templateHeld, cluster)); err != nil {
+	if err := r.writeStatus(ctx, cache, observedStatus(cache, made.sts, registered, made.hold, cluster)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
 	r.announceOperation(cache, before, meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady))

@@ -446,7 +446,9 @@ func TestAnEarlierReleasesPodTemplateIsKeptUntilTheSpecChangesOrTheUserOptsIn(t 
 	}
 	edit(false)
 	templateCurrent(metav1.ConditionFalse)
-	if err := k8s.Patch(ctx, c, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"version":"8.1.2"}}`))); err != nil {
+	// With consent to a rollout that empties the nodes: a Standalone Cache has no replicas.
+	if err := k8s.Patch(ctx, c, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"spec":{"version":"8.1.2"}}`,
+		cachev2.AnnotationRolloutEmptiesNodes, cachev2.RolloutEmptiesNodesAllowed))); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the whole template with the new version", func() (bool, string) {
@@ -455,6 +457,36 @@ func TestAnEarlierReleasesPodTemplateIsKeptUntilTheSpecChangesOrTheUserOptsIn(t 
 		return image == "valkey/valkey:8.1.2" && livenessPeriod() == 10, fmt.Sprintf("image %s, period %d", image, livenessPeriod())
 	})
 	templateCurrent(metav1.ConditionTrue)
+}
+
+// A change of version or memory that would empty every node (a Standalone Cache has no replicas)
+// waits for the user's consent: the StatefulSet keeps its template, so no pod restarts, and Ready
+// says why and how to go ahead. With the annotation, the change goes out.
+func TestARolloutThatEmptiesEveryNodeWaitsForConsent(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	startManager(t, ns, nil)
+	c := newCache(t, ns)
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
+	image := func() string { return getStatefulSet(t, ns).Spec.Template.Spec.Containers[0].Image }
+
+	if err := k8s.Patch(ctx, c, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"version":"8.1.2"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	held := readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonRolloutEmptiesNodes, rolloutConsentAwaited(c).Message)
+	if got := image(); got != "valkey/valkey:8.1.1" {
+		t.Errorf("the StatefulSet runs %s before the user consented to empty every node", got)
+	}
+	if !strings.Contains(meta.FindStatusCondition(held.Status.Conditions, cachev2.ConditionReady).Message, cachev2.AnnotationRolloutEmptiesNodes) {
+		t.Error("the Ready message does not name the annotation that consents")
+	}
+
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, cachev2.AnnotationRolloutEmptiesNodes, cachev2.RolloutEmptiesNodesAllowed)
+	if err := k8s.Patch(ctx, c, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new version once consented", func() (bool, string) { return image() == "valkey/valkey:8.1.2", image() })
+	readyIs(t, ns, metav1.ConditionFalse, cachev2.ReasonProgressing, "0/3 replicas ready")
 }
 
 // statefulSetsUnseen reads through an informer cache that has not seen any StatefulSet yet, as

@@ -22,9 +22,8 @@ import (
 // children is what ensureChildren made of a Cache's Service and StatefulSet.
 type children struct {
 	sts *appsv1.StatefulSet
-	// templateHeld: the pods keep the template of an earlier operator release (see
-	// holdsReleaseTemplate).
-	templateHeld bool
+	// hold says why the pods keep their template, if they do.
+	hold templateHold
 	// created: the Service or the StatefulSet did not exist, and this pass created it.
 	created bool
 	// pending: this reconciler created the Service or the StatefulSet and its informer does not
@@ -63,28 +62,64 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 		return children{pending: true}, nil
 	}
 	if err == nil && metav1.IsControlledBy(cached, cache) {
-		held := holdsReleaseTemplate(cache, cached, desired)
+		hold := holdOf(cache, cached, desired)
 		upToDate := resources.StatefulSetUpToDate(cached, desired) ||
-			held && resources.StatefulSetUpToDateBesidesTemplate(cached, desired)
+			hold != holdNone && resources.StatefulSetUpToDateBesidesTemplate(cached, desired)
 		if upToDate {
-			return children{sts: cached, templateHeld: held}, nil
+			return children{sts: cached, hold: hold}, nil
 		}
 	}
 	if client.IgnoreNotFound(err) != nil {
 		return children{}, err
 	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	held := false
+	hold := holdNone
 	op, err := r.ensureChild(ctx, r.writer(err), cache, sts, func() {
 		want := desired
 		// Decided again on the stored object, which this closure gets fresh.
-		if held = holdsReleaseTemplate(cache, sts, desired); held {
+		if hold = holdOf(cache, sts, desired); hold != holdNone {
 			want = desired.DeepCopy()
 			want.Spec.Template = *sts.Spec.Template.DeepCopy()
 		}
 		resources.MergeStatefulSet(sts, want)
 	})
-	return children{sts: sts, templateHeld: held, created: op == controllerutil.OperationResultCreated}, err
+	return children{sts: sts, hold: hold, created: op == controllerutil.OperationResultCreated}, err
+}
+
+// templateHold is why a StatefulSet keeps a pod template other than the one the Cache's spec
+// would build now.
+type templateHold int
+
+const (
+	holdNone templateHold = iota
+	// holdRelease: the template is an earlier operator release's (holdsReleaseTemplate).
+	holdRelease
+	// holdRolloutConsent: a change of the spec would empty every node (awaitsRolloutConsent).
+	holdRolloutConsent
+)
+
+// holdOf is why the StatefulSet, created already, keeps its pod template rather than desired's.
+func holdOf(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) templateHold {
+	switch {
+	case sts.CreationTimestamp.IsZero():
+		return holdNone
+	case holdsReleaseTemplate(cache, sts, desired):
+		return holdRelease
+	case awaitsRolloutConsent(cache, sts, desired):
+		return holdRolloutConsent
+	}
+	return holdNone
+}
+
+// awaitsRolloutConsent reports whether a change of the spec's version or memory is held because
+// rolling it out would empty every node: no replica holds a node's keys while it restarts (a
+// Standalone Cache; a Cluster without replicas), and the Cache does not carry the consent
+// (AnnotationRolloutEmptiesNodes). Persistence is off, so a restarted node comes back empty; a
+// user who changes a version should not find the cache cold without having said so.
+func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
+	noReplicas := cache.Spec.Mode != cachev2.ModeCluster || cache.Spec.ReplicasOrZero() == 0
+	return noReplicas && cache.Annotations[cachev2.AnnotationRolloutEmptiesNodes] != cachev2.RolloutEmptiesNodesAllowed &&
+		resources.SpecInputs(&sts.Spec.Template) != resources.SpecInputs(&desired.Spec.Template)
 }
 
 // holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although

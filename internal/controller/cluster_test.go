@@ -32,7 +32,7 @@ func TestAClusterStillFormingKeepsItsReadyTransitionTime(t *testing.T) {
 	}}
 
 	health := topology.Health{Problem: topology.Forming, Message: "cannot ask pod-0 for its cluster state"}
-	status := observedStatus(cache, sts, nil, false, reportCluster(topology.Want{Shards: 1}, nil, health, 1))
+	status := observedStatus(cache, sts, nil, holdNone, reportCluster(topology.Want{Shards: 1}, nil, health, 1))
 
 	ready := meta.FindStatusCondition(status.Conditions, cachev2.ConditionReady)
 	if ready.Status != metav1.ConditionFalse || !ready.LastTransitionTime.Equal(&long) {

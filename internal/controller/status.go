@@ -63,10 +63,10 @@ func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev2.Cach
 }
 
 // observedStatus is the status of cache given the state of its StatefulSet, the outcome of its
-// registration in the catalogue (nil: no catalogue), whether its pods keep an earlier release's
-// template, and, for a Cluster Cache, what its servers report (nil for a Standalone one). A
+// registration in the catalogue (nil: no catalogue), why its pods keep their template if they
+// do, and, for a Cluster Cache, what its servers report (nil for a Standalone one). A
 // condition's transition time moves only when its status flips.
-func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition, templateHeld bool, cluster *clusterReport) cachev2.CacheStatus {
+func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition, hold templateHold, cluster *clusterReport) cachev2.CacheStatus {
 	status := *cache.Status.DeepCopy()
 	status.ObservedGeneration = cache.Generation
 	status.Replicas = sts.Status.Replicas
@@ -87,6 +87,9 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 			ready.Reason, ready.Message = cluster.ready.Reason, cluster.ready.Message+"; "+ready.Message
 		}
 	}
+	if hold == holdRolloutConsent {
+		ready = rolloutConsentAwaited(cache)
+	}
 	status.Selector = labels.SelectorFromSet(resources.SelectorLabels(cache)).String()
 	meta.SetStatusCondition(&status.Conditions, ready)
 	if registered != nil {
@@ -94,7 +97,7 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 	} else {
 		meta.RemoveStatusCondition(&status.Conditions, cachev2.ConditionRegistered)
 	}
-	if templateHeld {
+	if hold == holdRelease {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type:               cachev2.ConditionPodTemplateCurrent,
 			Status:             metav1.ConditionFalse,
@@ -108,6 +111,23 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 		meta.RemoveStatusCondition(&status.Conditions, cachev2.ConditionPodTemplateCurrent)
 	}
 	return status
+}
+
+// rolloutConsentAwaited is the Ready condition of a Cache whose change of version or memory would
+// empty every node (awaitsRolloutConsent): it says how to go ahead.
+func rolloutConsentAwaited(cache *cachev2.Cache) metav1.Condition {
+	ways := fmt.Sprintf("annotate the Cache %s=%s", cachev2.AnnotationRolloutEmptiesNodes, cachev2.RolloutEmptiesNodesAllowed)
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		ways = "give each shard a replica first (then no key is lost), or " + ways
+	}
+	return metav1.Condition{
+		Type:               cachev2.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		Reason:             cachev2.ReasonRolloutEmptiesNodes,
+		ObservedGeneration: cache.Generation,
+		Message: "the change of version or memory waits: it restarts every node, and with no replica to keep a node's " +
+			"keys each comes back empty; the pods keep running as before. To go ahead, " + ways + "; or set the spec back",
+	}
 }
 
 // slotsMoved counts the slots an operation has moved, from the stored status and the slots

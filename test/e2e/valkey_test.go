@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/testenv"
 )
@@ -123,8 +124,9 @@ func waitDeletions(t *testing.T, deleted func() []string, n int) []string {
 	return deleted()
 }
 
-// A change of version or memory rolls every node once, highest ordinal first; each comes back as
-// a new server (a new run_id) with the new spec in force.
+// A change of version or memory, consented to (a Standalone Cache has no replica to keep a node's
+// keys: each node comes back empty), rolls every node once, highest ordinal first; each comes back
+// as a new server (a new run_id) with the new spec in force.
 func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
 	for _, change := range []struct {
 		name, patch, image string
@@ -143,6 +145,7 @@ func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
 			history := watchReady(t, key)
 			deleted := watchPodDeletions(t, ns)
 
+			patchCache(t, key, fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, cachev2.AnnotationRolloutEmptiesNodes, cachev2.RolloutEmptiesNodesAllowed))
 			gen := patchCache(t, key, change.patch).Generation
 			waitRolledOut(t, key, 2*time.Minute)
 

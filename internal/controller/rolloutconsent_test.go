@@ -1,0 +1,48 @@
+package controller
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
+)
+
+// Only a rollout that would empty every node waits for consent: a change of version or memory,
+// in a Cache with no replica to keep a node's keys, without the annotation.
+func TestAwaitsRolloutConsent(t *testing.T) {
+	cache := func(mode cachev2.Mode, replicas int32, version string, consent bool) *cachev2.Cache {
+		c := &cachev2.Cache{
+			ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
+			Spec: cachev2.CacheSpec{Mode: mode, Shards: 3, Version: version, Memory: resource.MustParse("64Mi"),
+				ReplicasPerShard: ptr.To(replicas)},
+		}
+		if consent {
+			c.Annotations = map[string]string{cachev2.AnnotationRolloutEmptiesNodes: cachev2.RolloutEmptiesNodesAllowed}
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		was   *cachev2.Cache
+		now   *cachev2.Cache
+		waits bool
+	}{
+		{"standalone, new version", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.2", false), true},
+		{"standalone, new version, consented", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.2", true), false},
+		{"standalone, same spec", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.1", false), false},
+		{"cluster without replicas, new version", cache(cachev2.ModeCluster, 0, "8.1.1", false), cache(cachev2.ModeCluster, 0, "8.1.2", false), true},
+		{"cluster with replicas, new version", cache(cachev2.ModeCluster, 1, "8.1.1", false), cache(cachev2.ModeCluster, 1, "8.1.2", false), false},
+		{"cluster dropping its replicas with a new version", cache(cachev2.ModeCluster, 1, "8.1.1", false), cache(cachev2.ModeCluster, 0, "8.1.2", false), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sts := resources.StatefulSet(tc.was, resources.DefaultImageRepository)
+			if got := awaitsRolloutConsent(tc.now, sts, resources.StatefulSet(tc.now, resources.DefaultImageRepository)); got != tc.waits {
+				t.Errorf("awaitsRolloutConsent = %v, want %v", got, tc.waits)
+			}
+		})
+	}
+}
