@@ -123,10 +123,14 @@ func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cac
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if pod.DeletionTimestamp == nil && pod.Status.PodIP != "" && pod.Status.Phase == corev1.PodRunning {
-			members = append(members, clusterMember{pod: pod, Member: topology.Member{
+			m := clusterMember{pod: pod, Member: topology.Member{
 				Pod: pod.Name, IP: pod.Status.PodIP, Port: resources.Port,
 				Leaving: ordinal(cache, pod) >= cache.Spec.Nodes(),
-			}})
+			}}
+			if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[annotationHandoverSeen]); err == nil {
+				m.HandoverSeen, m.SinceHandover = true, time.Since(seen)
+			}
+			members = append(members, m)
 		}
 	}
 	var wg sync.WaitGroup

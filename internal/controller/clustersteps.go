@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -24,7 +26,13 @@ const keyMoveBudget = time.Second
 // keysPerMigrate is how many keys one MIGRATE command moves.
 const keysPerMigrate = 100
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=delete;patch
+
+// annotationHandoverSeen, on a pod of a Cluster Cache, is when the operator saw every member
+// report that the pod's server had handed its shard over to another primary in an ordered upgrade
+// (topology.MarkHandover), RFC 3339: the pod restarts topology.HandoverGrace after. It goes with
+// the pod.
+const annotationHandoverSeen = "cache.example.com/handover-seen-at"
 
 // act applies the plan's actions, which are independent of each other, and returns every
 // failure. A pod is deleted only if it is still the pod that was observed.
@@ -38,10 +46,14 @@ func (r *CacheReconciler) act(ctx context.Context, members []clusterMember, acti
 	for _, a := range actions {
 		log.FromContext(ctx).Info("Valkey cluster step", "step", a.String())
 		m := byPod[a.On]
-		if a.Restart {
+		switch {
+		case a.Restart:
 			pod := &corev1.Pod{}
 			pod.Name, pod.Namespace = m.pod.Name, m.pod.Namespace
 			errs = append(errs, client.IgnoreNotFound(r.Delete(ctx, pod, client.Preconditions{UID: &m.pod.UID})))
+			continue
+		case a.MarkHandover:
+			errs = append(errs, client.IgnoreNotFound(r.markHandover(ctx, m.pod)))
 			continue
 		}
 		server, err := valkey.Connect(m.IP, m.Port)
@@ -56,6 +68,19 @@ func (r *CacheReconciler) act(ctx context.Context, members []clusterMember, acti
 		return fmt.Errorf("tending the Valkey cluster: %w", err)
 	}
 	return nil
+}
+
+// markHandover records on the pod, if it is still the pod that was observed, that its handover
+// was seen now.
+func (r *CacheReconciler) markHandover(ctx context.Context, pod *corev1.Pod) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         pod.UID, // a precondition: the API server refuses to change it
+		"annotations": map[string]string{annotationHandoverSeen: time.Now().UTC().Format(time.RFC3339Nano)},
+	}})
+	if err != nil {
+		return err
+	}
+	return r.Patch(ctx, pod.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
 }
 
 // command sends one action's command to its server.

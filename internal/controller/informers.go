@@ -60,11 +60,15 @@ func InformerOptions() cache.Options {
 }
 
 // clusterMemberPod is what the reconciler reads of a Cluster Cache's pod: which it is, whether it
-// is going away, and its IP.
+// is going away, its IP, and when its handover was seen in an upgrade.
 func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
+	meta := resources.CachedMeta(pod.ObjectMeta)
+	if seen, ok := pod.Annotations[annotationHandoverSeen]; ok {
+		meta.Annotations = map[string]string{annotationHandoverSeen: seen}
+	}
 	return &corev1.Pod{
 		TypeMeta:   pod.TypeMeta,
-		ObjectMeta: resources.CachedMeta(pod.ObjectMeta),
+		ObjectMeta: meta,
 		Status:     corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
 	}
 }

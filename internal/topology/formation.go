@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"example.com/cache-operator/internal/valkey"
 )
@@ -36,6 +37,10 @@ type Member struct {
 	// Stranger, when set, is what the server at the member's address says it is, which is not
 	// this member's pod: the address has gone to another pod, and Nodes are not read.
 	Stranger string
+	// HandoverSeen marks a pod on which the operator recorded (MarkHandover) that every member
+	// reports its shard handed over to another primary, SinceHandover ago.
+	HandoverSeen  bool
+	SinceHandover time.Duration
 }
 
 // self is the member's own entry: what it says about itself is authoritative for its ID, its
@@ -83,6 +88,9 @@ type Action struct {
 	Restart bool
 	// Unfence, when set, lets replicas resynchronise from On.
 	Unfence bool
+	// MarkHandover, when set, records on On's pod that every member now reports On's shard
+	// handed over to another primary: HandoverGrace counts from then.
+	MarkHandover bool
 }
 
 // Claim is slots that the node with the given ID takes.
@@ -139,6 +147,8 @@ func (a Action) String() string {
 		return "delete pod " + a.On
 	case a.Unfence:
 		return a.On + ": ACL SETUSER default +sync +psync"
+	case a.MarkHandover:
+		return "record the handover on pod " + a.On
 	default:
 		return fmt.Sprintf("%s: CLUSTER REPLICATE %s", a.On, a.Replicate)
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"example.com/cache-operator/internal/valkey"
 )
@@ -31,6 +32,9 @@ type simNode struct {
 	linkDown          bool
 	// fenced: the server has just started and refuses replicas' resynchronisation.
 	fenced bool
+	// handoverSeen: the operator recorded on the pod that its shard was handed over, a grace
+	// ago.
+	handoverSeen bool
 }
 
 func newSim() *sim { return &sim{nodes: map[string]*simNode{}, gone: map[string]*simNode{}} }
@@ -88,6 +92,9 @@ func (s *sim) members() []Member {
 		m := Member{Pod: pod, IP: ip(pod), Port: 6379, State: "ok",
 			LinkUp:  primary != nil && !n.linkDown && !primary.fenced && s.gone[n.primary] == nil,
 			Leaving: n.leaving, Outdated: n.outdated, Fenced: n.fenced, Nodes: []valkey.ClusterNode{s.entry(n, true)}}
+		if n.handoverSeen {
+			m.HandoverSeen, m.SinceHandover = true, HandoverGrace
+		}
 		for _, other := range slices.Sorted(maps.Keys(n.knows)) {
 			if o := s.byID(other); o != nil {
 				m.Nodes = append(m.Nodes, s.entry(o, false))
@@ -167,6 +174,9 @@ func (s *sim) apply(t *testing.T, a Action) {
 		}
 	case a.Migrate != nil:
 		s.migrate(t, n, s.nodes[a.Migrate.Target], a.Migrate, len(a.Migrate.Slots))
+	case a.MarkHandover:
+		// Steps are as far apart as the grace: the sim's clock runs between them.
+		n.handoverSeen = true
 	case a.Unfence:
 		for _, o := range s.nodes {
 			if s.gone[o.primary] != nil {
@@ -982,7 +992,10 @@ func TestAShardWithoutAReplicaRestartsItsPrimaryLast(t *testing.T) {
 		name     string
 		servers  []server
 		outdated []string
+		// handover is how long ago the handover was recorded on every pod; 0: never.
+		handover time.Duration
 		next     string
+		waiting  string
 		progress string
 	}{{
 		name:     "every pod outdated: the replica first",
@@ -997,9 +1010,23 @@ func TestAShardWithoutAReplicaRestartsItsPrimaryLast(t *testing.T) {
 		next:     "pod-2: CLUSTER FAILOVER",
 		progress: "1/3 nodes run the current pod template",
 	}, {
-		name:     "failed over: the old primary restarts as a replica",
+		name:     "failed over, every member agreeing: the handover is recorded on the old primary's pod",
 		servers:  []server{bare, {pod: "pod-1", replica: "pod-2"}, {pod: "pod-2", slots: []valkey.SlotRange{r(8192, 16383)}}},
 		outdated: []string{"pod-0", "pod-1"},
+		next:     "record the handover on pod pod-1",
+		progress: "1/3 nodes run the current pod template",
+	}, {
+		name:     "recorded, within the grace: clients learn the new primary from the old one's MOVED",
+		servers:  []server{bare, {pod: "pod-1", replica: "pod-2"}, {pod: "pod-2", slots: []valkey.SlotRange{r(8192, 16383)}}},
+		outdated: []string{"pod-0", "pod-1"},
+		handover: HandoverGrace - time.Second,
+		waiting:  "clients to learn that pod-1 no longer serves its slots before it restarts (1s left)",
+		progress: "1/3 nodes run the current pod template",
+	}, {
+		name:     "the grace over: the old primary restarts as a replica",
+		servers:  []server{bare, {pod: "pod-1", replica: "pod-2"}, {pod: "pod-2", slots: []valkey.SlotRange{r(8192, 16383)}}},
+		outdated: []string{"pod-0", "pod-1"},
+		handover: HandoverGrace,
 		next:     "delete pod pod-1",
 		progress: "1/3 nodes run the current pod template",
 	}, {
@@ -1013,10 +1040,15 @@ func TestAShardWithoutAReplicaRestartsItsPrimaryLast(t *testing.T) {
 			members := healthy(world(all(tc.servers...)...))
 			for i := range members {
 				members[i].Outdated = slices.Contains(tc.outdated, members[i].Pod)
+				members[i].HandoverSeen, members[i].SinceHandover = tc.handover > 0, tc.handover
 			}
 			plan := Roll(members)
-			if got := actions(plan); !slices.Equal(got, []string{tc.next}) || plan.Progress != tc.progress {
-				t.Errorf("Roll = %v, %q; want %s, %q", got, plan.Progress, tc.next, tc.progress)
+			var want []string
+			if tc.next != "" {
+				want = []string{tc.next}
+			}
+			if got := actions(plan); !slices.Equal(got, want) || plan.Waiting != tc.waiting || plan.Progress != tc.progress {
+				t.Errorf("Roll = %v, waiting %q, %q; want %v, waiting %q, %q", got, plan.Waiting, plan.Progress, want, tc.waiting, tc.progress)
 			}
 		})
 	}
