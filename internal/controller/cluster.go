@@ -101,13 +101,13 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	return report, clusterPollWhileNotReady, actErr
 }
 
-// reasonSlotsLost is the reason of the event that says a departed primary's keys are lost, and
-// reasonTakeover of the one that says a replica takes over from a primary that is gone.
+// The reasons of a Cluster Cache's warning events about its nodes: a departed primary's keys are
+// lost (SlotsLost), a replica takes over from a primary that is gone (PrimaryLost), a pod's
+// address answers as another pod's server (WrongServer).
 const (
 	reasonSlotsLost = "SlotsLost"
 	reasonTakeover  = "PrimaryLost"
-	// reasonStranger is the reason of the event that says a pod's address answers as another.
-	reasonStranger = "WrongServer"
+	reasonStranger  = "WrongServer"
 )
 
 // observeCluster asks the server of every live pod of the Cache, all at once, for its view of
