@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# make run: runs the operator out of cluster. With KUBECONFIG set it uses that cluster; without,
+# make run: runs the operator out of cluster. Without KUBECONFIG, or with the local cluster's own,
 # it starts (or reuses) a local kwokctl cluster built from the toolchain, installs the CRDs and
-# runs the cluster's Valkey pods as real valkey-server processes on their loopback pod IPs.
-# Extra operator flags can be given in ARGS, e.g. make run ARGS=--zap-log-level=debug.
+# runs the cluster's Valkey pods as real valkey-server processes on their loopback pod IPs. With
+# another KUBECONFIG it uses that cluster. Extra operator flags can be given in ARGS, e.g.
+# make run ARGS=--zap-log-level=debug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [[ -z ${KUBECONFIG:-} ]]; then
+go build -o bin/localcluster ./hack/localcluster
+local_kubeconfig=$(bin/localcluster kubeconfig)
+# The README's second terminal exports the local cluster's kubeconfig: `make run` typed there
+# means the local cluster too, not an existing cluster that happens to be it.
+if [[ -z ${KUBECONFIG:-} || $KUBECONFIG == "$local_kubeconfig" ]]; then
 	hack/toolchain.sh etcd kubernetes kwok valkey
-	KUBECONFIG=$(go run ./hack/localcluster up)
+	KUBECONFIG=$(bin/localcluster up)
 	export KUBECONFIG
-	# kwok plays the kubelet but runs no containers: the pod runner runs the cache pods' servers
-	# until this script ends, and stops them then.
-	go build -o bin/localcluster ./hack/localcluster
 	operator_args=$(bin/localcluster operator-args)
-	bin/localcluster run-pods &
-	runner=$!
-	trap 'kill $runner 2>/dev/null; wait $runner' EXIT
+	# kwok plays the kubelet but runs no containers: the pod runner runs the cache pods' servers,
+	# in the background, as a kubelet would: they outlive this operator (kill it, and run `make
+	# run` again), until `make local-cluster-down`.
+	bin/localcluster start-pods
 	echo "Local cluster is up. In another terminal:" >&2
 	echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/bin:\$PATH" >&2
 else
@@ -29,4 +32,4 @@ else
 fi
 
 # shellcheck disable=SC2086 # the flags are words
-bin/cache-operator $operator_args ${ARGS:-}
+exec bin/cache-operator $operator_args ${ARGS:-}

@@ -4,6 +4,7 @@
 //	go run ./hack/localcluster kubeconfig     print its kubeconfig path
 //	go run ./hack/localcluster operator-args  print the flags an operator beside it runs with
 //	go run ./hack/localcluster run-pods       run its Valkey pods as real servers until interrupted
+//	go run ./hack/localcluster start-pods     run-pods in the background, until down, unless it runs
 //	go run ./hack/localcluster down           delete it
 package main
 
@@ -32,7 +33,7 @@ const webhookPort = 9443
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|operator-args|run-pods|down")
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|operator-args|run-pods|start-pods|down")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -93,13 +94,24 @@ func run(ctx context.Context, command string) error {
 		return nil
 	case "run-pods":
 		return runPods(ctx, c)
+	case "start-pods":
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		started, err := c.StartPodRunner(self, "run-pods")
+		if err == nil && started {
+			fmt.Fprintf(os.Stderr, "Started the pod runner of local cluster %s in the background (log: %s); "+
+				"like a kubelet it outlives the operator, until `make local-cluster-down`\n", c.Name, c.PodRunnerLog())
+		}
+		return err
 	case "down":
 		if !c.Exists() {
 			return nil
 		}
 		return c.Delete(ctx)
 	}
-	return fmt.Errorf("unknown command %q: want up, kubeconfig, operator-args, run-pods or down", command)
+	return fmt.Errorf("unknown command %q: want up, kubeconfig, operator-args, run-pods, start-pods or down", command)
 }
 
 // runPods runs the cluster's Valkey pods as real valkey-server processes on their pod IPs until
