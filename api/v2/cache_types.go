@@ -36,6 +36,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || self.shards <= 9",message="a Standalone Cache has at most 9 shards (nodes)"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Cluster' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster mode only; a Standalone Cache has no replicas"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !self.version.matches('^[0-9]+[.]') || int(self.version.split('.')[0]) >= 8",message="a Cluster needs Valkey 8.0 or later: the operator relies on a primary passing slot migrations on to its replicas, so that a migration survives a failover of its target, which Valkey does from 8.0"
 type CacheSpec struct {
 	// Mode is Standalone (independent nodes, each holding the keys that clients send it) or
 	// Cluster (a Valkey Cluster with replicas, formed and kept whole by the operator). It cannot

@@ -89,6 +89,19 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 	}
 }
 
+// A Cluster needs Valkey 8.0 or later (a primary passes slot migrations on to its replicas); a
+// Standalone Cache runs any release.
+func TestSchemaRejectsAClusterOfValkeyBefore8(t *testing.T) {
+	err := k8s.Create(context.Background(), cacheObject("cluster-on-7", map[string]any{"mode": "Cluster", "shards": int64(3), "version": "7.2.4"}))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "a Cluster needs Valkey 8.0 or later") {
+		t.Errorf("a Cluster of Valkey 7.2.4: got %v, want it refused as needing Valkey 8.0", err)
+	}
+	standalone := cacheObject("standalone-on-7", map[string]any{"mode": "Standalone", "shards": int64(3), "version": "7.2.4"})
+	if err := k8s.Create(context.Background(), standalone); err != nil {
+		t.Errorf("a Standalone Cache of Valkey 7.2.4 was refused: %v", err)
+	}
+}
+
 func TestSchemaRejectsNamesTheChildrenCannotCarry(t *testing.T) {
 	for _, tc := range []struct{ name, wantText string }{
 		{"orders.cache", "must be a DNS label"},

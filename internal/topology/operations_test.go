@@ -433,6 +433,25 @@ func TestOpenSlotsTowardANodeThatTurnedReplicaAreClosedOnTheSource(t *testing.T)
 	}
 }
 
+// A migration whose target fails over goes on to the replica that took over, which imports the
+// slot too (since Valkey 8 a primary passes SETSLOT on to its replicas), with the keys received so
+// far: the source is re-pointed to it, not closed, which would leave those keys where no client
+// reads them.
+func TestAMigrationWhoseTargetFailedOverGoesOnToItsSuccessor(t *testing.T) {
+	s := formedSim(t, Want{3, 1})
+	s.nodes["pod-00"].migrating[0] = id("pod-01")
+	s.nodes["pod-01"].importing[0] = id("pod-00")
+	s.apply(t, Action{On: "pod-04", Failover: true})
+	s.nodes["pod-04"].importing[0] = id("pod-00")
+	plan, _ := closeOpenSlots(Want{3, 1}, s.members())
+	if got := actions(plan); !slices.Equal(got, []string{"pod-00: migrate slots 0 to pod-04"}) {
+		t.Fatalf("closeOpenSlots = %v, want the migration re-pointed to pod-04", got)
+	}
+	if m := plan.Actions[0].Migrate; !slices.Equal(m.Export, []int{0}) || len(m.Import) != 0 || m.TargetID != id("pod-04") {
+		t.Errorf("migration %+v: want the source told to migrate slot 0 to pod-04, which imports it already", m)
+	}
+}
+
 func TestScaleOutThenInBeforeTheFirstFinishedEndsBalanced(t *testing.T) {
 	s := formedSim(t, Want{3, 1})
 	s.add(simPods(6, 10)...)

@@ -163,7 +163,8 @@ func migrate(members []Member, from, to *Member, slots, importing, exporting []i
 // operator or of a server stopped, or by hand. As valkey-cli's fix does, it finishes what can be
 // finished and drops what cannot:
 //   - a slot that a member migrates to another member is moved on to it, the target told to
-//     import it first if it is not;
+//     import it first if it is not; if that target failed over, its replica that took over has
+//     the import and the keys received so far, and the migration goes on to it;
 //   - a slot that a member imports is moved to it from the member that serves it, which is told
 //     to migrate it first if it is not; if no member serves it, the importer takes it;
 //   - a slot that a member migrates to a node that is not a member, or that it no longer serves
@@ -218,7 +219,15 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 		self, _ := m.self()
 		for _, slot := range slices.Sorted(maps.Keys(openSlots(self).Migrating)) {
 			to := byID[self.Migrating[slot]]
-			switch {
+			switch successor := takenOverBy(to, byID); {
+			case successor != nil && importsFrom(successor, slot, self.ID):
+				// Since Valkey 8 a primary passes SETSLOT on to its replicas, so the one that
+				// took over imports the slot too, with the keys received so far: the source is
+				// re-pointed to it. (Valkey 8.0.1 re-points the source itself once it learns of
+				// the failover, checked on real servers; this covers a view read before that.)
+				// Closed instead, the slot would stay with the source without those keys until a
+				// later pass moved them back.
+				add(m, successor, slot, false, true)
 			case to == nil || to == m || !isPrimary(to):
 				// A target that turned replica (it gave its last slot away during a drain) can
 				// take no slot; the keys it got went with its data when it started to replicate.
@@ -276,6 +285,25 @@ func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
 		return Plan{Waiting: "slots imported from a node that is no pod's, which still serves them: " + strings.Join(waiting, ", ")}, false
 	}
 	return Plan{Actions: actions}, len(actions) == 0
+}
+
+// takenOverBy is the primary among the members that m, a replica, replicates; nil if m is a
+// primary or not a member.
+func takenOverBy(m *Member, byID map[string]*Member) *Member {
+	if m == nil || isPrimary(m) {
+		return nil
+	}
+	self, _ := m.self()
+	if p := byID[self.PrimaryID]; p != nil && isPrimary(p) {
+		return p
+	}
+	return nil
+}
+
+// importsFrom reports whether m imports the slot from the node with the given ID.
+func importsFrom(m *Member, slot int, sourceID string) bool {
+	self, _ := m.self()
+	return self.Importing[slot] == sourceID
 }
 
 // openSlots is the node with the slots it migrates and imports, if it is a primary. A replica
