@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,14 +18,10 @@ import (
 	"example.com/cache-operator/internal/valkey"
 )
 
-// keyMoveBudget bounds how long one pass spends moving keys between servers; the SETSLOT
-// commands of a batch of at most topology.MaxSlotsPerStep slots take a few round trips more. A
-// slot whose keys are not all moved by then stays open, and the next pass resumes it from what
-// the servers report; so a big migration takes many short passes and never holds a worker long.
+// keyMoveBudget bounds how long one pass spends moving keys between servers. A slot whose keys
+// are not all moved by then stays open, and the next pass resumes it from what the servers
+// report; so a big migration takes many short passes and never holds a worker long.
 const keyMoveBudget = time.Second
-
-// keysPerMigrate is how many keys one MIGRATE command moves.
-const keysPerMigrate = 100
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=delete;patch
 
@@ -111,42 +108,61 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 	}
 }
 
-// migrate moves slots from source: the target imports, the source migrates, the keys go over,
-// and then the target, the source and every other primary are told who owns each slot whose
-// keys all moved. Keys are moved until the deadline; the slots not finished by then stay open
-// for the next pass.
+// migrate moves slots from source one at a time, as valkey-cli does, until the deadline: the
+// target is told it imports the slot and the source that it migrates it (unless they do
+// already), the slot's keys go over in batches (moveKeys), and the target, then the source, are
+// told the target owns it. So at most one slot is open at a time, the one whose keys are moving,
+// and clients meet ASK redirections for that slot alone; a slot not reached by the deadline is
+// not opened at all, and the one the deadline stopped (with its keys partly moved, or none) stays
+// open for the next pass. Every other primary is told the new owners once, at the end.
 func migrate(ctx context.Context, source *valkey.Server, byPod map[string]clusterMember, m *topology.Migration, deadline time.Time) error {
 	target, err := valkey.Connect(m.TargetAddress.IP, m.TargetAddress.Port)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
-	if err := target.SetSlotsImporting(ctx, m.Import, m.SourceID); err != nil {
-		return err
-	}
-	if err := source.SetSlotsMigrating(ctx, m.Export, m.TargetID); err != nil {
-		return err
-	}
+	batch := newKeyBatch()
 	var moved []int
-	for _, slot := range m.Slots {
-		done, err := moveKeys(ctx, source, m.TargetAddress, slot, deadline)
-		if err != nil {
+	defer func() { announceOwner(ctx, byPod, m, moved) }()
+	for i, slot := range m.Slots {
+		// The first slot is opened whatever the time, so that every pass makes progress.
+		if i > 0 && time.Now().After(deadline) {
+			return nil
+		}
+		if slices.Contains(m.Import, slot) {
+			if err := target.SetSlotsImporting(ctx, []int{slot}, m.SourceID); err != nil {
+				return err
+			}
+		}
+		if slices.Contains(m.Export, slot) {
+			if err := source.SetSlotsMigrating(ctx, []int{slot}, m.TargetID); err != nil {
+				return err
+			}
+		}
+		done, err := moveKeys(ctx, source, m.TargetAddress, slot, deadline, batch)
+		if err != nil || !done {
 			return err
 		}
-		if !done {
-			break
+		// The target first: it raises its config epoch, so its claim wins over the source's.
+		if err := target.SetSlotsOwner(ctx, []int{slot}, m.TargetID); err != nil {
+			return err
 		}
 		moved = append(moved, slot)
+		// The source would learn it from the cluster bus; told now, it redirects clients at
+		// once. A failure here is no error: a source that gave away its last slot turns into a
+		// replica of the target and drops its clients, and a slot it still shows migrating is
+		// finished by the next pass (topology.closeOpenSlots).
+		announce(ctx, source, []int{slot}, m.TargetID)
 	}
-	// The target first: it raises its config epoch, so its claim wins over the source's.
-	if err := target.SetSlotsOwner(ctx, moved, m.TargetID); err != nil {
-		return err
+	return nil
+}
+
+// announceOwner tells every other primary that the target owns the moved slots: they would
+// learn it from the cluster bus, and told now they redirect clients to the right node at once.
+func announceOwner(ctx context.Context, byPod map[string]clusterMember, m *topology.Migration, moved []int) {
+	if len(moved) == 0 {
+		return
 	}
-	// The source and the other primaries would learn it from the cluster bus; told now, they
-	// redirect clients to the right node at once. A failure here is no error: a source that gave
-	// away its last slot turns into a replica of the target and drops its clients, and a slot
-	// the source still shows migrating is finished by the next pass (topology.closeOpenSlots).
-	announce(ctx, source, moved, m.TargetID)
 	var wg sync.WaitGroup
 	for _, pod := range m.Announce {
 		wg.Go(func() {
@@ -157,7 +173,6 @@ func migrate(ctx context.Context, source *valkey.Server, byPod map[string]cluste
 		})
 	}
 	wg.Wait()
-	return nil
 }
 
 // announce tells a server the new owner of slots, logging rather than returning a failure.
@@ -167,19 +182,32 @@ func announce(ctx context.Context, server *valkey.Server, slots []int, ownerID s
 	}
 }
 
-// moveKeys moves the slot's keys from source to the target, until none is left (done) or the
-// deadline passes.
-func moveKeys(ctx context.Context, source *valkey.Server, target topology.Address, slot int, deadline time.Time) (done bool, err error) {
+// moveKeys moves the slot's keys from source to the target in batches sized by batch, until none
+// is left (done) or the deadline passes.
+func moveKeys(ctx context.Context, source *valkey.Server, target topology.Address, slot int, deadline time.Time, batch *keyBatch) (done bool, err error) {
 	for {
-		keys, err := source.KeysInSlot(ctx, slot, keysPerMigrate)
+		keys, err := source.KeysInSlot(ctx, slot, keysPerBatch)
 		if err != nil || len(keys) == 0 {
 			return err == nil, err
 		}
-		if time.Now().After(deadline) {
-			return false, nil
-		}
-		if err := source.MigrateKeys(ctx, target.IP, target.Port, keys); err != nil {
+		sizes, err := source.KeySizes(ctx, keys)
+		if err != nil {
 			return false, err
+		}
+		for len(keys) > 0 {
+			if time.Now().After(deadline) {
+				return false, nil
+			}
+			n := batch.take(sizes)
+			began := time.Now()
+			if err := source.MigrateKeys(ctx, target.IP, target.Port, keys[:n]); err != nil {
+				return false, err
+			}
+			batch.took(time.Since(began))
+			keys, sizes = keys[n:], sizes[n:]
 		}
 	}
 }
+
+// keysPerBatch is how many keys of a slot are listed at once, and the most one MIGRATE moves.
+const keysPerBatch = 100

@@ -14,7 +14,7 @@ import (
 // that it migrates it; the source's keys in the slot go over with MIGRATE, while clients are
 // redirected with ASK for keys already moved; then every primary is told the slot's new owner,
 // the target first, which raises its config epoch so that its claim wins. Each command takes
-// many slots at once, pipelined, so that a batch costs a few round trips and not a few per slot.
+// many slots at once, pipelined, where a caller has many to set.
 
 // SetSlotsImporting makes this server, the target, import the slots from the node sourceID.
 func (s *Server) SetSlotsImporting(ctx context.Context, slots []int, sourceID string) error {
@@ -80,14 +80,42 @@ func (s *Server) KeysInSlot(ctx context.Context, slot, count int) ([]string, err
 	return keys, s.wrap("CLUSTER GETKEYSINSLOT", err)
 }
 
+// MigrateTimeout is MIGRATE's own timeout: how long the source waits on the target for one
+// step of the transfer. It is longer than any batch the operator sends takes (a few
+// milliseconds on one network, see the operator's keyBatch), and the operator's deadline for the
+// command is longer still, so that the source, not the client, gives up first and says why.
+const MigrateTimeout = 5 * time.Second
+
 // MigrateKeys moves keys from this server to the one at ip:port, replacing any copy there: while
 // a slot migrates, clients write a key that still exists here only here, so this copy is the
-// latest.
+// latest. MIGRATE blocks the source while it runs, so callers keep batches small.
 func (s *Server) MigrateKeys(ctx context.Context, ip string, port int, keys []string) error {
 	cmd := s.client.B().Migrate().Host(ip).Port(int64(port)).Key("").DestinationDb(0).
-		Timeout(Timeout.Milliseconds()).Replace().Keys(keys...).Build()
+		Timeout(MigrateTimeout.Milliseconds()).Replace().Keys(keys...).Build()
+	ctx, cancel := context.WithTimeout(ctx, MigrateTimeout+Timeout)
+	defer cancel()
 	// A reply of NOKEY, when every key has expired or been deleted meanwhile, is no error.
-	return s.wrap("MIGRATE", s.do(ctx, cmd).Error())
+	return s.wrap("MIGRATE", s.client.Do(ctx, cmd).Error())
+}
+
+// KeySizes are the bytes each key takes in this server's memory (MEMORY USAGE, which samples
+// the elements of a large collection), 0 for a key that is gone; one pipelined round trip.
+func (s *Server) KeySizes(ctx context.Context, keys []string) ([]int64, error) {
+	cmds := make(valkeygo.Commands, len(keys))
+	for i, key := range keys {
+		cmds[i] = s.client.B().MemoryUsage().Key(key).Build()
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	sizes := make([]int64, len(keys))
+	for i, reply := range s.client.DoMulti(ctx, cmds...) {
+		size, err := reply.AsInt64()
+		if err != nil && !valkeygo.IsValkeyNil(err) {
+			return nil, s.wrap("MEMORY USAGE", err)
+		}
+		sizes[i] = size
+	}
+	return sizes, nil
 }
 
 // FailoverTimeout is how long a manual failover may take: Valkey gives up on one after 5 s.
