@@ -183,16 +183,21 @@ func announce(ctx context.Context, server *valkey.Server, slots []int, ownerID s
 }
 
 // moveKeys moves the slot's keys from source to the target in batches sized by batch, until none
-// is left (done) or the deadline passes.
+// is left (done) or the deadline passes. While the slot migrates, a key the source does not hold
+// is written on the target (clients are sent there with ASK), so a listing shorter than asked
+// for, once moved, leaves the source with none: it is not listed again.
 func moveKeys(ctx context.Context, source *valkey.Server, target topology.Address, slot int, deadline time.Time, batch *keyBatch) (done bool, err error) {
 	for {
 		keys, err := source.KeysInSlot(ctx, slot, keysPerBatch)
 		if err != nil || len(keys) == 0 {
 			return err == nil, err
 		}
-		sizes, err := source.KeySizes(ctx, keys)
-		if err != nil {
-			return false, err
+		last := len(keys) < keysPerBatch
+		sizes := []int64{0} // one key is a batch whatever its size
+		if len(keys) > 1 {
+			if sizes, err = source.KeySizes(ctx, keys); err != nil {
+				return false, err
+			}
 		}
 		for len(keys) > 0 {
 			if time.Now().After(deadline) {
@@ -205,6 +210,9 @@ func moveKeys(ctx context.Context, source *valkey.Server, target topology.Addres
 			}
 			batch.took(time.Since(began))
 			keys, sizes = keys[n:], sizes[n:]
+		}
+		if last {
+			return true, nil
 		}
 	}
 }

@@ -1,0 +1,177 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/testenv"
+)
+
+// measureRuns, when set (CACHE_OPERATOR_MEASURE=N), runs the measurements below N times. They
+// are the benchmark of the Cluster operations on real servers (docs/benchmark.md), not tests:
+// without it they are skipped, and `make test` spends no time on them.
+func measureRuns(t *testing.T) int {
+	runs, err := strconv.Atoi(os.Getenv("CACHE_OPERATOR_MEASURE"))
+	if err != nil || runs < 1 {
+		t.Skip("a measurement: CACHE_OPERATOR_MEASURE=N runs it N times")
+	}
+	return runs
+}
+
+// rebalanceKeys and rebalanceValue are the reference data of the rebalancing measurement:
+// 200,000 keys of 100 bytes.
+const rebalanceKeys = 200_000
+
+var rebalanceValue = strings.Repeat("v", 100)
+
+// loadKeys100B writes bench-0 … bench-(n-1), 100 bytes each, through the cluster client.
+func loadKeys100B(t *testing.T, c valkeygo.Client, n int) {
+	t.Helper()
+	const chunk = 10_000
+	for from := 0; from < n; from += chunk {
+		cmds := make(valkeygo.Commands, 0, chunk)
+		for i := from; i < min(from+chunk, n); i++ {
+			cmds = append(cmds, c.B().Set().Key("bench-"+strconv.Itoa(i)).Value(rebalanceValue).Build())
+		}
+		for _, res := range c.DoMulti(context.Background(), cmds...) {
+			if err := res.Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// countMissing counts the keys of bench-0 … bench-(n-1) that do not read back as written.
+func countMissing(t *testing.T, c valkeygo.Client, n int) int {
+	t.Helper()
+	missing := 0
+	const chunk = 10_000
+	for from := 0; from < n; from += chunk {
+		cmds := make(valkeygo.Commands, 0, chunk)
+		for i := from; i < min(from+chunk, n); i++ {
+			cmds = append(cmds, c.B().Get().Key("bench-"+strconv.Itoa(i)).Build())
+		}
+		for _, res := range c.DoMulti(context.Background(), cmds...) {
+			if got, err := res.ToString(); err != nil || got != rebalanceValue {
+				missing++
+			}
+		}
+	}
+	return missing
+}
+
+// Scale-out of a Cluster Cache 3 → 5 primaries (no replicas) holding 200,000 keys of 100 B, under
+// a client writing and reading all along, against valkey-cli --cluster rebalance
+// --cluster-use-empty-masters on plain servers of the same release with the same data, in the
+// same run, on the same machine. It logs, per run: the operator's time from the patch to Ready,
+// valkey-cli's time, the client's requests, failures (valkey-go follows MOVED and ASK itself, so
+// every failure is an error other than a redirection) and longest stretch of failures, and the
+// keys lost.
+func TestMeasureScaleOutAgainstValkeyCLI(t *testing.T) {
+	runs := measureRuns(t)
+	startOperator(t, "a", "", clusterCheckInterval)
+	for run := 1; run <= runs; run++ {
+		t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) { measureScaleOut(t, run) })
+	}
+}
+
+// measureScaleOut is one run of TestMeasureScaleOutAgainstValkeyCLI.
+func measureScaleOut(t *testing.T, run int) {
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "rebalance", 3, 0)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	c := clusterClient(t, key)
+	loadKeys100B(t, c, rebalanceKeys)
+
+	load := &upgradeLoad{}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { load.run(ctx, clusterClient(t, key)) })
+	began := time.Now()
+	patchCache(t, key, `{"spec":{"shards":5}}`)
+	testenv.WaitFor(t, 10*time.Minute, "the scale-out done", func() (bool, string) {
+		cache, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(cache)
+		return ok && cache.Status.Shards == 5 && cache.Status.SlotsToMove == 0, why
+	})
+	took := time.Since(began)
+	stop()
+	wg.Wait()
+	lost, acked := load.lost(t, c)
+	missing := countMissing(t, clusterClient(t, key), rebalanceKeys)
+
+	cli := valkeyCLIRebalance(t)
+	t.Logf("run %d: operator 3 → 5: %s; valkey-cli rebalance: %s (%.2f ×); client: %d requests, %d failed, longest failing stretch %s; "+
+		"%d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
+		run, took.Round(100*time.Millisecond), cli.Round(100*time.Millisecond), took.Seconds()/cli.Seconds(),
+		load.requests, load.failures, load.longestOutage.Round(time.Millisecond), lost, acked, missing, rebalanceKeys)
+	deleteAllCaches(t, ns)
+}
+
+// valkeyCLIRebalance forms a cluster of 3 plain servers with the reference data, adds 2 empty
+// primaries and times valkey-cli --cluster rebalance --cluster-use-empty-masters.
+func valkeyCLIRebalance(t *testing.T) time.Duration {
+	t.Helper()
+	ips := testenv.LoopbackIPs(5)
+	addr := func(i int) string { return net.JoinHostPort(ips[i], "6379") }
+	for _, ip := range ips {
+		testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes", "--cluster-node-timeout", "5000")
+	}
+	cli := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("valkey-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	cli("--cluster", "create", addr(0), addr(1), addr(2), "--cluster-yes")
+	for i := range 3 {
+		testenv.WaitFor(t, time.Minute, "the plain cluster ok on "+ips[i], func() (bool, string) {
+			out, err := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), "-h", ips[i], "cluster", "info").Output()
+			return err == nil && strings.Contains(string(out), "cluster_state:ok"), string(out)
+		})
+	}
+	plain, err := valkeygo.NewClient(valkeygo.ClientOption{InitAddress: []string{addr(0)}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	loadKeys100B(t, plain, rebalanceKeys)
+	for i := 3; i < 5; i++ {
+		cli("--cluster", "add-node", addr(i), addr(0))
+	}
+	testenv.WaitFor(t, time.Minute, "every plain server to know all 5", func() (bool, string) {
+		for i := range 5 {
+			out, err := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), "-h", ips[i], "cluster", "nodes").Output()
+			if err != nil || strings.Count(string(out), "\n") < 5 || strings.Contains(string(out), "handshake") {
+				return false, string(out)
+			}
+		}
+		return true, ""
+	})
+	began := time.Now()
+	cli("--cluster", "rebalance", addr(0), "--cluster-use-empty-masters")
+	took := time.Since(began)
+	if missing := countMissing(t, plain, rebalanceKeys); missing > 0 {
+		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
+	}
+	return took
+}
