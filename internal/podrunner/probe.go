@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -51,10 +50,10 @@ func (r *Runner) probe(ctx context.Context, s *server, probe *corev1.Probe) (boo
 			return false, err
 		}
 		return true, conn.Close()
-	case probe.Exec == nil || len(probe.Exec.Command) == 0 || filepath.Base(probe.Exec.Command[0]) != "valkey-cli":
-		return false, errors.New("the runner runs only probes that exec valkey-cli or open a TCP connection")
+	case probe.Exec == nil:
+		return false, errors.New("the runner runs only probes that exec a command or open a TCP connection")
 	}
-	binary, err := r.binary(probe.Exec.Command)
+	binary, err := r.binary(s.image, probe.Exec.Command)
 	if err != nil {
 		return false, err
 	}

@@ -16,10 +16,11 @@
 //     the deletion completes.
 //
 // What still differs from a kubelet:
-//   - only pods of one container, whose command is valkey-server or sh (the machine's shell, with
-//     the toolchain first in its PATH), and whose probes exec valkey-cli or open a TCP
-//     connection; no init containers, no sidecars, no Jobs' pods, and the image is not looked
-//     at: the runner refuses what it cannot run, and the pod fails;
+//   - only pods of one container, of an image the runner knows (images: Valkey's, whose
+//     valkey-server and valkey-cli are the toolchain's and whose sh is the machine's, with the
+//     toolchain first in its PATH), with probes that exec one of its programs or open a TCP
+//     connection; no init containers and no sidecars. What it cannot run it refuses with the
+//     reason, as a container that cannot start (restarted with the back-off);
 //   - the runner appends --bind and --bind-source-addr with the pod's IP to the command line,
 //     since every pod shares the machine's loopback interface; a shell entrypoint must pass its
 //     arguments on to the server;

@@ -1,7 +1,6 @@
 package podrunner
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -100,7 +99,7 @@ func (r *Runner) newServer(pod *corev1.Pod) (*server, error) {
 		return nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	argv := expandAll(commandLine(c), env)
-	binary, err := r.binary(argv)
+	binary, err := r.binary(c.Image, argv)
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
@@ -170,23 +169,4 @@ func commandLine(c *corev1.Container) []string {
 // where a container's shell finds the image's programs.
 func (r *Runner) processEnv() []string {
 	return []string{"PATH=" + r.BinDir + string(os.PathListSeparator) + os.Getenv("PATH")}
-}
-
-// shell is the image's shell, which a container may start as its entrypoint (sh -c SCRIPT ARGS):
-// the runner runs the machine's own, with the toolchain first in its PATH.
-const shell = "sh"
-
-// binary is the executable that argv names: the machine's shell, or one of the toolchain's.
-func (r *Runner) binary(argv []string) (string, error) {
-	if len(argv) == 0 {
-		return "", errors.New("it has no command")
-	}
-	if argv[0] == shell || argv[0] == "/bin/"+shell {
-		return exec.LookPath(shell)
-	}
-	binary := filepath.Join(r.BinDir, filepath.Base(argv[0]))
-	if _, err := os.Stat(binary); err != nil {
-		return "", fmt.Errorf("it runs %q, which the toolchain does not have: %w", argv[0], err)
-	}
-	return binary, nil
 }

@@ -1,0 +1,37 @@
+package podrunner
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The runner runs the programs of the images it knows, found on this machine, and refuses with a
+// reason any other image or program.
+func TestImagesAreMappedToLocalProgramsOrRefused(t *testing.T) {
+	r := &Runner{BinDir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(r.BinDir, "valkey-server"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		image, program, want, refusal string
+	}{
+		{"valkey/valkey:8.1.1", "valkey-server", filepath.Join(r.BinDir, "valkey-server"), ""},
+		{"valkey/valkey@sha256:0123", "/usr/local/bin/valkey-server", filepath.Join(r.BinDir, "valkey-server"), ""},
+		{"valkey/valkey:8.1.1", "valkey-cli", "", "the toolchain has no valkey-cli"},
+		{"valkey/valkey:8.1.1", "redis-server", "", `runs "redis-server", which the runner does not know in valkey/valkey`},
+		{"registry.example:5000/valkey/valkey:8.1.1", "valkey-server", "", "the image registry.example:5000/valkey/valkey:8.1.1, which the runner cannot run"},
+	} {
+		got, err := r.binary(tc.image, []string{tc.program})
+		switch {
+		case tc.refusal == "" && (err != nil || got != tc.want):
+			t.Errorf("%s %s: %q, %v; want %s", tc.image, tc.program, got, err, tc.want)
+		case tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), tc.refusal)):
+			t.Errorf("%s %s: %q, %v; want refused: %s", tc.image, tc.program, got, err, tc.refusal)
+		}
+	}
+	if sh, err := r.binary("valkey/valkey:8.1.1", []string{"/bin/sh"}); err != nil || filepath.Base(sh) != "sh" {
+		t.Errorf("the image's shell: %q, %v; want the machine's sh", sh, err)
+	}
+}
