@@ -225,12 +225,12 @@ func openSlot(t *testing.T, source, target serverView) (int, string) {
 	return 0, ""
 }
 
-// clusterOfKilledOperator forms a Cluster Cache of the given shards, without replicas, writes the
+// clusterOfKilledOperator forms a Cluster Cache of the given shards and replicas, writes the
 // keys, and kills its operator with SIGKILL, as a crash would, leaving the cluster to the test.
-func clusterOfKilledOperator(t *testing.T, shards int32, keys int) client.ObjectKey {
+func clusterOfKilledOperator(t *testing.T, shards, replicas int32, keys int) client.ObjectKey {
 	t.Helper()
 	first := startOperator(t, "a", "", clusterCheckInterval)
-	key := newClusterCache(t, newNamespace(t), "sessions", shards, 0)
+	key := newClusterCache(t, newNamespace(t), "sessions", shards, replicas)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	writeKeys(t, key, keys)
 	first.Stop(t, syscall.SIGKILL)
@@ -247,7 +247,7 @@ func primaries(views []serverView) []serverView {
 // and the slot's keys are all on one node.
 func TestClusterMigrationLeftOpenByAKilledOperatorIsFinished(t *testing.T) {
 	const keys = 5000
-	key := clusterOfKilledOperator(t, 2, keys)
+	key := clusterOfKilledOperator(t, 2, 0, keys)
 
 	p := primaries(clusterViews(t, key))
 	slot, _ := openSlot(t, p[0], p[1])
@@ -301,7 +301,7 @@ func TestClusterHealsWhenANodeOfAMigrationDies(t *testing.T) {
 	for _, dies := range []string{"target", "source"} {
 		t.Run("the "+dies, func(t *testing.T) {
 			const keys = 3000
-			key := clusterOfKilledOperator(t, 3, keys)
+			key := clusterOfKilledOperator(t, 3, 0, keys)
 
 			p := primaries(clusterViews(t, key))
 			source, target := p[0], p[1]
@@ -348,6 +348,51 @@ func TestClusterHealsWhenANodeOfAMigrationDies(t *testing.T) {
 					t.Errorf("GET key-%d = %q, %v; want %d", i, got, err, i)
 				}
 			}
+		})
+	}
+}
+
+// The same with a replica per shard: the source or the target of an open migration has its
+// server killed and restarted in place, a new node at the same address. Its replica takes over,
+// with the slot's migration or import (Valkey 8 passes SETSLOT on to replicas) and the keys it
+// had; the operator finishes the migration toward the new primaries and heals the restarted node
+// in as a replica. No key is lost, the one already moved included, and no slot is left open.
+func TestClusterMigrationSurvivesARestartOfItsSourceOrTarget(t *testing.T) {
+	for _, dies := range []string{"target", "source"} {
+		t.Run("the "+dies, func(t *testing.T) {
+			const keys = 3000
+			key := clusterOfKilledOperator(t, 3, 1, keys)
+			p := primaries(clusterViews(t, key))
+			source, target := p[0], p[1]
+			openSlot(t, source, target)
+			// Every write, the key moved to the target included, is on a replica before the crash.
+			for _, v := range []serverView{source, target} {
+				if n, err := do(t, &v.pod, func(b valkeygo.Builder) valkeygo.Completed {
+					return b.Wait().Numreplicas(1).Timeout(5000).Build()
+				}).AsInt64(); err != nil || n < 1 {
+					t.Fatalf("WAIT 1 on %s: %d, %v", v.pod.Name, n, err)
+				}
+			}
+			dead := map[string]serverView{"target": target, "source": source}[dies]
+			if err := runner.Crash(key.Namespace, dead.pod.Name); err != nil {
+				t.Fatal(err)
+			}
+			startOperator(t, "b", "", clusterCheckInterval)
+			testenv.WaitFor(t, 3*time.Minute, "the restarted server a new replica and the cluster ready", func() (bool, string) {
+				c, err := getCache(t, key)
+				if err != nil {
+					return false, err.Error()
+				}
+				ok, why := settled(c)
+				for _, n := range c.Status.Nodes {
+					if n.Pod == dead.pod.Name && (n.ID == dead.self.ID || n.Role != cachev2.RoleReplica) {
+						return false, "the restarted server is not a new replica yet; " + why
+					}
+				}
+				return ok, why
+			})
+			assertShape(t, key, 3, 1) // no slot open on any node, too
+			assertKeysRead(t, key, keys)
 		})
 	}
 }

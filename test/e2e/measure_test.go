@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +17,10 @@ import (
 	"time"
 
 	valkeygo "github.com/valkey-io/valkey-go"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/testenv"
@@ -174,4 +178,88 @@ func valkeyCLIRebalance(t *testing.T) time.Duration {
 		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
 	}
 	return took
+}
+
+// largeValues and largeValue are the large values mixed into the reference data: 1,000 of 1 MiB.
+const largeValues = 1000
+
+var largeValue = strings.Repeat("L", 1<<20)
+
+// Scale-out of a Cluster Cache 3 × 1 → 5 × 1 holding the reference data with 1,000 values of
+// 1 MiB mixed in, under a client writing and reading all along. MIGRATE blocks the source while
+// it runs: batches bounded by bytes must keep every source answering its replica and the cluster
+// bus, so that no source is failed over mid-migration. It logs, per run, the time, the client's
+// failures and longest failing stretch, whether any primary changed, and the keys lost.
+func TestMeasureScaleOutWithLargeValues(t *testing.T) {
+	runs := measureRuns(t)
+	startOperator(t, "a", "", clusterCheckInterval)
+	for run := 1; run <= runs; run++ {
+		t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
+			ns := newNamespace(t)
+			c := &cachev2.Cache{
+				ObjectMeta: metav1.ObjectMeta{Name: "large", Namespace: ns},
+				Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3, ReplicasPerShard: ptr.To[int32](1),
+					Version: "8.1.1", Memory: resource.MustParse("1Gi")},
+			}
+			if err := admin.Create(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			key := client.ObjectKeyFromObject(c)
+			before := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+			vc := clusterClient(t, key)
+			loadKeys100B(t, vc, rebalanceKeys)
+			for from := 0; from < largeValues; from += 50 {
+				cmds := make(valkeygo.Commands, 0, 50)
+				for i := from; i < from+50; i++ {
+					cmds = append(cmds, vc.B().Set().Key("large-"+strconv.Itoa(i)).Value(largeValue).Build())
+				}
+				for _, res := range vc.DoMulti(context.Background(), cmds...) {
+					if err := res.Error(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+
+			load := &upgradeLoad{}
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Go(func() { load.run(ctx, clusterClient(t, key)) })
+			began := time.Now()
+			patchCache(t, key, `{"spec":{"shards":5}}`)
+			var after *cachev2.Cache
+			testenv.WaitFor(t, 20*time.Minute, "the scale-out done", func() (bool, string) {
+				var err error
+				if after, err = getCache(t, key); err != nil {
+					return false, err.Error()
+				}
+				ok, why := settled(after)
+				return ok && after.Status.Shards == 5 && after.Status.SlotsToMove == 0, why
+			})
+			took := time.Since(began)
+			stop()
+			wg.Wait()
+			lost, acked := load.lost(t, vc)
+			missing := countMissing(t, clusterClient(t, key), rebalanceKeys)
+			primaryIDs := func(c *cachev2.Cache) []string {
+				var ids []string
+				for _, n := range c.Status.Nodes {
+					if n.Role == cachev2.RolePrimary {
+						ids = append(ids, n.ID)
+					}
+				}
+				return ids
+			}
+			failedOver := 0
+			for _, id := range primaryIDs(before) {
+				if !slices.Contains(primaryIDs(after), id) {
+					failedOver++
+				}
+			}
+			t.Logf("run %d: 3 × 1 → 5 × 1 with %d values of 1 MiB: %s; client: %d requests, %d failed, longest failing stretch %s; "+
+				"%d of the 3 first primaries failed over; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
+				run, largeValues, took.Round(100*time.Millisecond), load.requests, load.failures, load.longestOutage.Round(time.Millisecond),
+				failedOver, lost, acked, missing, rebalanceKeys)
+			deleteAllCaches(t, ns)
+		})
+	}
 }
