@@ -115,10 +115,12 @@ func holdOf(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) templateHold
 // rolling it out would empty every node: no replica holds a node's keys while it restarts (a
 // Standalone Cache; a Cluster without replicas), and the Cache does not carry the consent
 // (AnnotationRolloutEmptiesNodes). Persistence is off, so a restarted node comes back empty; a
-// user who changes a version should not find the cache cold without having said so.
+// user who changes a version should not find the cache cold without having said so. A template
+// edited by hand is no change of the spec: it is undone, as ever.
 func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
 	noReplicas := cache.Spec.Mode != cachev2.ModeCluster || cache.Spec.ReplicasOrZero() == 0
 	return noReplicas && cache.Annotations[cachev2.AnnotationRolloutEmptiesNodes] != cachev2.RolloutEmptiesNodesAllowed &&
+		resources.TemplateAsWritten(sts) &&
 		resources.SpecInputs(&sts.Spec.Template) != resources.SpecInputs(&desired.Spec.Template)
 }
 

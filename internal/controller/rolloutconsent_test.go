@@ -26,20 +26,26 @@ func TestAwaitsRolloutConsent(t *testing.T) {
 		return c
 	}
 	for _, tc := range []struct {
-		name  string
-		was   *cachev2.Cache
-		now   *cachev2.Cache
-		waits bool
+		name string
+		was  *cachev2.Cache
+		now  *cachev2.Cache
+		// byHand: the StatefulSet was written for now, then edited to was's template.
+		byHand bool
+		waits  bool
 	}{
-		{"standalone, new version", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.2", false), true},
-		{"standalone, new version, consented", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.2", true), false},
-		{"standalone, same spec", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.1", false), false},
-		{"cluster without replicas, new version", cache(cachev2.ModeCluster, 0, "8.1.1", false), cache(cachev2.ModeCluster, 0, "8.1.2", false), true},
-		{"cluster with replicas, new version", cache(cachev2.ModeCluster, 1, "8.1.1", false), cache(cachev2.ModeCluster, 1, "8.1.2", false), false},
-		{"cluster dropping its replicas with a new version", cache(cachev2.ModeCluster, 1, "8.1.1", false), cache(cachev2.ModeCluster, 0, "8.1.2", false), true},
+		{"standalone, new version", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.2", false), false, true},
+		{"standalone, new version, consented", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.2", true), false, false},
+		{"standalone, same spec", cache(cachev2.ModeStandalone, 0, "8.1.1", false), cache(cachev2.ModeStandalone, 0, "8.1.1", false), false, false},
+		{"cluster without replicas, new version", cache(cachev2.ModeCluster, 0, "8.1.1", false), cache(cachev2.ModeCluster, 0, "8.1.2", false), false, true},
+		{"cluster with replicas, new version", cache(cachev2.ModeCluster, 1, "8.1.1", false), cache(cachev2.ModeCluster, 1, "8.1.2", false), false, false},
+		{"cluster dropping its replicas with a new version", cache(cachev2.ModeCluster, 1, "8.1.1", false), cache(cachev2.ModeCluster, 0, "8.1.2", false), false, true},
+		{"standalone, its image edited by hand", cache(cachev2.ModeStandalone, 0, "7.2.0", false), cache(cachev2.ModeStandalone, 0, "8.1.1", false), true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sts := resources.StatefulSet(tc.was, resources.DefaultImageRepository)
+			if tc.byHand {
+				sts.Annotations = resources.StatefulSet(tc.now, resources.DefaultImageRepository).Annotations
+			}
 			if got := awaitsRolloutConsent(tc.now, sts, resources.StatefulSet(tc.now, resources.DefaultImageRepository)); got != tc.waits {
 				t.Errorf("awaitsRolloutConsent = %v, want %v", got, tc.waits)
 			}
