@@ -292,3 +292,59 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 		})
 	}
 }
+
+// A primary of a 3 × 1 Cluster Cache lost under a client writing and reading all along, two
+// ways: its server killed (SIGKILL) and restarted in place as a new node, and its pod deleted.
+// It logs, per run, the time until the Cache is Ready again, the client's failures and longest
+// failing stretch, and the keys lost.
+func TestMeasurePrimaryLoss(t *testing.T) {
+	runs := measureRuns(t)
+	startOperator(t, "a", "", clusterCheckInterval)
+	for _, how := range []string{"server killed", "pod deleted"} {
+		for run := 1; run <= runs; run++ {
+			t.Run(fmt.Sprintf("%s, run %d", how, run), func(t *testing.T) {
+				ns := newNamespace(t)
+				key := newClusterCache(t, ns, "loss", 3, 1)
+				c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+				primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
+				load := &upgradeLoad{}
+				ctx, stop := context.WithCancel(context.Background())
+				var wg sync.WaitGroup
+				vc := clusterClient(t, key)
+				wg.Go(func() { load.run(ctx, vc) })
+				// A steady client first: the loss is measured from a cluster that serves it.
+				testenv.WaitFor(t, time.Minute, "the client to be writing", func() (bool, string) {
+					return load.requests > 1000, ""
+				})
+				began := time.Now()
+				if how == "server killed" {
+					if err := runner.Crash(ns, primaryPod.Name); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := admin.Delete(context.Background(), primaryPod); err != nil {
+					t.Fatal(err)
+				}
+				testenv.WaitFor(t, 3*time.Minute, "the cluster whole again", func() (bool, string) {
+					c, err := getCache(t, key)
+					if err != nil {
+						return false, err.Error()
+					}
+					ok, why := settled(c)
+					for _, n := range c.Status.Nodes {
+						if n.ID == primary.ID {
+							return false, "the lost node is still there; " + why
+						}
+					}
+					return ok && len(c.Status.Nodes) == 6, why
+				})
+				took := time.Since(began)
+				stop()
+				wg.Wait()
+				lost, acked := load.lost(t, vc)
+				t.Logf("%s, run %d: Ready again after %s; client: %d requests, %d failed, longest failing stretch %s; %d of %d keys lost their last acknowledged write",
+					how, run, took.Round(100*time.Millisecond), load.requests, load.failures, load.longestOutage.Round(time.Millisecond), lost, acked)
+				deleteAllCaches(t, ns)
+			})
+		}
+	}
+}
