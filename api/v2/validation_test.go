@@ -100,6 +100,7 @@ func TestSchemaRejectsAClusterOfValkeyBefore8(t *testing.T) {
 	if err := k8s.Create(context.Background(), standalone); err != nil {
 		t.Errorf("a Standalone Cache of Valkey 7.2.4 was refused: %v", err)
 	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), standalone) })
 }
 
 func TestSchemaRejectsNamesTheChildrenCannotCarry(t *testing.T) {

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	valkeygo "github.com/valkey-io/valkey-go"
-
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/testenv"
 	"example.com/cache-operator/internal/topology"
@@ -109,33 +107,14 @@ func selfID(m clusterMember) string {
 // two shards.
 const lowSlotTag = "3"
 
-// writeAcknowledged writes n keys of one slot (lowSlotTag) on the server at ip and waits until a
-// replica has acknowledged them all; it returns the keys.
+// writeAcknowledged writes n keys of one slot (lowSlotTag) on the server at ip, acknowledged by a
+// replica; it returns the keys.
 func writeAcknowledged(t *testing.T, ip string, n int) []string {
 	t.Helper()
-	client := testenv.Valkey(t, ip, 6379)
-	var keys []string
-	err := client.Dedicated(func(d valkeygo.DedicatedClient) error {
-		var cmds valkeygo.Commands
-		for i := range n {
-			key := fmt.Sprintf("{%s}-%d", lowSlotTag, i)
-			keys = append(keys, key)
-			cmds = append(cmds, d.B().Set().Key(key).Value(key).Build())
-		}
-		cmds = append(cmds, d.B().Wait().Numreplicas(1).Timeout(5000).Build())
-		replies := d.DoMulti(context.Background(), cmds...)
-		for _, r := range replies[:len(replies)-1] {
-			if err := r.Error(); err != nil {
-				return err
-			}
-		}
-		if acked, err := replies[len(replies)-1].AsInt64(); err != nil || acked < 1 {
-			return fmt.Errorf("WAIT 1: %d replicas acknowledged: %w", acked, err)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("{%s}-%d", lowSlotTag, i)
 	}
+	testenv.SetAcknowledgedByAReplica(t, testenv.Valkey(t, ip, 6379), keys, keys)
 	return keys
 }

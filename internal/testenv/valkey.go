@@ -118,3 +118,30 @@ func ValkeyConfig(t testing.TB, client valkey.Client, parameter string) string {
 	}
 	return values[parameter]
 }
+
+// SetAcknowledgedByAReplica writes each key with its value on the server c is connected to (a
+// primary, or one node of a cluster client dedicated to the keys' slot) and waits until a replica
+// has acknowledged them all (WAIT 1): writes that a failover must not lose.
+func SetAcknowledgedByAReplica(t testing.TB, c valkey.Client, keys, values []string) {
+	t.Helper()
+	err := c.Dedicated(func(d valkey.DedicatedClient) error {
+		cmds := make(valkey.Commands, 0, len(keys)+1)
+		for i, key := range keys {
+			cmds = append(cmds, d.B().Set().Key(key).Value(values[i]).Build())
+		}
+		cmds = append(cmds, d.B().Wait().Numreplicas(1).Timeout(5000).Build())
+		replies := d.DoMulti(context.Background(), cmds...)
+		for _, r := range replies[:len(replies)-1] {
+			if err := r.Error(); err != nil {
+				return err
+			}
+		}
+		if acked, err := replies[len(replies)-1].AsInt64(); err != nil || acked < 1 {
+			return fmt.Errorf("WAIT 1: %d replicas acknowledged: %w", acked, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

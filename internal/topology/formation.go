@@ -479,13 +479,8 @@ func failedWithoutQuorum(members []Member) map[string]bool {
 	if up > len(down)/2 {
 		return nil
 	}
-	return maps.Collect(func(yield func(string, bool) bool) {
-		for id, d := range down {
-			if d && !yield(id, true) {
-				return
-			}
-		}
-	})
+	maps.DeleteFunc(down, func(_ string, d bool) bool { return !d })
+	return down
 }
 
 // takeOverUnreachable promotes a replica of a primary whose server the operator cannot ask and

@@ -378,19 +378,7 @@ func TestClusterMigrationSurvivesARestartOfItsSourceOrTarget(t *testing.T) {
 				t.Fatal(err)
 			}
 			startOperator(t, "b", "", clusterCheckInterval)
-			testenv.WaitFor(t, 3*time.Minute, "the restarted server a new replica and the cluster ready", func() (bool, string) {
-				c, err := getCache(t, key)
-				if err != nil {
-					return false, err.Error()
-				}
-				ok, why := settled(c)
-				for _, n := range c.Status.Nodes {
-					if n.Pod == dead.pod.Name && (n.ID == dead.self.ID || n.Role != cachev2.RoleReplica) {
-						return false, "the restarted server is not a new replica yet; " + why
-					}
-				}
-				return ok, why
-			})
+			waitNewReplicaOn(t, key, dead.pod.Name, dead.self.ID, 6)
 			assertShape(t, key, 3, 1) // no slot open on any node, too
 			assertKeysRead(t, key, keys)
 		})
@@ -445,19 +433,7 @@ func TestClusterPrimaryRestartedInPlaceKeepsEveryWriteAReplicaAcknowledged(t *te
 				t.Fatal(err)
 			}
 			nodes := int(shards) * 2
-			testenv.WaitFor(t, 3*time.Minute, "the cluster whole again with the restarted server's new node", func() (bool, string) {
-				c, err := getCache(t, key)
-				if err != nil {
-					return false, err.Error()
-				}
-				ok, why := settled(c)
-				for _, n := range c.Status.Nodes {
-					if n.Pod == primaryPod.Name && (n.ID == primary.ID || n.Role != cachev2.RoleReplica) {
-						return false, "the restarted server is not a new replica yet; " + why
-					}
-				}
-				return ok && len(c.Status.Nodes) == nodes, why
-			})
+			waitNewReplicaOn(t, key, primaryPod.Name, primary.ID, nodes)
 			stopLoad()
 			wg.Wait()
 			t.Logf("a client writing all along: %d requests, %d failed, longest outage %s", load.requests, load.failures, load.longestOutage)
@@ -515,29 +491,14 @@ func writeAcknowledgedByAReplica(t *testing.T, primaryPod *corev1.Pod, primaryID
 	const candidates = 6000
 	mine := keysServedBy(t, candidates, view)
 	var acked []int
-	err := node(t, primaryPod).Dedicated(func(d valkeygo.DedicatedClient) error {
-		var cmds valkeygo.Commands
-		for i := range candidates {
-			if mine[i] {
-				cmds = append(cmds, d.B().Set().Key(fmt.Sprintf("key-%d", i)).Value(fmt.Sprint(i)).Build())
-				acked = append(acked, i)
-			}
+	var keys, values []string
+	for i := range candidates {
+		if mine[i] {
+			acked = append(acked, i)
+			keys, values = append(keys, fmt.Sprintf("key-%d", i)), append(values, fmt.Sprint(i))
 		}
-		cmds = append(cmds, d.B().Wait().Numreplicas(1).Timeout(5000).Build())
-		replies := d.DoMulti(context.Background(), cmds...)
-		for _, r := range replies[:len(replies)-1] {
-			if err := r.Error(); err != nil {
-				return err
-			}
-		}
-		if n, err := replies[len(replies)-1].AsInt64(); err != nil || n < 1 {
-			return fmt.Errorf("WAIT 1: %d replicas acknowledged: %w", n, err)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
+	testenv.SetAcknowledgedByAReplica(t, node(t, primaryPod), keys, values)
 	return acked
 }
 

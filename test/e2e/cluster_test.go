@@ -88,6 +88,25 @@ func waitReadyWithNewNodes(t *testing.T, key client.ObjectKey, n int, old map[st
 	return c
 }
 
+// waitNewReplicaOn waits until the Cache is settled with the given number of nodes, the pod's
+// node a new one (not oldID) that replicates a primary: a lost server healed back in.
+func waitNewReplicaOn(t *testing.T, key client.ObjectKey, pod, oldID string, nodes int) {
+	t.Helper()
+	testenv.WaitFor(t, 3*time.Minute, pod+"'s new node a replica and the cluster ready", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(c)
+		for _, n := range c.Status.Nodes {
+			if n.Pod == pod && (n.ID == oldID || n.Role != cachev2.RoleReplica) {
+				return false, pod + " is not a new replica yet; " + why
+			}
+		}
+		return ok && len(c.Status.Nodes) == nodes, fmt.Sprintf("%d nodes; %s", len(c.Status.Nodes), why)
+	})
+}
+
 // clusterClient is a cluster client seeded with one of the Cache's nodes: it learns the others,
 // and where each slot is, from the cluster itself.
 func clusterClient(t *testing.T, key client.ObjectKey) valkeygo.Client {

@@ -61,6 +61,31 @@ func loadKeys100B(t *testing.T, c valkeygo.Client, n int) {
 	}
 }
 
+// scaleOutUnderLoad scales the Cache to 5 shards while a client writes and reads all along, and
+// waits until every slot has moved. It returns what the client saw, the Cache as it then is, and
+// when the patch was sent and the scale-out seen done.
+func scaleOutUnderLoad(t *testing.T, key client.ObjectKey, timeout time.Duration) (load *upgradeLoad, after *cachev2.Cache, began, done time.Time) {
+	t.Helper()
+	load = &upgradeLoad{}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { load.run(ctx, clusterClient(t, key)) })
+	began = time.Now()
+	patchCache(t, key, `{"spec":{"shards":5}}`)
+	testenv.WaitFor(t, timeout, "the scale-out done", func() (bool, string) {
+		var err error
+		if after, err = getCache(t, key); err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(after)
+		return ok && after.Status.Shards == 5 && after.Status.SlotsToMove == 0, why
+	})
+	done = time.Now()
+	stop()
+	wg.Wait()
+	return load, after, began, done
+}
+
 // countMissing counts the keys of bench-0 … bench-(n-1) that do not read back as written.
 func countMissing(t *testing.T, c valkeygo.Client, n int) int {
 	t.Helper()
@@ -124,24 +149,8 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, run int) {
 	c := clusterClient(t, key)
 	loadKeys100B(t, c, rebalanceKeys)
 
-	load := &upgradeLoad{}
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { load.run(ctx, clusterClient(t, key)) })
-	began := time.Now()
-	patchCache(t, key, `{"spec":{"shards":5}}`)
-	testenv.WaitFor(t, 10*time.Minute, "the scale-out done", func() (bool, string) {
-		cache, err := getCache(t, key)
-		if err != nil {
-			return false, err.Error()
-		}
-		ok, why := settled(cache)
-		return ok && cache.Status.Shards == 5 && cache.Status.SlotsToMove == 0, why
-	})
-	done := time.Now()
+	load, _, began, done := scaleOutUnderLoad(t, key, 10*time.Minute)
 	took, migrating := done.Sub(began), done.Sub(firstMigrationStep(t, operator, ns))
-	stop()
-	wg.Wait()
 	lost, acked := load.lost(t, c)
 	missing := countMissing(t, clusterClient(t, key), rebalanceKeys)
 
@@ -249,24 +258,8 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 				}
 			}
 
-			load := &upgradeLoad{}
-			ctx, stop := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			wg.Go(func() { load.run(ctx, clusterClient(t, key)) })
-			began := time.Now()
-			patchCache(t, key, `{"spec":{"shards":5}}`)
-			var after *cachev2.Cache
-			testenv.WaitFor(t, 20*time.Minute, "the scale-out done", func() (bool, string) {
-				var err error
-				if after, err = getCache(t, key); err != nil {
-					return false, err.Error()
-				}
-				ok, why := settled(after)
-				return ok && after.Status.Shards == 5 && after.Status.SlotsToMove == 0, why
-			})
-			took := time.Since(began)
-			stop()
-			wg.Wait()
+			load, after, began, done := scaleOutUnderLoad(t, key, 20*time.Minute)
+			took := done.Sub(began)
 			lost, acked := load.lost(t, vc)
 			missing := countMissing(t, clusterClient(t, key), rebalanceKeys)
 			primaryIDs := func(c *cachev2.Cache) []string {
@@ -311,11 +304,11 @@ func TestMeasurePrimaryLoss(t *testing.T) {
 				ctx, stop := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
 				vc := clusterClient(t, key)
+				// The client serves before the loss: it is measured from a cluster that answers.
+				if err := vc.Do(ctx, vc.B().Set().Key("before-the-loss").Value("1").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
 				wg.Go(func() { load.run(ctx, vc) })
-				// A steady client first: the loss is measured from a cluster that serves it.
-				testenv.WaitFor(t, time.Minute, "the client to be writing", func() (bool, string) {
-					return load.requests > 1000, ""
-				})
 				began := time.Now()
 				if how == "server killed" {
 					if err := runner.Crash(ns, primaryPod.Name); err != nil {
@@ -324,19 +317,7 @@ func TestMeasurePrimaryLoss(t *testing.T) {
 				} else if err := admin.Delete(context.Background(), primaryPod); err != nil {
 					t.Fatal(err)
 				}
-				testenv.WaitFor(t, 3*time.Minute, "the cluster whole again", func() (bool, string) {
-					c, err := getCache(t, key)
-					if err != nil {
-						return false, err.Error()
-					}
-					ok, why := settled(c)
-					for _, n := range c.Status.Nodes {
-						if n.ID == primary.ID {
-							return false, "the lost node is still there; " + why
-						}
-					}
-					return ok && len(c.Status.Nodes) == 6, why
-				})
+				waitNewReplicaOn(t, key, primaryPod.Name, primary.ID, 6)
 				took := time.Since(began)
 				stop()
 				wg.Wait()
