@@ -241,7 +241,8 @@ func formStep(want Want, members []Member) Plan {
 		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
 	}
 	for _, step := range []func(Want, []Member) (Plan, bool){
-		rolesAgreed, forgetDeparted, unfence, meet, closeOpenSlots, assignSlots, handOverLeaving, freeReplica, attachReplicas, rebalance, release,
+		rolesAgreed, forgetDeparted, unfence, meet, heldForSyncingReplicas(closeOpenSlots), assignSlots, handOverLeaving, freeReplica,
+		attachReplicas, heldForSyncingReplicas(rebalance), release,
 		replicasComplete,
 	} {
 		if plan, done := step(want, members); !done {

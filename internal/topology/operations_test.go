@@ -30,6 +30,9 @@ type simNode struct {
 	knows             map[string]bool // node IDs
 	leaving, outdated bool
 	linkDown          bool
+	// syncing: a replica taking its first copy from its primary, which passes SETSLOT on only to
+	// online replicas; the sim keeps it syncing until the planner has nothing else to do.
+	syncing bool
 	// fenced: the server has just started and refuses replicas' resynchronisation.
 	fenced bool
 	// handoverSeen: the operator recorded on the pod that its shard was handed over, a grace
@@ -90,7 +93,7 @@ func (s *sim) members() []Member {
 		// A replica of a fenced or gone primary cannot sync.
 		primary := s.byID(n.primary)
 		m := Member{Pod: pod, IP: ip(pod), Port: 6379, State: "ok",
-			LinkUp:  primary != nil && !n.linkDown && !primary.fenced && s.gone[n.primary] == nil,
+			LinkUp:  primary != nil && !n.linkDown && !n.syncing && !primary.fenced && s.gone[n.primary] == nil,
 			Leaving: n.leaving, Outdated: n.outdated, Fenced: n.fenced, Nodes: []valkey.ClusterNode{s.entry(n, true)}}
 		if n.handoverSeen {
 			m.HandoverSeen, m.SinceHandover = true, HandoverGrace
@@ -132,7 +135,7 @@ func (s *sim) apply(t *testing.T, a Action) {
 		if len(n.slots) > 0 {
 			t.Fatalf("%s: CLUSTER REPLICATE on a primary with slots", a)
 		}
-		n.primary = a.Replicate
+		n.primary, n.syncing = a.Replicate, true
 	case a.Forget != "":
 		if a.Forget == n.primary {
 			t.Fatalf("%s: a replica cannot forget its primary", a)
@@ -162,6 +165,8 @@ func (s *sim) apply(t *testing.T, a Action) {
 		}
 	case (a.Stable != nil || a.Claim != nil || a.Migrate != nil) && n.primary != "":
 		t.Fatalf("%s: SETSLOT on a replica: Valkey refuses", a)
+	case (a.Stable != nil || a.Claim != nil || a.Migrate != nil) && s.syncingReplicaOf(n, a) != "":
+		t.Fatalf("%s while %s takes its first copy: it would keep the slot marks for good", a, s.syncingReplicaOf(n, a))
 	case a.Stable != nil:
 		for _, slot := range a.Stable {
 			delete(n.migrating, slot)
@@ -187,6 +192,22 @@ func (s *sim) apply(t *testing.T, a Action) {
 	default:
 		t.Fatalf("no model of %s", a)
 	}
+}
+
+// syncingReplicaOf is a replica still syncing with a primary whose slots the action changes.
+func (s *sim) syncingReplicaOf(n *simNode, a Action) string {
+	changed := []*simNode{n}
+	if a.Migrate != nil {
+		changed = append(changed, s.nodes[a.Migrate.Target])
+	}
+	for _, o := range s.nodes {
+		for _, p := range changed {
+			if o.syncing && o.primary == p.id {
+				return o.pod
+			}
+		}
+	}
+	return ""
 }
 
 // migrate moves the first count slots of m completely, and opens the rest (a crash midway).
@@ -256,6 +277,9 @@ func (s *sim) run(t *testing.T, want Want, limit int) int {
 		if plan.Formed() {
 			return step - 1
 		}
+		if plan.Waiting != "" && s.finishSyncs() {
+			continue
+		}
 		if plan.Waiting != "" {
 			t.Fatalf("step %d waits: %s", step, plan.Waiting)
 		}
@@ -273,6 +297,16 @@ func (s *sim) run(t *testing.T, want Want, limit int) int {
 	}
 	t.Fatalf("not formed after %d steps: %+v", limit, Form(want, s.members()))
 	return 0
+}
+
+// finishSyncs lets every syncing replica finish its first copy, and reports whether one did.
+func (s *sim) finishSyncs() bool {
+	finished := false
+	for _, n := range s.nodes {
+		finished = finished || n.syncing
+		n.syncing = false
+	}
+	return finished
 }
 
 // assertBalanced checks that the staying primaries serve every slot, each 16384/shards give or
@@ -324,6 +358,7 @@ func formedSim(t *testing.T, want Want) *sim {
 	s.add(simPods(0, want.Nodes())...)
 	s.run(t, want, 20)
 	s.assertBalanced(t, want)
+	s.finishSyncs()
 	return s
 }
 

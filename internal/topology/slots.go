@@ -338,3 +338,61 @@ func describeMoves(actions []Action) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// heldForSyncingReplicas holds back a step's slot commands (a migration's SETSLOTs, a close, a
+// claim) on a primary that has a replica still taking its first copy. Since Valkey 8 a primary
+// passes each SETSLOT on to its replicas, but only to those already online: a replica still
+// loading gets the open slots with its copy and misses the SETSLOT that closes them, and keeps
+// the marks for good (valkey-io/valkey#998; seen here when a migration to a new shard started
+// right after its replica was attached). A replica's link is up once it is online. The other
+// actions of the step go ahead; if none is left, the step waits.
+func heldForSyncingReplicas(step func(Want, []Member) (Plan, bool)) func(Want, []Member) (Plan, bool) {
+	return func(want Want, members []Member) (Plan, bool) {
+		plan, done := step(want, members)
+		syncing := syncingReplicas(members)
+		var kept []Action
+		var held []string
+		for _, a := range plan.Actions {
+			involved := []string{a.On}
+			if a.Migrate != nil {
+				involved = append(involved, a.Migrate.Target)
+			}
+			var waitFor []string
+			for _, pod := range involved {
+				waitFor = append(waitFor, syncing[pod]...)
+			}
+			if len(waitFor) == 0 {
+				kept = append(kept, a)
+				continue
+			}
+			held = append(held, fmt.Sprintf("%s (%s)", a, strings.Join(waitFor, ", ")))
+		}
+		if len(held) == 0 {
+			return plan, done
+		}
+		if len(kept) == 0 {
+			return Plan{Waiting: "replicas to finish their first sync before slots change on their primaries: " + strings.Join(held, "; ")}, false
+		}
+		plan.Actions = kept
+		return plan, false
+	}
+}
+
+// syncingReplicas lists, by the pod of a member that is a primary, the members that replicate it
+// with their link not up yet.
+func syncingReplicas(members []Member) map[string][]string {
+	podOf := map[string]string{}
+	for i := range members {
+		if self, ok := members[i].self(); ok && self.PrimaryID == "" {
+			podOf[self.ID] = members[i].Pod
+		}
+	}
+	syncing := map[string][]string{}
+	for i := range members {
+		self, _ := members[i].self()
+		if primary, ok := podOf[self.PrimaryID]; ok && self.PrimaryID != "" && !members[i].LinkUp {
+			syncing[primary] = append(syncing[primary], members[i].Pod)
+		}
+	}
+	return syncing
+}
