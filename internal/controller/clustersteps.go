@@ -31,40 +31,46 @@ const keyMoveBudget = time.Second
 // the pod.
 const annotationHandoverSeen = "cache.example.com/handover-seen-at"
 
-// act applies the plan's actions, which are independent of each other, and returns every
-// failure. A pod is deleted only if it is still the pod that was observed.
+// act applies the plan's actions and returns every failure. The actions are independent of each
+// other (topology.Plan), so they run side by side: the migrations of a scale-out, each from its
+// own source, share the pass's key-moving budget rather than queue behind one another. A pod is
+// deleted only if it is still the pod that was observed.
 func (r *CacheReconciler) act(ctx context.Context, members []clusterMember, actions []topology.Action) error {
 	byPod := map[string]clusterMember{}
 	for _, m := range members {
 		byPod[m.Pod] = m
 	}
 	deadline := time.Now().Add(keyMoveBudget)
-	var errs []error
-	for _, a := range actions {
+	errs := make([]error, len(actions))
+	var wg sync.WaitGroup
+	for i, a := range actions {
 		log.FromContext(ctx).Info("Valkey cluster step", "step", a.String())
-		m := byPod[a.On]
-		switch {
-		case a.Restart:
-			pod := &corev1.Pod{}
-			pod.Name, pod.Namespace = m.pod.Name, m.pod.Namespace
-			errs = append(errs, client.IgnoreNotFound(r.Delete(ctx, pod, client.Preconditions{UID: &m.pod.UID})))
-			continue
-		case a.MarkHandover:
-			errs = append(errs, client.IgnoreNotFound(r.markHandover(ctx, m.pod)))
-			continue
-		}
-		server, err := valkey.Connect(m.IP, m.Port)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		errs = append(errs, r.command(ctx, server, byPod, a, deadline))
-		server.Close()
+		wg.Go(func() { errs[i] = r.actOn(ctx, byPod, a, deadline) })
 	}
+	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("tending the Valkey cluster: %w", err)
 	}
 	return nil
+}
+
+// actOn applies one action: a write to its pod, or a command to its server.
+func (r *CacheReconciler) actOn(ctx context.Context, byPod map[string]clusterMember, a topology.Action, deadline time.Time) error {
+	m := byPod[a.On]
+	switch {
+	case a.Restart:
+		pod := &corev1.Pod{}
+		pod.Name, pod.Namespace = m.pod.Name, m.pod.Namespace
+		return client.IgnoreNotFound(r.Delete(ctx, pod, client.Preconditions{UID: &m.pod.UID}))
+	case a.MarkHandover:
+		return client.IgnoreNotFound(r.markHandover(ctx, m.pod))
+	}
+	server, err := valkey.Connect(m.IP, m.Port)
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	return r.command(ctx, server, byPod, a, deadline)
 }
 
 // markHandover records on the pod, if it is still the pod that was observed, that its handover
