@@ -20,9 +20,10 @@ var valkeyPodLabelPath = fmt.Sprintf(".metadata.labels[%q]", resources.LabelName
 const valkeyPodStartStage = "valkey-pod-start"
 
 // valkeyPodStart is the stage through which kwok starts a Valkey pod on one of its nodes: it
-// gives the pod its IP and marks the container started, but not ready. Readiness is the pod
-// runner's to report, from the pod's own probe against a real server; and so is the end of a
-// deletion, after the server has stopped.
+// gives the pod its IP, once, and leaves it Pending with its containers being created. The rest
+// is the pod runner's to report, as it runs the pod's containers: the init containers, the phase,
+// readiness from the pod's own probes against real servers, restarts, the end of the pod, and the
+// end of a deletion once its processes have stopped.
 var valkeyPodStart = map[string]any{
 	"apiVersion": "kwok.x-k8s.io/v1alpha1",
 	"kind":       "Stage",
@@ -32,21 +33,18 @@ var valkeyPodStart = map[string]any{
 		"selector": map[string]any{"matchExpressions": []any{
 			map[string]any{"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
 			map[string]any{"key": ".status.phase", "operator": "In", "values": []any{"Pending"}},
+			map[string]any{"key": ".status.podIP", "operator": "DoesNotExist"},
 			map[string]any{"key": valkeyPodLabelPath, "operator": "In", "values": []any{resources.AppName}},
 		}},
 		"next": map[string]any{"statusTemplate": `{{ $now := Now }}
-conditions:
-- {type: Initialized, status: "True", lastTransitionTime: {{ $now | Quote }}}
-- {type: ContainersReady, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }}}
-- {type: Ready, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }}}
 containerStatuses:
 {{ range .spec.containers }}
 - name: {{ .name | Quote }}
   image: {{ .image | Quote }}
   ready: false
-  started: true
+  started: false
   restartCount: 0
-  state: {running: {startedAt: {{ $now | Quote }}}}
+  state: {waiting: {reason: ContainerCreating}}
 {{ end }}
 {{ with NodeIPsWith .spec.nodeName }}
 hostIP: {{ index . 0 | Quote }}
@@ -62,15 +60,16 @@ podIPs:
 - ip: {{ . | Quote }}
 {{ end }}
 {{ end }}
-phase: Running
+phase: Pending
 startTime: {{ $now | Quote }}
 `},
 	},
 }
 
 // stagesLeftToRunner are kwok's default pod stages that must pass over Valkey pods: the one
-// that marks a pod Running and Ready, and the one that deletes a terminating pod at once.
-var stagesLeftToRunner = []string{"pod-ready", "pod-delete"}
+// that marks a pod Running and Ready, the one that marks a Job's pod Succeeded at once, and the
+// one that deletes a terminating pod at once.
+var stagesLeftToRunner = []string{"pod-ready", "pod-complete", "pod-delete"}
 
 // leaveValkeyPodsToRunner rewrites the stages in the kwok configuration that kwokctl wrote at
 // creation (its defaults, for this kwok version) so that kwok's defaults pass over Valkey pods

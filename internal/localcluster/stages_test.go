@@ -39,6 +39,20 @@ spec:
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
+  name: pod-complete
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: .metadata.deletionTimestamp, operator: DoesNotExist}
+    - {key: .status.phase, operator: In, values: [Running]}
+    - {key: '.metadata.ownerReferences.[].kind', operator: In, values: [Job]}
+  next:
+    statusTemplate: "phase: Succeeded"
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
   name: pod-delete
 spec:
   resourceRef: {apiGroup: v1, kind: Pod}
@@ -72,7 +86,7 @@ func TestValkeyPodsPassKwoksPodStagesAndGetTheirOwn(t *testing.T) {
 	}
 	got := stages(t, out)
 	excludes := map[string]any{"key": valkeyPodLabelPath, "operator": "NotIn", "values": []any{"valkey"}}
-	for name, want := range map[string]int{"node-initialize": 1, "pod-ready": 2, "pod-delete": 2, "valkey-pod-start": 3} {
+	for name, want := range map[string]int{"node-initialize": 1, "pod-ready": 2, "pod-complete": 4, "pod-delete": 2, "valkey-pod-start": 4} {
 		if len(got[name]) != want {
 			t.Errorf("stage %s has %d selector terms, want %d: %v", name, len(got[name]), want, got[name])
 		}

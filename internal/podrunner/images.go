@@ -14,15 +14,39 @@ import (
 )
 
 // images are the images the runner can run, by repository, each with the programs a container
-// of it may start and where the runner finds them here. It is the one place that says what the
-// runner stands in for: a container of another image, or one that starts another program, is
-// refused, and its pod fails with the reason.
+// of it may start, where the runner finds them here and how it puts them on the pod's IP. It is
+// the one place that says what the runner stands in for: a container of another image, or one
+// that starts another program, is refused, and its pod fails with the reason.
 var images = map[string]map[string]program{
-	resources.DefaultImageRepository: {"valkey-server": toolchainProgram, "valkey-cli": toolchainProgram, "sh": machineShell},
+	resources.DefaultImageRepository: {
+		"valkey-server": {toolchainProgram, onPodIPAsServer},
+		"valkey-cli":    {toolchainProgram, onPodIPAsClient},
+		// The image's entrypoint shell passes its arguments on to the server ("$@").
+		"sh": {machineShell, onPodIPAsServer},
+	},
 }
 
-// program finds a program of an image on this machine.
-type program func(r *Runner, name string) (string, error)
+// program is a program of an image, as the runner runs it on this machine.
+type program struct {
+	// find is the program's executable here.
+	find func(r *Runner, name string) (string, error)
+	// onPodIP is its arguments with what puts it on the pod's IP, which in a pod would be the
+	// only address it has: every pod here shares the machine's loopback interface.
+	onPodIP func(ip string, args []string) []string
+}
+
+// onPodIPAsServer makes valkey-server listen on the pod's IP and connect from it: connections to
+// other servers, the cluster bus, must leave from the pod's IP, or the peers would see them come
+// from 127.0.0.1.
+func onPodIPAsServer(ip string, args []string) []string {
+	return append(args[:len(args):len(args)], "--bind", ip, "--bind-source-addr", ip)
+}
+
+// onPodIPAsClient makes valkey-cli's default host the pod's IP, as 127.0.0.1 is in the pod's own
+// network namespace; a host given on the command line comes later and wins.
+func onPodIPAsClient(ip string, args []string) []string {
+	return append([]string{"-h", ip}, args...)
+}
 
 // toolchainProgram is one of the toolchain's binaries (hack/toolchain.sh), in BinDir.
 func toolchainProgram(r *Runner, name string) (string, error) {
@@ -37,22 +61,27 @@ func toolchainProgram(r *Runner, name string) (string, error) {
 // toolchain first in its PATH (processEnv), where it finds the image's other programs.
 func machineShell(*Runner, string) (string, error) { return exec.LookPath("sh") }
 
-// binary is the executable that argv, run by a container of the image, names.
-func (r *Runner) binary(image string, argv []string) (string, error) {
+// command is the executable that argv, run by a container of the image on the pod's IP, names,
+// and its arguments.
+func (r *Runner) command(image, ip string, argv []string) (string, []string, error) {
 	if len(argv) == 0 {
-		return "", errors.New("it has no command")
+		return "", nil, errors.New("it has no command")
 	}
 	repository := imageRepository(image)
 	programs, ok := images[repository]
 	if !ok {
-		return "", fmt.Errorf("it runs the image %s, which the runner cannot run (it runs %s)", image, strings.Join(slices.Sorted(maps.Keys(images)), ", "))
+		return "", nil, fmt.Errorf("it runs the image %s, which the runner cannot run (it runs %s)", image, strings.Join(slices.Sorted(maps.Keys(images)), ", "))
 	}
 	name := filepath.Base(argv[0])
-	find, ok := programs[name]
+	p, ok := programs[name]
 	if !ok {
-		return "", fmt.Errorf("it runs %q, which the runner does not know in %s (it knows %s)", argv[0], repository, strings.Join(slices.Sorted(maps.Keys(programs)), ", "))
+		return "", nil, fmt.Errorf("it runs %q, which the runner does not know in %s (it knows %s)", argv[0], repository, strings.Join(slices.Sorted(maps.Keys(programs)), ", "))
 	}
-	return find(r, name)
+	binary, err := p.find(r, name)
+	if err != nil {
+		return "", nil, err
+	}
+	return binary, p.onPodIP(ip, argv[1:]), nil
 }
 
 // imageRepository is the image's repository, without its tag or digest.

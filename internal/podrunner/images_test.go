@@ -3,6 +3,7 @@ package podrunner
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -23,7 +24,7 @@ func TestImagesAreMappedToLocalProgramsOrRefused(t *testing.T) {
 		{"valkey/valkey:8.1.1", "redis-server", "", `runs "redis-server", which the runner does not know in valkey/valkey`},
 		{"registry.example:5000/valkey/valkey:8.1.1", "valkey-server", "", "the image registry.example:5000/valkey/valkey:8.1.1, which the runner cannot run"},
 	} {
-		got, err := r.binary(tc.image, []string{tc.program})
+		got, _, err := r.command(tc.image, "127.64.0.1", []string{tc.program})
 		switch {
 		case tc.refusal == "" && (err != nil || got != tc.want):
 			t.Errorf("%s %s: %q, %v; want %s", tc.image, tc.program, got, err, tc.want)
@@ -31,7 +32,13 @@ func TestImagesAreMappedToLocalProgramsOrRefused(t *testing.T) {
 			t.Errorf("%s %s: %q, %v; want refused: %s", tc.image, tc.program, got, err, tc.refusal)
 		}
 	}
-	if sh, err := r.binary("valkey/valkey:8.1.1", []string{"/bin/sh"}); err != nil || filepath.Base(sh) != "sh" {
+	if sh, _, err := r.command("valkey/valkey:8.1.1", "127.64.0.1", []string{"/bin/sh"}); err != nil || filepath.Base(sh) != "sh" {
 		t.Errorf("the image's shell: %q, %v; want the machine's sh", sh, err)
+	}
+	// Each program is put on the pod's IP: the server listens there, the client calls there unless
+	// told another host.
+	if _, args, _ := r.command("valkey/valkey:8.1.1", "127.64.0.1", []string{"valkey-server", "--port", "6379"}); !slices.Equal(args,
+		[]string{"--port", "6379", "--bind", "127.64.0.1", "--bind-source-addr", "127.64.0.1"}) {
+		t.Errorf("valkey-server's arguments: %q", args)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,60 +19,130 @@ const (
 	restartBackoffReset   = 10 * time.Minute
 )
 
-// supervise runs the pod's container for as long as the pod lives, as the kubelet does: it probes
-// each run (readiness, reported in the pod's status; liveness, whose failure restarts the
-// container) and, when a run ends, restarts the container in place, after the kubelet's
-// back-off, if the pod's restart policy says so; otherwise it reports the pod finished.
-func (r *Runner) supervise(ctx context.Context, s *server, pod *corev1.Pod) {
-	log := r.Log.WithValues("pod", s.pod)
-	container := &pod.Spec.Containers[0]
-	backoff := time.Duration(0)
-	for {
-		p := r.current(s)
-		if p != nil {
-			stopLiveness := r.probeLiveness(ctx, s, p, container.LivenessProbe, gracePeriod(pod))
-			r.probeReadiness(ctx, s, p, container.ReadinessProbe)
-			stopLiveness()
-		}
-		if r.isTerminating(s) || ctx.Err() != nil {
+// supervise runs the pod for as long as it lives, as the kubelet does: its init containers one
+// after the other, each to completion, then its containers side by side, each on its own
+// (runContainer). Once none of them will run again (restartPolicy Never or OnFailure), the pod
+// ends: Succeeded if every container exited with 0, else Failed.
+func (r *Runner) supervise(ctx context.Context, b *sandbox) {
+	for _, c := range b.init {
+		if !r.runToCompletion(ctx, b, c) {
 			return
 		}
-		ended := r.recordExit(s, p)
-		log.Info("The pod's container exited", "exitCode", ended.ExitCode, "reason", ended.Reason, "message", ended.Message)
-		if !restarts(pod.Spec.RestartPolicy, ended.ExitCode) {
-			if err := retry(ctx, func() error { return r.reportFinished(ctx, s, ended) }); err != nil {
-				log.Error(err, "Could not report the pod finished")
+	}
+	r.mu.Lock()
+	b.initialized = true
+	r.mu.Unlock()
+	var containers sync.WaitGroup
+	for _, c := range b.main {
+		containers.Go(func() { r.runContainer(ctx, b, c) })
+	}
+	containers.Wait()
+	if r.isTerminating(b) || ctx.Err() != nil {
+		return
+	}
+	phase := corev1.PodSucceeded
+	r.mu.Lock()
+	for _, c := range b.main {
+		if c.last == nil || c.last.ExitCode != 0 {
+			phase = corev1.PodFailed
+		}
+	}
+	r.mu.Unlock()
+	r.finish(ctx, b, phase)
+}
+
+// runToCompletion runs an init container until it exits with 0, restarting it after the
+// kubelet's back-off when it fails, unless the pod's restartPolicy is Never: then the pod fails.
+// It reports whether the pod may go on.
+func (r *Runner) runToCompletion(ctx context.Context, b *sandbox, c *container) bool {
+	log := r.Log.WithValues("pod", b.pod, "initContainer", c.name)
+	backoff := time.Duration(0)
+	p := r.start(b, c, false)
+	for {
+		r.reportOrLog(ctx, b)
+		if p != nil {
+			select {
+			case <-p.exited:
+			case <-b.stopping:
+			case <-ctx.Done():
 			}
+		}
+		if r.isTerminating(b) || ctx.Err() != nil {
+			return false
+		}
+		ended := r.recordExit(c, p)
+		log.Info("The pod's init container exited", "exitCode", ended.ExitCode, "reason", ended.Reason, "message", ended.Message)
+		if ended.ExitCode == 0 {
+			return true
+		}
+		if b.restartPolicy == corev1.RestartPolicyNever {
+			r.finish(ctx, b, corev1.PodFailed)
+			return false
+		}
+		if !r.backOff(ctx, b, c, ended, &backoff) {
+			return false
+		}
+		p = r.start(b, c, true)
+	}
+}
+
+// runContainer runs one of the pod's containers for as long as the pod lives: it probes each run
+// (readiness, reported in the pod's status; liveness, whose failure stops the run) and, when a
+// run ends, restarts the container in place, after the kubelet's back-off, if the pod's restart
+// policy says so.
+func (r *Runner) runContainer(ctx context.Context, b *sandbox, c *container) {
+	log := r.Log.WithValues("pod", b.pod, "container", c.name)
+	backoff := time.Duration(0)
+	p := r.start(b, c, false)
+	for {
+		r.reportOrLog(ctx, b)
+		if p != nil {
+			stopLiveness := r.probeLiveness(ctx, b, c, p)
+			r.probeReadiness(ctx, b, c, p)
+			stopLiveness()
+		}
+		if r.isTerminating(b) || ctx.Err() != nil {
+			return
+		}
+		ended := r.recordExit(c, p)
+		log.Info("The pod's container exited", "exitCode", ended.ExitCode, "reason", ended.Reason, "message", ended.Message)
+		if !restarts(b.restartPolicy, ended.ExitCode) {
 			return
 		}
 		// As the kubelet does before it restarts the container: the pod is not ready, and its
 		// container has terminated.
-		if err := r.reportContainer(ctx, s, false, corev1.ContainerState{Terminated: &ended}); err != nil {
-			log.Error(err, "Could not report the container's exit")
+		r.reportOrLog(ctx, b)
+		if !r.backOff(ctx, b, c, ended, &backoff) {
+			return
 		}
-		switch ran := ended.FinishedAt.Sub(ended.StartedAt.Time); {
-		case ran >= restartBackoffReset:
-			backoff = 0
-		case backoff > 0:
-			if err := r.reportWaiting(ctx, s, "CrashLoopBackOff",
-				fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", backoff, s.containerName, s.pod.Name)); err != nil {
-				log.Error(err, "Could not report the container's back-off")
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.stopping:
-				return
-			case <-time.After(backoff):
-			}
-		}
-		backoff = min(max(2*backoff, restartBackoffInitial), restartBackoffMax)
-		if count, err := r.restart(s); err != nil {
-			log.Error(err, "Could not restart the pod's container")
-		} else {
-			log.Info("Restarted the pod's container in place", "restartCount", count)
+		p = r.start(b, c, true)
+		log.Info("Restarted the pod's container in place", "restartCount", c.restartCount(r))
+	}
+}
+
+// backOff waits as the kubelet does before it restarts a container whose run ended: not at all
+// the first time, or after a run long enough to start the back-off over; otherwise the current
+// back-off, reported as CrashLoopBackOff. It reports false if the pod went away meanwhile.
+func (r *Runner) backOff(ctx context.Context, b *sandbox, c *container, ended corev1.ContainerStateTerminated, backoff *time.Duration) bool {
+	switch ran := ended.FinishedAt.Sub(ended.StartedAt.Time); {
+	case ran >= restartBackoffReset:
+		*backoff = 0
+	case *backoff > 0:
+		r.mu.Lock()
+		c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", *backoff, c.name, b.pod.Name)}}
+		r.mu.Unlock()
+		r.reportOrLog(ctx, b)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-b.stopping:
+			return false
+		case <-time.After(*backoff):
 		}
 	}
+	*backoff = min(max(2**backoff, restartBackoffInitial), restartBackoffMax)
+	return true
 }
 
 // restarts reports whether the kubelet restarts a container that exited with the given code under
@@ -86,64 +157,66 @@ func restarts(policy corev1.RestartPolicy, exitCode int32) bool {
 	return true // Always, the default
 }
 
-// current is the server's running process, or its last one; nil if it never started.
-func (r *Runner) current(s *server) *process {
+// start starts a run of the container, in the same pod, IP and directory as any run before it;
+// again counts it as a restart. It returns nil if the container could not start (its startErr
+// says why), or the pod is going away.
+func (r *Runner) start(b *sandbox, c *container, again bool) *process {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return s.proc
+	if b.terminating {
+		return nil
+	}
+	if again {
+		c.restarts++
+	}
+	p, err := c.launch(&r.work)
+	if err != nil {
+		r.Log.Error(err, "Could not start the pod's container", "pod", b.pod, "container", c.name)
+	}
+	return p
 }
 
-// recordExit keeps how the container's run ended, for the container's lastState, and returns it.
-// A container that could not be started at all ends at once with exit code 128.
-func (r *Runner) recordExit(s *server, p *process) corev1.ContainerStateTerminated {
+func (c *container) restartCount(r *Runner) int32 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p == nil {
-		s.last = &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: s.startErr}
-		now := time.Now()
-		s.last.StartedAt.Time, s.last.FinishedAt.Time = now, now
-		return *s.last
-	}
-	code := exitCode(p.exitErr)
-	reason := "Error"
-	if code == 0 {
-		reason = "Completed"
-	}
-	s.last = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: errString(p.exitErr)}
-	s.last.StartedAt.Time, s.last.FinishedAt.Time = p.started, time.Now()
-	return *s.last
+	return c.restarts
 }
 
-// restart starts the container again in the same pod, same IP, same directory, and returns
-// how often it has been restarted.
-func (r *Runner) restart(s *server) (int32, error) {
+// recordExit keeps how the container's run ended, for its state and then its lastState, and
+// returns it. A container that could not be started at all ends at once with exit code 128.
+func (r *Runner) recordExit(c *container, p *process) corev1.ContainerStateTerminated {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s.terminating {
-		return s.restarts, nil
+	now := time.Now()
+	ended := corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: c.startErr,
+		StartedAt: metaTime(now), FinishedAt: metaTime(now)}
+	if p != nil {
+		ended = corev1.ContainerStateTerminated{ExitCode: exitCode(p.exitErr), Reason: "Error", Message: errString(p.exitErr),
+			StartedAt: metaTime(p.started), FinishedAt: metaTime(now)}
+		if ended.ExitCode == 0 {
+			ended.Reason = "Completed"
+		}
 	}
-	s.restarts++
-	if _, err := s.launch(&r.work); err != nil {
-		s.proc, s.startErr = nil, err.Error()
-		return s.restarts, err
-	}
-	return s.restarts, nil
+	c.previous, c.last, c.ready = c.last, &ended, false
+	c.state = corev1.ContainerState{Terminated: ended.DeepCopy()}
+	return ended
 }
 
 // probeReadiness runs the readiness probe against the process until it exits or the pod is
 // deleted, and reports the result in the pod's status. The first result is reported whatever the
 // pod says: the pod may have been started by an earlier runner, whose server died with it, or
-// by an earlier run of the container.
-func (r *Runner) probeReadiness(ctx context.Context, s *server, p *process, probe *corev1.Probe) {
-	log := r.Log.WithValues("pod", s.pod)
+// by an earlier run of the container. A container with no probe is ready once it runs.
+func (r *Runner) probeReadiness(ctx context.Context, b *sandbox, c *container, p *process) {
+	log := r.Log.WithValues("pod", b.pod, "container", c.name)
+	probe := c.readiness
 	if probe == nil {
 		probe = &corev1.Probe{}
 	}
-	reported, known, everReady := false, false, false
+	reported, known := false, false
 	successes, failures := 0, 0
-	s.waitAccepting(ctx, p)
+	c.waitAccepting(ctx, p)
 	for p.running() {
-		ok, probeErr := r.probe(ctx, s, probe)
+		ok, probeErr := r.probe(ctx, c, probe)
 		if ok {
 			successes, failures = successes+1, 0
 		} else {
@@ -156,17 +229,19 @@ func (r *Runner) probeReadiness(ctx context.Context, s *server, p *process, prob
 		case !ok && failures >= int(max(probe.FailureThreshold, 1)):
 			ready = false
 		}
-		if (!known || ready != reported) && p.running() && !r.isTerminating(s) {
-			if err := r.reportRunning(ctx, s, p, ready); err != nil {
+		if (!known || ready != reported) && p.running() && !r.isTerminating(b) {
+			r.mu.Lock()
+			c.ready = ready
+			r.mu.Unlock()
+			if err := r.report(ctx, b); err != nil {
 				log.Error(err, "Could not report readiness")
 			} else {
 				reported, known = ready, true
 				log.Info("Reported the pod's readiness", "ready", ready, "probe", errString(probeErr))
 			}
 		}
-		if reported && !everReady {
-			everReady = true
-			r.recordStartup(time.Since(p.started))
+		if reported {
+			r.recordFirstReady(b, p)
 		}
 		select {
 		case <-ctx.Done():
@@ -179,9 +254,10 @@ func (r *Runner) probeReadiness(ctx context.Context, s *server, p *process, prob
 
 // probeLiveness runs the liveness probe against the process, from its first period on, until
 // the process exits or stop is called; after FailureThreshold failures in a row it stops the
-// process as the kubelet does (SIGTERM, then SIGKILL after the grace period), which supervise
+// process as the kubelet does (SIGTERM, then SIGKILL after the grace period), which runContainer
 // then restarts.
-func (r *Runner) probeLiveness(ctx context.Context, s *server, p *process, probe *corev1.Probe, grace time.Duration) (stop func()) {
+func (r *Runner) probeLiveness(ctx context.Context, b *sandbox, c *container, p *process) (stop func()) {
+	probe := c.liveness
 	if probe == nil {
 		return func() {}
 	}
@@ -196,15 +272,15 @@ func (r *Runner) probeLiveness(ctx context.Context, s *server, p *process, probe
 				return
 			case <-time.After(time.Duration(max(probe.InitialDelaySeconds, 0))*time.Second + time.Duration(max(probe.PeriodSeconds, 1))*time.Second):
 			}
-			if ok, err := r.probe(ctx, s, probe); ok {
+			if ok, err := r.probe(ctx, c, probe); ok {
 				failures = 0
 				continue
 			} else if failures++; failures < int(max(probe.FailureThreshold, 1)) {
 				continue
 			} else {
-				r.Log.Info("The liveness probe failed: stopping the container to restart it", "pod", s.pod, "probe", errString(err))
+				r.Log.Info("The liveness probe failed: stopping the container to restart it", "pod", b.pod, "container", c.name, "probe", errString(err))
 			}
-			stopProcess(ctx, p, grace)
+			stopProcess(ctx, p, b.grace)
 			return
 		}
 	})
@@ -227,27 +303,40 @@ func stopProcess(ctx context.Context, p *process, grace time.Duration) {
 	}
 }
 
-// terminate stops a deleted pod's container as the kubelet would, SIGTERM and then SIGKILL after
-// the grace period, and then completes the deletion.
-func (r *Runner) terminate(ctx context.Context, s *server, grace time.Duration) {
-	if p := r.current(s); p != nil {
-		stopProcess(ctx, p, grace)
-		if ctx.Err() != nil {
-			return
-		}
+// terminate stops a deleted pod's containers as the kubelet would, each with SIGTERM and then
+// SIGKILL after the grace period, and then completes the deletion.
+func (r *Runner) terminate(ctx context.Context, b *sandbox, grace time.Duration) {
+	r.mu.Lock()
+	running := b.processes()
+	r.mu.Unlock()
+	var stopping sync.WaitGroup
+	for _, p := range running {
+		stopping.Go(func() { stopProcess(ctx, p, grace) })
 	}
-	if err := retry(ctx, func() error { return r.completeDeletion(ctx, s) }); err != nil {
-		r.Log.Error(err, "Could not complete the pod's deletion", "pod", s.pod)
+	stopping.Wait()
+	if ctx.Err() != nil {
 		return
 	}
-	_ = os.RemoveAll(r.podDir(s.uid))
-	r.Log.Info("Stopped the pod's server and completed its deletion", "pod", s.pod)
+	if err := retry(ctx, func() error { return r.completeDeletion(ctx, b) }); err != nil {
+		r.Log.Error(err, "Could not complete the pod's deletion", "pod", b.pod)
+		return
+	}
+	_ = os.RemoveAll(b.dir)
+	r.Log.Info("Stopped the pod's containers and completed its deletion", "pod", b.pod)
 }
 
-func (r *Runner) isTerminating(s *server) bool {
+// reportOrLog reports the pod's status, logging a failure: the next change reports it whole
+// again.
+func (r *Runner) reportOrLog(ctx context.Context, b *sandbox) {
+	if err := r.report(ctx, b); err != nil {
+		r.Log.Error(err, "Could not report the pod's status", "pod", b.pod)
+	}
+}
+
+func (r *Runner) isTerminating(b *sandbox) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return s.terminating
+	return b.terminating
 }
 
 func errString(err error) string {

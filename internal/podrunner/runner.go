@@ -1,33 +1,44 @@
 // Package podrunner stands in for the kubelet's container runtime on a local cluster whose Valkey
-// pods kwok leaves to it (localcluster.Cluster.RealValkey). For each Valkey pod that kwok has
-// started on one of its nodes, it runs the container's own command line as a real process on the
-// pod's loopback IP: valkey-server, or the image's shell (sh -c) that ends in it. It behaves like
-// the kubelet in what the operator depends on:
+// pods kwok leaves to it (localcluster.Cluster.RealValkey). For each such pod that kwok has given
+// an IP, it runs the pod's containers' own command lines as real processes on the pod's loopback
+// IP: valkey-server, valkey-cli, or the image's shell (sh -c). It behaves like the kubelet in what
+// the operator depends on:
+//   - init containers run one after the other, each to completion, before the pod's containers
+//     (the pod Pending and not Initialized meanwhile); one that fails is restarted with the
+//     back-off below, or under restartPolicy Never fails the pod;
+//   - the pod's containers run side by side, each restarted on its own; the pod is Ready when
+//     every one is;
 //   - a container that exits is restarted in place, as restartPolicy Always asks: same pod, same
-//     IP, same data directory (the pod's emptyDir), with restartCount and lastState.terminated
-//     (reason, exit code) in the pod's status and the kubelet's back-off between restarts (at
-//     once, then 10 s doubling to 5 min, reported as CrashLoopBackOff); under Never or
-//     OnFailure a finished container ends the pod (Failed or Succeeded), and a pod is replaced
-//     only when it is deleted;
-//   - the readiness probe decides the pod's Ready condition, and the liveness probe, after its
-//     failure threshold, stops the container (SIGTERM, then SIGKILL after the grace period) and
-//     it restarts;
-//   - a deleted pod's container gets SIGTERM and the pod's grace period before SIGKILL, and then
+//     IP, same data directory (the pod's emptyDir, shared by its containers), with restartCount
+//     and lastState.terminated (reason, exit code) in the pod's status and the kubelet's back-off
+//     between restarts (at once, then 10 s doubling to 5 min, reported as CrashLoopBackOff);
+//     under Never, or OnFailure after an exit code 0, a container that ends stays ended, and once
+//     none runs the pod ends, Succeeded if every container exited with 0, else Failed (so a Job's
+//     pod completes or fails, and the Job with it); a pod is replaced only when it is deleted;
+//   - the readiness probe decides a container's readiness (one without a probe is ready while it
+//     runs), and the liveness probe, after its failure threshold, stops the container (SIGTERM,
+//     then SIGKILL after the grace period) and it restarts;
+//   - a deleted pod's containers get SIGTERM and the pod's grace period before SIGKILL, and then
 //     the deletion completes.
 //
 // What still differs from a kubelet:
-//   - only pods of one container, of an image the runner knows (images: Valkey's, whose
-//     valkey-server and valkey-cli are the toolchain's and whose sh is the machine's, with the
-//     toolchain first in its PATH), with probes that exec one of its programs or open a TCP
-//     connection; no init containers and no sidecars. What it cannot run it refuses with the
-//     reason, as a container that cannot start (restarted with the back-off);
-//   - the runner appends --bind and --bind-source-addr with the pod's IP to the command line,
-//     since every pod shares the machine's loopback interface; a shell entrypoint must pass its
-//     arguments on to the server;
+//   - only containers of an image the runner knows (images: Valkey's, whose valkey-server and
+//     valkey-cli are the toolchain's and whose sh is the machine's, with the toolchain first in
+//     its PATH), with probes that exec one of its programs or open a TCP connection; no init
+//     containers that restart always (native sidecars: run a sidecar as one of the pod's
+//     containers). What it cannot run it refuses with the reason, as a container that cannot
+//     start (restarted with the back-off);
+//   - every pod shares the machine's loopback interface, so the runner puts each program on the
+//     pod's IP itself: it appends --bind and --bind-source-addr with the pod's IP to a server's
+//     command line (a shell entrypoint must pass its arguments on to the server), and makes the
+//     pod's IP valkey-cli's default host. A script that calls localhost, expecting its own pod,
+//     reaches the machine instead;
+//   - a container's volumes are the pod's one data directory, its working directory, whatever
+//     the mounts say: a path under the mount (/data/...) must be given relative to it;
 //   - the first readiness probe runs as soon as the server accepts connections rather than at
 //     some point within the first period, so that tests do not wait out a period per pod;
 //   - no resource limits: a server over its memory limit is not OOM-killed;
-//   - the servers run as long as the runner: a runner that stops stops them all.
+//   - the processes run as long as the runner: a runner that stops stops them all.
 package podrunner
 
 import (
@@ -59,15 +70,15 @@ type Runner struct {
 	// BinDir holds valkey-server and valkey-cli (hack/toolchain.sh valkey). Pods run only
 	// those.
 	BinDir string
-	// Workdir holds a directory per pod: the server's data directory, standing in for the
-	// pod's emptyDir, and its log.
+	// Workdir holds a directory per pod: its data directory, standing in for the pod's
+	// emptyDir, and a log per container.
 	Workdir string
 	// Log receives what happens to each pod.
 	Log logr.Logger
 
 	mu sync.Mutex
-	// servers are the pods by pod UID, from their start until they are gone.
-	servers  map[types.UID]*server
+	// pods are the pods' sandboxes by pod UID, from their start until they are gone.
+	pods     map[types.UID]*sandbox
 	startups []time.Duration
 	work     sync.WaitGroup
 }
@@ -100,10 +111,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	factory.Shutdown()
 
 	r.mu.Lock()
-	for _, s := range r.servers {
-		s.stopTerminating()
-		if s.proc != nil {
-			s.proc.kill()
+	for _, b := range r.pods {
+		b.stopTerminating()
+		for _, p := range b.processes() {
+			p.kill()
 		}
 	}
 	r.mu.Unlock()
@@ -112,20 +123,22 @@ func (r *Runner) Run(ctx context.Context) error {
 	return os.RemoveAll(r.Workdir)
 }
 
-// Crash kills the server of the named pod with SIGKILL, as a crash or the kernel's OOM killer
-// would: the container then restarts in place.
+// Crash kills the server of the named pod (its first container) with SIGKILL, as a crash or the
+// kernel's OOM killer would: the container then restarts in place.
 func (r *Runner) Crash(namespace, name string) error {
 	return r.Signal(namespace, name, syscall.SIGKILL)
 }
 
-// Signal sends sig to the server of the named pod: SIGSTOP, say, for a server that hangs and
-// ignores SIGTERM.
+// Signal sends sig to the server of the named pod (its first container): SIGSTOP, say, for a
+// server that hangs and ignores SIGTERM.
 func (r *Runner) Signal(namespace, name string, sig syscall.Signal) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range r.servers {
-		if s.pod.Namespace == namespace && s.pod.Name == name && s.proc != nil && s.proc.running() {
-			return s.proc.cmd.Process.Signal(sig)
+	for _, b := range r.pods {
+		if b.pod.Namespace == namespace && b.pod.Name == name && len(b.main) > 0 {
+			if p := b.serverContainer().proc; p != nil && p.running() {
+				return p.cmd.Process.Signal(sig)
+			}
 		}
 	}
 	return fmt.Errorf("no server runs for pod %s/%s", namespace, name)
@@ -146,69 +159,48 @@ func (r *Runner) StartupSummary() string {
 		len(startups), at(0.5), at(0.9), startups[len(startups)-1])
 }
 
-// sync acts on one pod's current state: start the server of a pod kwok has started, stop the
-// server of a pod being deleted.
+// sync acts on one pod's current state: run a pod that kwok has given an IP and that has not
+// ended, stop the containers of a pod being deleted.
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.servers == nil {
-		r.servers = map[types.UID]*server{}
+	if r.pods == nil {
+		r.pods = map[types.UID]*sandbox{}
 	}
-	s, known := r.servers[pod.UID]
+	b, known := r.pods[pod.UID]
 	switch {
 	case pod.DeletionTimestamp != nil:
 		if !known {
-			// Never started (or started by an earlier runner, whose servers died with it).
-			s = &server{pod: podKey(pod), uid: pod.UID, stopping: make(chan struct{})}
-			r.servers[pod.UID] = s
+			// Never started (or started by an earlier runner, whose processes died with it).
+			b = &sandbox{pod: podKey(pod), uid: pod.UID, dir: r.podDir(pod.UID), stopping: make(chan struct{})}
+			r.pods[pod.UID] = b
 		}
-		if !s.terminating {
-			s.stopTerminating()
-			r.goWork(func() { r.terminate(ctx, s, gracePeriod(pod)) })
+		if !b.terminating {
+			b.stopTerminating()
+			r.goWork(func() { r.terminate(ctx, b, gracePeriod(pod)) })
 		}
-	case !known && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "":
-		s, err := r.newServer(pod)
-		if err == nil {
-			_, err = s.launch(&r.work)
-		}
-		if err != nil {
-			// Reported like a container that exits at once, and restarted with the same back-off.
-			r.Log.Error(err, "Could not start the pod's container", "pod", podKey(pod))
-			if s == nil {
-				c := pod.Spec.Containers[0]
-				s = &server{pod: podKey(pod), uid: pod.UID, containerName: c.Name, image: c.Image, stopping: make(chan struct{})}
-			}
-			s.startErr = err.Error()
-		}
-		r.servers[pod.UID] = s
-		r.goWork(func() { r.supervise(ctx, s, pod) })
+	case !known && pod.Status.PodIP != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
+		b := r.newSandbox(pod)
+		r.pods[pod.UID] = b
+		r.goWork(func() { r.supervise(ctx, b) })
 	}
 }
 
-// stopTerminating marks the server's pod deleted, so that its container is not restarted and its
-// status no longer reported. Call it with the runner's lock held.
-func (s *server) stopTerminating() {
-	if !s.terminating {
-		s.terminating = true
-		close(s.stopping)
-	}
-}
-
-// forget drops a pod that is gone from the API, killing its server if something deleted the
-// pod without waiting for it (a forced deletion). Run still waits for that server to exit.
+// forget drops a pod that is gone from the API, killing its processes if something deleted the
+// pod without waiting for them (a forced deletion). Run still waits for them to exit.
 func (r *Runner) forget(uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.servers[uid]; ok {
-		s.stopTerminating() // gone, not failed: nothing to report
-		p := s.proc
-		delete(r.servers, uid)
+	if b, ok := r.pods[uid]; ok {
+		b.stopTerminating() // gone, not failed: nothing to report
+		running := b.processes()
+		delete(r.pods, uid)
 		r.goWork(func() {
-			if p != nil {
+			for _, p := range running {
 				p.kill()
 				<-p.exited
 			}
-			_ = os.RemoveAll(r.podDir(uid))
+			_ = os.RemoveAll(b.dir)
 		})
 	}
 }
@@ -219,12 +211,6 @@ func (r *Runner) goWork(f func()) {
 		defer r.work.Done()
 		f()
 	}()
-}
-
-func (r *Runner) recordStartup(d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.startups = append(r.startups, d)
 }
 
 func (r *Runner) podDir(uid types.UID) string {

@@ -40,20 +40,29 @@ func cachePod(mode cachev2.Mode) *corev1.Pod {
 	}
 }
 
-// startServer starts the pod's container as the runner would and stops it when the test ends.
-func startServer(t *testing.T, pod *corev1.Pod) (*server, *process) {
+// serverContainer prepares the pod's sandbox as the runner would, and returns its server's
+// container.
+func serverContainer(t *testing.T, r *Runner, pod *corev1.Pod) *container {
+	t.Helper()
+	c := r.newSandbox(pod).serverContainer()
+	if c.refusal != "" {
+		t.Fatal(c.refusal)
+	}
+	return c
+}
+
+// startServer starts the pod's server container as the runner would and stops it when the test
+// ends.
+func startServer(t *testing.T, pod *corev1.Pod) (*container, *process) {
 	t.Helper()
 	r := &Runner{BinDir: testenv.BinDir(), Workdir: t.TempDir(), Log: testr.New(t)}
-	s, err := r.newServer(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.launch(&r.work)
+	c := serverContainer(t, r, pod)
+	p, err := c.launch(&r.work)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.kill(); <-p.exited })
-	return s, p
+	return c, p
 }
 
 func TestCachePodServesWithItsMemorySettingsAndPassesItsProbe(t *testing.T) {
@@ -126,10 +135,7 @@ func TestServerRejectsABadCommandLine(t *testing.T) {
 func TestClusterNodeRestartedInPlaceIsANewFencedNode(t *testing.T) {
 	pod := cachePod(cachev2.ModeCluster)
 	r := &Runner{BinDir: testenv.BinDir(), Workdir: t.TempDir(), Log: testr.New(t)}
-	s, err := r.newServer(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := serverContainer(t, r, pod)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// run starts a run of the container and returns its node, with a connection to it.

@@ -21,53 +21,111 @@ import (
 // status that also names the pod's UID, which the API server refuses to change, so that a report
 // about a deleted pod never lands on its replacement of the same name.
 
-// reportRunning reports the container's current run: running since the process started, ready
-// or not, with the pod's Ready and ContainersReady conditions.
-func (r *Runner) reportRunning(ctx context.Context, s *server, p *process, ready bool) error {
-	return r.reportContainer(ctx, s, ready, corev1.ContainerState{
-		Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.started)},
-	})
+// report sends the pod's whole status as the runner knows it: its phase (Pending while init
+// containers run, then Running, and how it ended), its Initialized, ContainersReady and Ready
+// conditions, and every container's status, with how often it was restarted and how its last
+// run ended. Lists of statuses are replaced, not merged, by a patch; so each report is whole,
+// and reports are sent in the order they are taken. Nothing is reported of a pod being deleted.
+func (r *Runner) report(ctx context.Context, b *sandbox) error {
+	b.reporting.Lock()
+	defer b.reporting.Unlock()
+	r.mu.Lock()
+	if b.terminating {
+		r.mu.Unlock()
+		return nil
+	}
+	status := b.status()
+	r.mu.Unlock()
+	return r.patchStatus(ctx, b, status)
 }
 
-// reportWaiting reports the container waiting to be restarted, as in CrashLoopBackOff.
-func (r *Runner) reportWaiting(ctx context.Context, s *server, reason, message string) error {
-	return r.reportContainer(ctx, s, false, corev1.ContainerState{
-		Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message},
-	})
+// finish ends the pod in the phase given, as the kubelet does when no container of it will run
+// again, and reports it, retrying until the report lands: the pod would stay Running otherwise.
+func (r *Runner) finish(ctx context.Context, b *sandbox, phase corev1.PodPhase) {
+	r.mu.Lock()
+	b.finished = phase
+	r.mu.Unlock()
+	if err := retry(ctx, func() error { return r.report(ctx, b) }); err != nil {
+		r.Log.Error(err, "Could not report the pod finished", "pod", b.pod, "phase", phase)
+	}
 }
 
-func (r *Runner) reportContainer(ctx context.Context, s *server, ready bool, state corev1.ContainerState) error {
-	status, reason := corev1.ConditionFalse, "ContainersNotReady"
+// status is the pod's status as a strategic merge patch. Call it with the runner's lock held.
+func (b *sandbox) status() map[string]any {
+	phase, ready, reason := corev1.PodRunning, b.initialized, "ContainersNotReady"
+	for _, c := range b.main {
+		ready = ready && c.ready
+	}
+	initialized, initReason := corev1.ConditionTrue, ""
+	switch {
+	case b.finished == corev1.PodSucceeded:
+		phase, ready, reason = b.finished, false, "PodCompleted"
+	case b.finished != "":
+		phase, ready, reason = b.finished, false, "PodFailed"
+	case !b.initialized:
+		phase, initialized, initReason = corev1.PodPending, corev1.ConditionFalse, "ContainersNotInitialized"
+	}
+	readiness := corev1.ConditionFalse
 	if ready {
-		status, reason = corev1.ConditionTrue, ""
+		readiness, reason = corev1.ConditionTrue, ""
 	}
 	now := metav1.Now()
-	return r.patchStatus(ctx, s, map[string]any{
-		"conditions": []map[string]any{
-			condition(corev1.ContainersReady, status, reason, now),
-			condition(corev1.PodReady, status, reason, now),
-		},
-		"containerStatuses": []corev1.ContainerStatus{r.containerStatus(s, ready, state)},
-	})
-}
-
-// reportFinished ends the pod as the kubelet does when its restart policy keeps a container that
-// has stopped from running again: Succeeded if it exited with 0, else Failed.
-func (r *Runner) reportFinished(ctx context.Context, s *server, ended corev1.ContainerStateTerminated) error {
-	phase, reason := corev1.PodFailed, "PodFailed"
-	if ended.ExitCode == 0 {
-		phase, reason = corev1.PodSucceeded, "PodCompleted"
-	}
-	now := metav1.Now()
-	return r.patchStatus(ctx, s, map[string]any{
+	status := map[string]any{
 		"phase": phase,
 		"conditions": []map[string]any{
-			condition(corev1.ContainersReady, corev1.ConditionFalse, reason, now),
-			condition(corev1.PodReady, corev1.ConditionFalse, reason, now),
+			condition(corev1.PodInitialized, initialized, initReason, now),
+			condition(corev1.ContainersReady, readiness, reason, now),
+			condition(corev1.PodReady, readiness, reason, now),
 		},
-		"containerStatuses": []corev1.ContainerStatus{r.containerStatus(s, false, corev1.ContainerState{Terminated: &ended})},
-	})
+		"containerStatuses": containerStatuses(b.main),
+	}
+	if len(b.init) > 0 {
+		status["initContainerStatuses"] = containerStatuses(b.init)
+	}
+	return status
 }
+
+// containerStatuses are the containers' statuses as the kubelet reports them. Call it with the
+// runner's lock held.
+func containerStatuses(containers []*container) []corev1.ContainerStatus {
+	statuses := make([]corev1.ContainerStatus, len(containers))
+	for i, c := range containers {
+		statuses[i] = corev1.ContainerStatus{
+			Name:         c.name,
+			Image:        c.image,
+			Ready:        c.ready,
+			Started:      ptr.To(c.state.Running != nil),
+			State:        *c.state.DeepCopy(),
+			RestartCount: c.restarts,
+		}
+		// The run before the current one; while the current one has ended, the one before it.
+		last := c.last
+		if c.state.Terminated != nil {
+			last = c.previous
+		}
+		if last != nil {
+			statuses[i].LastTerminationState = corev1.ContainerState{Terminated: last.DeepCopy()}
+		}
+	}
+	return statuses
+}
+
+// recordFirstReady counts, for StartupSummary, the time from the process's start to the pod's
+// first Ready.
+func (r *Runner) recordFirstReady(b *sandbox, p *process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ready := b.initialized && !b.everReady
+	for _, c := range b.main {
+		ready = ready && c.ready
+	}
+	if ready {
+		b.everReady = true
+		r.startups = append(r.startups, time.Since(p.started))
+	}
+}
+
+func metaTime(t time.Time) metav1.Time { return metav1.NewTime(t) }
 
 // exitCode is a container's exit code as the kubelet reports it: 128 plus the signal's number
 // for a process that a signal ended, and 128 for one that could not be started at all.
@@ -85,26 +143,6 @@ func exitCode(err error) int32 {
 	return int32(exit.ExitCode())
 }
 
-// containerStatus is the whole status of the pod's container, with how often it was restarted
-// and how its last run ended: the list of container statuses is replaced, not merged, by a
-// patch.
-func (r *Runner) containerStatus(s *server, ready bool, state corev1.ContainerState) corev1.ContainerStatus {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	status := corev1.ContainerStatus{
-		Name:         s.containerName,
-		Image:        s.image,
-		Ready:        ready,
-		Started:      ptr.To(state.Running != nil),
-		State:        state,
-		RestartCount: s.restarts,
-	}
-	if s.last != nil && state.Terminated == nil {
-		status.LastTerminationState = corev1.ContainerState{Terminated: s.last.DeepCopy()}
-	}
-	return status
-}
-
 func condition(t corev1.PodConditionType, status corev1.ConditionStatus, reason string, now metav1.Time) map[string]any {
 	c := map[string]any{"type": t, "status": status, "lastTransitionTime": now, "reason": nil}
 	if reason != "" {
@@ -113,25 +151,25 @@ func condition(t corev1.PodConditionType, status corev1.ConditionStatus, reason 
 	return c
 }
 
-func (r *Runner) patchStatus(ctx context.Context, s *server, status map[string]any) error {
+func (r *Runner) patchStatus(ctx context.Context, b *sandbox, status map[string]any) error {
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": s.uid},
+		"metadata": map[string]any{"uid": b.uid},
 		"status":   status,
 	})
 	if err != nil {
 		return err
 	}
-	_, err = r.Client.CoreV1().Pods(s.pod.Namespace).Patch(ctx, s.pod.Name, types.StrategicMergePatchType,
+	_, err = r.Client.CoreV1().Pods(b.pod.Namespace).Patch(ctx, b.pod.Name, types.StrategicMergePatchType,
 		patch, metav1.PatchOptions{}, "status")
 	return err
 }
 
 // completeDeletion deletes the pod for good once its server has stopped, as the kubelet does:
 // with no grace period left, and only the pod this server ran for.
-func (r *Runner) completeDeletion(ctx context.Context, s *server) error {
-	err := r.Client.CoreV1().Pods(s.pod.Namespace).Delete(ctx, s.pod.Name, metav1.DeleteOptions{
+func (r *Runner) completeDeletion(ctx context.Context, b *sandbox) error {
+	err := r.Client.CoreV1().Pods(b.pod.Namespace).Delete(ctx, b.pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0),
-		Preconditions:      &metav1.Preconditions{UID: &s.uid},
+		Preconditions:      &metav1.Preconditions{UID: &b.uid},
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone already, or a new pod of the same name
