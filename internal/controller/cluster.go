@@ -80,7 +80,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 		}
 	}
 	for _, a := range plan.Actions {
-		if a.Takeover {
+		if a.Kind == topology.KindTakeover {
 			r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, reasonTakeover, "Takeover",
 				"%s takes over the slots of its primary, whose server is gone (restarted as a new node, or its pod replaced)", a.On)
 		}
@@ -95,7 +95,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	switch {
 	case health.Ready() && len(plan.Actions) == 0:
 		return report, r.ClusterCheckInterval, actErr
-	case slices.ContainsFunc(plan.Actions, func(a topology.Action) bool { return a.Migrate != nil }):
+	case slices.ContainsFunc(plan.Actions, func(a topology.Action) bool { return a.Kind == topology.KindMigrate }):
 		return report, clusterPollWhileMoving, actErr
 	}
 	return report, clusterPollWhileNotReady, actErr

@@ -57,12 +57,12 @@ func (r *CacheReconciler) act(ctx context.Context, members []clusterMember, acti
 // actOn applies one action: a write to its pod, or a command to its server.
 func (r *CacheReconciler) actOn(ctx context.Context, byPod map[string]clusterMember, a topology.Action, deadline time.Time) error {
 	m := byPod[a.On]
-	switch {
-	case a.Restart:
+	switch a.Kind { //nolint:exhaustive // the other kinds are commands to the server, below
+	case topology.KindRestart:
 		pod := &corev1.Pod{}
 		pod.Name, pod.Namespace = m.pod.Name, m.pod.Namespace
 		return client.IgnoreNotFound(r.Delete(ctx, pod, client.Preconditions{UID: &m.pod.UID}))
-	case a.MarkHandover:
+	case topology.KindMarkHandover:
 		return client.IgnoreNotFound(r.markHandover(ctx, m.pod))
 	}
 	server, err := valkey.Connect(m.IP, m.Port)
@@ -88,30 +88,33 @@ func (r *CacheReconciler) markHandover(ctx context.Context, pod *corev1.Pod) err
 
 // command sends one action's command to its server.
 func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, byPod map[string]clusterMember, a topology.Action, deadline time.Time) error {
-	switch {
-	case a.Meet != nil:
+	switch a.Kind {
+	case topology.KindMeet:
 		return server.Meet(ctx, a.Meet.IP, a.Meet.Port)
-	case a.AddSlots != nil:
+	case topology.KindAddSlots:
 		return server.AddSlots(ctx, a.AddSlots)
-	case a.Forget != "":
-		return server.Forget(ctx, a.Forget)
-	case a.Takeover:
-		return server.FailoverTakeover(ctx)
-	case a.Failover:
-		return server.Failover(ctx)
-	case a.Reset:
-		return server.ResetSoft(ctx)
-	case a.Stable != nil:
-		return server.SetSlotsStable(ctx, a.Stable)
-	case a.Claim != nil:
-		return server.SetSlotsOwner(ctx, a.Claim.Slots, a.Claim.ID)
-	case a.Migrate != nil:
-		return migrate(ctx, server, byPod, a.Migrate, deadline)
-	case a.Unfence:
-		return server.Unfence(ctx)
-	default:
+	case topology.KindReplicate:
 		return server.Replicate(ctx, a.Replicate)
+	case topology.KindForget:
+		return server.Forget(ctx, a.Forget)
+	case topology.KindTakeover:
+		return server.FailoverTakeover(ctx)
+	case topology.KindFailover:
+		return server.Failover(ctx)
+	case topology.KindReset:
+		return server.ResetSoft(ctx)
+	case topology.KindStable:
+		return server.SetSlotsStable(ctx, a.Stable)
+	case topology.KindClaim:
+		return server.SetSlotsOwner(ctx, a.Claim.Slots, a.Claim.ID)
+	case topology.KindMigrate:
+		return migrate(ctx, server, byPod, a.Migrate, deadline)
+	case topology.KindUnfence:
+		return server.Unfence(ctx)
+	case topology.KindRestart, topology.KindMarkHandover:
+		// Writes to the pod, made by actOn.
 	}
+	return fmt.Errorf("%s: no command for this kind of step", a)
 }
 
 // migrate moves slots from source one at a time, as valkey-cli does, until the deadline: the

@@ -48,13 +48,15 @@ func act(t *testing.T, members []Member, a Action) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	switch {
-	case a.Meet != nil:
+	switch a.Kind {
+	case KindMeet:
 		err = s.Meet(ctx, a.Meet.IP, a.Meet.Port)
-	case a.AddSlots != nil:
+	case KindAddSlots:
 		err = s.AddSlots(ctx, a.AddSlots)
-	default:
+	case KindReplicate:
 		err = s.Replicate(ctx, a.Replicate)
+	default:
+		t.Fatalf("%s: forming fresh servers takes no such step", a)
 	}
 	if err != nil {
 		t.Fatalf("%s: %v", a, err)

@@ -121,22 +121,27 @@ func (s *sim) podAt(address Address) *simNode {
 func (s *sim) apply(t *testing.T, a Action) {
 	t.Helper()
 	n := s.nodes[a.On]
-	switch {
-	case a.Meet != nil:
+	if setslot := a.Kind == KindStable || a.Kind == KindClaim || a.Kind == KindMigrate; setslot && n.primary != "" {
+		t.Fatalf("%s: SETSLOT on a replica: Valkey refuses", a)
+	} else if setslot && s.syncingReplicaOf(n, a) != "" {
+		t.Fatalf("%s while %s takes its first copy: it would keep the slot marks for good", a, s.syncingReplicaOf(n, a))
+	}
+	switch a.Kind {
+	case KindMeet:
 		other := s.podAt(*a.Meet)
 		n.knows[other.id], other.knows[n.id] = true, true
-	case a.AddSlots != nil:
+	case KindAddSlots:
 		for _, rr := range a.AddSlots {
 			for slot := rr.Start; slot <= rr.End; slot++ {
 				n.slots[slot] = true
 			}
 		}
-	case a.Replicate != "":
+	case KindReplicate:
 		if len(n.slots) > 0 {
 			t.Fatalf("%s: CLUSTER REPLICATE on a primary with slots", a)
 		}
 		n.primary, n.syncing = a.Replicate, true
-	case a.Forget != "":
+	case KindForget:
 		if a.Forget == n.primary {
 			t.Fatalf("%s: a replica cannot forget its primary", a)
 		}
@@ -144,7 +149,7 @@ func (s *sim) apply(t *testing.T, a Action) {
 		// As Valkey does: a forgotten node's open slots are closed.
 		maps.DeleteFunc(n.migrating, func(_ int, to string) bool { return to == a.Forget })
 		maps.DeleteFunc(n.importing, func(_ int, from string) bool { return from == a.Forget })
-	case a.Failover || a.Takeover:
+	case KindFailover, KindTakeover:
 		old := s.byID(n.primary)
 		n.slots, old.slots = old.slots, map[int]bool{}
 		for _, o := range s.nodes {
@@ -153,7 +158,7 @@ func (s *sim) apply(t *testing.T, a Action) {
 			}
 		}
 		n.primary, old.primary = "", n.id
-	case a.Reset:
+	case KindReset:
 		if len(n.slots) > 0 {
 			t.Fatalf("%s: reset of a primary with slots", a)
 		}
@@ -163,26 +168,22 @@ func (s *sim) apply(t *testing.T, a Action) {
 				t.Fatalf("%s: %s still replicates the node reset", a, o.pod)
 			}
 		}
-	case (a.Stable != nil || a.Claim != nil || a.Migrate != nil) && n.primary != "":
-		t.Fatalf("%s: SETSLOT on a replica: Valkey refuses", a)
-	case (a.Stable != nil || a.Claim != nil || a.Migrate != nil) && s.syncingReplicaOf(n, a) != "":
-		t.Fatalf("%s while %s takes its first copy: it would keep the slot marks for good", a, s.syncingReplicaOf(n, a))
-	case a.Stable != nil:
+	case KindStable:
 		for _, slot := range a.Stable {
 			delete(n.migrating, slot)
 			delete(n.importing, slot)
 		}
-	case a.Claim != nil:
+	case KindClaim:
 		for _, slot := range a.Claim.Slots {
 			n.slots[slot] = true
 			delete(n.importing, slot)
 		}
-	case a.Migrate != nil:
+	case KindMigrate:
 		s.migrate(t, n, s.nodes[a.Migrate.Target], a.Migrate, len(a.Migrate.Slots))
-	case a.MarkHandover:
+	case KindMarkHandover:
 		// Steps are as far apart as the grace: the sim's clock runs between them.
 		n.handoverSeen = true
-	case a.Unfence:
+	case KindUnfence:
 		for _, o := range s.nodes {
 			if s.gone[o.primary] != nil {
 				t.Fatalf("%s: %s replicates a node that is gone, and would resync from the new one", a, o.pod)
@@ -197,7 +198,7 @@ func (s *sim) apply(t *testing.T, a Action) {
 // syncingReplicaOf is a replica still syncing with a primary whose slots the action changes.
 func (s *sim) syncingReplicaOf(n *simNode, a Action) string {
 	changed := []*simNode{n}
-	if a.Migrate != nil {
+	if a.Kind == KindMigrate {
 		changed = append(changed, s.nodes[a.Migrate.Target])
 	}
 	for _, o := range s.nodes {
@@ -285,7 +286,7 @@ func (s *sim) run(t *testing.T, want Want, limit int) int {
 		}
 		moved := 0
 		for _, a := range plan.Actions {
-			if a.Migrate != nil {
+			if a.Kind == KindMigrate {
 				moved += len(a.Migrate.Slots)
 			}
 			s.apply(t, a)
@@ -417,7 +418,7 @@ func TestScaleInDrainsLeavingShardsBeforeTheyAreReleased(t *testing.T) {
 func TestReplicasDownHandsAPrimaryOnALeavingPodToAStayingReplica(t *testing.T) {
 	s := formedSim(t, Want{3, 1})
 	// After an earlier failover, pod-03 (leaving when replicas go to 0) is pod-00's primary.
-	s.apply(t, Action{On: "pod-03", Failover: true})
+	s.apply(t, Action{Kind: KindFailover, On: "pod-03"})
 	s.leave(3)
 	plan := Form(Want{3, 0}, s.members())
 	if got := actions(plan); !slices.Equal(got, []string{"pod-00: CLUSTER FAILOVER"}) || plan.Operation != Draining {
@@ -431,7 +432,7 @@ func TestReplicasDownHandsAPrimaryOnALeavingPodToAStayingReplica(t *testing.T) {
 // instead, its shard would be lost from the count of primaries.
 func TestReplicasDownWaitsForTheReplicaThatTakesOver(t *testing.T) {
 	s := formedSim(t, Want{3, 1})
-	s.apply(t, Action{On: "pod-03", Failover: true})
+	s.apply(t, Action{Kind: KindFailover, On: "pod-03"})
 	s.nodes["pod-00"].linkDown = true
 	s.leave(3)
 	if plan := Form(Want{3, 0}, s.members()); !strings.HasPrefix(plan.Waiting, "replicas to sync before they take over") {
@@ -476,7 +477,7 @@ func TestAMigrationWhoseTargetFailedOverGoesOnToItsSuccessor(t *testing.T) {
 	s := formedSim(t, Want{3, 1})
 	s.nodes["pod-00"].migrating[0] = id("pod-01")
 	s.nodes["pod-01"].importing[0] = id("pod-00")
-	s.apply(t, Action{On: "pod-04", Failover: true})
+	s.apply(t, Action{Kind: KindFailover, On: "pod-04"})
 	s.nodes["pod-04"].importing[0] = id("pod-00")
 	plan, _ := closeOpenSlots(Want{3, 1}, s.members())
 	if got := actions(plan); !slices.Equal(got, []string{"pod-00: migrate slots 0 to pod-04"}) {
@@ -594,7 +595,7 @@ func TestAMigrationStoppedMidBatchResumes(t *testing.T) {
 	s.add("pod-02")
 	for {
 		plan := Form(Want{3, 0}, s.members())
-		if a := plan.Actions[0]; a.Migrate != nil {
+		if a := plan.Actions[0]; a.Kind == KindMigrate {
 			s.migrate(t, s.nodes[a.On], s.nodes[a.Migrate.Target], a.Migrate, len(a.Migrate.Slots)/2)
 			break
 		}
@@ -703,7 +704,7 @@ func TestAHalfDoneReleaseIsFinishedOnEveryRemainingNode(t *testing.T) {
 				if step == 100 || plan.Waiting != "" || plan.Formed() {
 					t.Fatalf("step %d: %v, waiting %q; want a step that releases", step, actions(plan), plan.Waiting)
 				}
-				if slices.ContainsFunc(plan.Actions, func(a Action) bool { return a.Reset }) {
+				if slices.ContainsFunc(plan.Actions, func(a Action) bool { return a.Kind == KindReset }) {
 					releasing = plan
 					break
 				}
@@ -830,7 +831,7 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		want: Want{3, 0},
 		members: func(t *testing.T) []Member {
 			s := formedSim(t, Want{3, 1})
-			s.apply(t, Action{On: "pod-03", Failover: true})
+			s.apply(t, Action{Kind: KindFailover, On: "pod-03"})
 			s.leave(3)
 			s.nodes["pod-00"].primary, s.nodes["pod-00"].slots = "", maps.Clone(s.nodes["pod-03"].slots)
 			if Released(s.members()) {
@@ -844,7 +845,7 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		want: Want{3, 0},
 		members: func(t *testing.T) []Member {
 			s := formedSim(t, Want{3, 1})
-			s.apply(t, Action{On: "pod-03", Failover: true})
+			s.apply(t, Action{Kind: KindFailover, On: "pod-03"})
 			s.leave(3)
 			s.nodes["pod-00"].primary, s.nodes["pod-00"].slots = id("pod-03"), map[int]bool{}
 			s.nodes["pod-03"].primary, s.nodes["pod-03"].slots = id("pod-00"), map[int]bool{}

@@ -42,7 +42,7 @@ func handOverLeaving(want Want, members []Member) (Plan, bool) {
 		}
 		switch {
 		case successor != nil:
-			actions = append(actions, Action{On: successor.Pod, Failover: true})
+			actions = append(actions, Action{Kind: KindFailover, On: successor.Pod})
 		case unsynced != nil:
 			// Drained instead, the shard would be lost from the count of primaries.
 			syncing = append(syncing, unsynced.Pod)
@@ -77,7 +77,7 @@ func freeReplica(want Want, members []Member) (Plan, bool) {
 	if len(most) == 0 {
 		return Plan{Waiting: fmt.Sprintf("%d of %d primaries and no server to make another", len(targets(want, members)), want.Shards)}, false
 	}
-	return Plan{Actions: []Action{{On: most[len(most)-1], Reset: true}}}, false
+	return Plan{Actions: []Action{{Kind: KindReset, On: most[len(most)-1]}}}, false
 }
 
 // attachReplicas gives every target primary (see targets) its replicas: staying members that
@@ -119,12 +119,12 @@ func attachReplicas(want Want, members []Member) (Plan, bool) {
 			break
 		}
 		replicas[primary] = append(replicas[primary], pod)
-		actions = append(actions, Action{On: pod, Replicate: primary})
+		actions = append(actions, Action{Kind: KindReplicate, On: pod, Replicate: primary})
 	}
 	if len(actions) == 0 {
 		most := slices.MaxFunc(ids, func(a, b string) int { return len(replicas[a]) - len(replicas[b]) })
 		if primary := fewest(); len(replicas[primary]) < want.ReplicasPerShard && len(replicas[most]) > want.ReplicasPerShard {
-			actions = append(actions, Action{On: replicas[most][len(replicas[most])-1], Replicate: primary})
+			actions = append(actions, Action{Kind: KindReplicate, On: replicas[most][len(replicas[most])-1], Replicate: primary})
 		}
 	}
 	return Plan{Actions: actions}, len(actions) == 0
@@ -168,11 +168,11 @@ func release(_ Want, members []Member) (Plan, bool) {
 			continue
 		}
 		if knowsStaying(m, members) {
-			actions = append(actions, Action{On: m.Pod, Reset: true})
+			actions = append(actions, Action{Kind: KindReset, On: m.Pod})
 		}
 		for _, other := range staying(members) {
 			if knows(other, self.ID) {
-				actions = append(actions, Action{On: other.Pod, Forget: self.ID})
+				actions = append(actions, Action{Kind: KindForget, On: other.Pod, Forget: self.ID})
 			}
 		}
 	}

@@ -32,7 +32,7 @@ func Roll(all []Member) Plan {
 	for i := range members {
 		if m := &members[i]; m.Outdated && slotsOf(m) == 0 {
 			if !handedOver(m, members) {
-				plan.Actions = []Action{{On: m.Pod, Restart: true}}
+				plan.Actions = []Action{{Kind: KindRestart, On: m.Pod}}
 				return plan
 			}
 			return afterGrace(plan, m)
@@ -47,14 +47,14 @@ func Roll(all []Member) Plan {
 		for j := range members {
 			r := &members[j]
 			if replica, _ := r.self(); replica.PrimaryID == self.ID && !r.Outdated && r.LinkUp {
-				plan.Actions = []Action{{On: r.Pod, Failover: true}}
+				plan.Actions = []Action{{Kind: KindFailover, On: r.Pod}}
 				return plan
 			}
 		}
 	}
 	for i := range members {
 		if m := &members[i]; m.Outdated {
-			plan.Actions = []Action{{On: m.Pod, Restart: true}}
+			plan.Actions = []Action{{Kind: KindRestart, On: m.Pod}}
 			plan.Progress += fmt.Sprintf("; %s is a primary without a replica: the keys of its %d slots are lost when it restarts", m.Pod, slotsOf(m))
 			return plan
 		}
@@ -89,12 +89,12 @@ func handedOver(m *Member, members []Member) bool {
 func afterGrace(plan Plan, m *Member) Plan {
 	switch {
 	case !m.HandoverSeen:
-		plan.Actions = []Action{{On: m.Pod, MarkHandover: true}}
+		plan.Actions = []Action{{Kind: KindMarkHandover, On: m.Pod}}
 	case m.SinceHandover < HandoverGrace:
 		plan.Waiting = fmt.Sprintf("clients to learn that %s no longer serves its slots before it restarts (%s left)",
 			m.Pod, (HandoverGrace - m.SinceHandover).Round(100*time.Millisecond))
 	default:
-		plan.Actions = []Action{{On: m.Pod, Restart: true}}
+		plan.Actions = []Action{{Kind: KindRestart, On: m.Pod}}
 	}
 	return plan
 }

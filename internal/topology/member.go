@@ -1,0 +1,73 @@
+package topology
+
+import (
+	"time"
+
+	"example.com/cache-operator/internal/valkey"
+)
+
+// Member is one pod of the Cache and what its server says.
+type Member struct {
+	Pod  string
+	IP   string
+	Port int
+	// Nodes is CLUSTER NODES as this member's server reports it; nil when it could not be
+	// asked.
+	Nodes []valkey.ClusterNode
+	// State is cluster_state as the server reports it ("ok" when it serves every slot).
+	State string
+	// LinkUp reports, for a replica, whether its replication link to its primary is up, and
+	// ReplOffset how far into its primary's stream of writes it has got.
+	LinkUp     bool
+	ReplOffset int64
+	// Leaving marks a pod that a scale-in removes: its slots and its place in the cluster go
+	// first. Outdated marks a pod that runs an older pod template than its StatefulSet's.
+	Leaving, Outdated bool
+	// Fenced marks a server that refuses replicas' resynchronisation, as every Cluster node
+	// does from its start until unfence lifts it.
+	Fenced bool
+	// Stranger, when set, is what the server at the member's address says it is, which is not
+	// this member's pod: the address has gone to another pod, and Nodes are not read.
+	Stranger string
+	// HandoverSeen marks a pod on which the operator recorded (MarkHandover) that every member
+	// reports its shard handed over to another primary, SinceHandover ago.
+	HandoverSeen  bool
+	SinceHandover time.Duration
+}
+
+// self is the member's own entry: what it says about itself is authoritative for its ID, its
+// role and the slots it serves.
+func (m *Member) self() (valkey.ClusterNode, bool) {
+	return valkey.Myself(m.Nodes)
+}
+
+// Want is the cluster the spec asks for.
+type Want struct {
+	Shards, ReplicasPerShard int
+}
+
+// Nodes is the number of servers the cluster is made of.
+func (w Want) Nodes() int { return w.Shards * (1 + w.ReplicasPerShard) }
+
+// memberIDs are the node IDs of the members that could be asked, each the ID its server gives
+// itself.
+func memberIDs(members []Member) map[string]bool {
+	ids := map[string]bool{}
+	for i := range members {
+		if self, ok := members[i].self(); ok {
+			ids[self.ID] = true
+		}
+	}
+	return ids
+}
+
+// staying are the members that the scale-in, if any, keeps.
+func staying(members []Member) []*Member {
+	var kept []*Member
+	for i := range members {
+		if !members[i].Leaving {
+			kept = append(kept, &members[i])
+		}
+	}
+	return kept
+}
