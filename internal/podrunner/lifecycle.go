@@ -153,6 +153,7 @@ func restarts(policy corev1.RestartPolicy, exitCode int32) bool {
 		return false
 	case corev1.RestartPolicyOnFailure:
 		return exitCode != 0
+	case corev1.RestartPolicyAlways:
 	}
 	return true // Always, the default
 }

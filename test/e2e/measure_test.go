@@ -61,24 +61,25 @@ func loadKeys100B(t *testing.T, c valkeygo.Client, n int) {
 	}
 }
 
-// scaleOutUnderLoad scales the Cache to 5 shards while a client writes and reads all along, and
-// waits until every slot has moved. It returns what the client saw, the Cache as it then is, and
-// when the patch was sent and the scale-out seen done.
-func scaleOutUnderLoad(t *testing.T, key client.ObjectKey, timeout time.Duration) (load *upgradeLoad, after *cachev2.Cache, began, done time.Time) {
+// scaleUnderLoad scales the Cache to the given number of shards while a client writes and reads
+// all along, and waits until every slot has moved and the Cache is Ready with that many shards.
+// It returns what the client saw, the Cache as it then is, and when the patch was sent and the
+// scaling seen done.
+func scaleUnderLoad(t *testing.T, key client.ObjectKey, shards int32, timeout time.Duration) (load *upgradeLoad, after *cachev2.Cache, began, done time.Time) {
 	t.Helper()
 	load = &upgradeLoad{}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { load.run(ctx, clusterClient(t, key)) })
 	began = time.Now()
-	patchCache(t, key, `{"spec":{"shards":5}}`)
-	testenv.WaitFor(t, timeout, "the scale-out done", func() (bool, string) {
+	patchCache(t, key, fmt.Sprintf(`{"spec":{"shards":%d}}`, shards))
+	testenv.WaitFor(t, timeout, fmt.Sprintf("the scaling to %d shards done", shards), func() (bool, string) {
 		var err error
 		if after, err = getCache(t, key); err != nil {
 			return false, err.Error()
 		}
 		ok, why := settled(after)
-		return ok && after.Status.Shards == 5 && after.Status.SlotsToMove == 0, why
+		return ok && after.Status.Shards == shards && after.Status.SlotsToMove == 0, why
 	})
 	done = time.Now()
 	stop()
@@ -86,8 +87,10 @@ func scaleOutUnderLoad(t *testing.T, key client.ObjectKey, timeout time.Duration
 	return load, after, began, done
 }
 
-// countMissing counts the keys of bench-0 … bench-(n-1) that do not read back as written.
-func countMissing(t *testing.T, c valkeygo.Client, n int) int {
+// countMissing counts the keys of the reference data, bench-0 … bench-199999, that do not read
+// back as written.
+func countMissing(t *testing.T, c valkeygo.Client) int {
+	const n = rebalanceKeys
 	t.Helper()
 	missing := 0
 	const chunk = 10_000
@@ -108,10 +111,10 @@ func countMissing(t *testing.T, c valkeygo.Client, n int) int {
 // Scale-out of a Cluster Cache 3 → 5 primaries (no replicas) holding 200,000 keys of 100 B, under
 // a client writing and reading all along, against valkey-cli --cluster rebalance
 // --cluster-use-empty-masters on plain servers of the same release with the same data, in the
-// same run, on the same machine. It logs, per run: the operator's time from the patch to Ready,
-// valkey-cli's time, the client's requests, failures (valkey-go follows MOVED and ASK itself, so
-// every failure is an error other than a redirection) and longest stretch of failures, and the
-// keys lost.
+// same run, on the same machine; then the scale-in back to 3. It logs, per run: the operator's
+// time from the patch to Ready, valkey-cli's time, the client's requests, failures (valkey-go
+// follows MOVED and ASK itself, so every failure is an error other than a redirection) and
+// longest stretch of failures, and the keys lost.
 func TestMeasureScaleOutAgainstValkeyCLI(t *testing.T) {
 	runs := measureRuns(t)
 	operator := startOperator(t, "a", "", clusterCheckInterval, "--zap-time-encoding=rfc3339nano")
@@ -149,10 +152,19 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, run int) {
 	c := clusterClient(t, key)
 	loadKeys100B(t, c, rebalanceKeys)
 
-	load, _, began, done := scaleOutUnderLoad(t, key, 10*time.Minute)
+	load, _, began, done := scaleUnderLoad(t, key, 5, 10*time.Minute)
 	took, migrating := done.Sub(began), done.Sub(firstMigrationStep(t, operator, ns))
 	lost, acked := load.lost(t, c)
-	missing := countMissing(t, clusterClient(t, key), rebalanceKeys)
+	missing := countMissing(t, clusterClient(t, key))
+
+	// And back in, 5 → 3, with the same data: the leaving primaries drain before their pods go.
+	in, _, inBegan, inDone := scaleUnderLoad(t, key, 3, 10*time.Minute)
+	inLost, inAcked := in.lost(t, c)
+	inMissing := countMissing(t, clusterClient(t, key))
+	t.Logf("run %d: operator 5 → 3: %s from the patch; client: %d requests, %d failed, longest failing stretch %s; "+
+		"%d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
+		run, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.longestOutage.Round(time.Millisecond),
+		inLost, inAcked, inMissing, rebalanceKeys)
 
 	cli := valkeyCLIRebalance(t)
 	t.Logf("run %d: operator 3 → 5: %s from the patch, %s from its first migration step (%.2f × valkey-cli); valkey-cli rebalance: %s; "+
@@ -212,7 +224,7 @@ func valkeyCLIRebalance(t *testing.T) time.Duration {
 	began := time.Now()
 	cli("--cluster", "rebalance", addr(0), "--cluster-use-empty-masters")
 	took := time.Since(began)
-	if missing := countMissing(t, plain, rebalanceKeys); missing > 0 {
+	if missing := countMissing(t, plain); missing > 0 {
 		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
 	}
 	return took
@@ -258,10 +270,10 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 				}
 			}
 
-			load, after, began, done := scaleOutUnderLoad(t, key, 20*time.Minute)
+			load, after, began, done := scaleUnderLoad(t, key, 5, 20*time.Minute)
 			took := done.Sub(began)
 			lost, acked := load.lost(t, vc)
-			missing := countMissing(t, clusterClient(t, key), rebalanceKeys)
+			missing := countMissing(t, clusterClient(t, key))
 			primaryIDs := func(c *cachev2.Cache) []string {
 				var ids []string
 				for _, n := range c.Status.Nodes {
