@@ -18,7 +18,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/controller"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // k8s sends objects as a user's YAML would; typed is a Go client of the Cache type.

@@ -22,8 +22,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"example.com/cache-operator/internal/localcluster"
-	"example.com/cache-operator/internal/podrunner"
+	"example.com/cache-operator/test/harness/localcluster"
+	"example.com/cache-operator/test/harness/podrunner"
 )
 
 const nodes = 3

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"example.com/cache-operator/internal/catalog"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // The records are only worth what their consumer makes of them: a real CoreDNS, with its etcd

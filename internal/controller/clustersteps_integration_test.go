@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"example.com/cache-operator/internal/testenv"
 	"example.com/cache-operator/internal/topology"
 	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // A migration step moves keys only until its deadline, so that no pass blocks a worker for as

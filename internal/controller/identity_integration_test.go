@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"example.com/cache-operator/internal/resources"
-	"example.com/cache-operator/internal/testenv"
 	"example.com/cache-operator/internal/topology"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // A pod's address that answers as another pod's server (a stale informer, an IP that went to a

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"example.com/cache-operator/internal/resources"
-	"example.com/cache-operator/internal/testenv"
 	"example.com/cache-operator/internal/topology"
 	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // A primary that stops answering (here SIGSTOP: a hung server, or the machine under it gone) in a

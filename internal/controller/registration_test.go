@@ -27,7 +27,7 @@ import (
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/metrics"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 var testLayout = catalog.Layout{Prefix: "/skydns", Zone: "caches.example.internal", TTL: 30}

@@ -28,7 +28,7 @@ import (
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/resources"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // The tests of this package share one real etcd and kube-apiserver. Each test works in a

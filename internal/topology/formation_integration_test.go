@@ -11,8 +11,8 @@ import (
 
 	valkeygo "github.com/valkey-io/valkey-go"
 
-	"example.com/cache-operator/internal/testenv"
 	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // observe asks every server for its view of the cluster, as a reconcile would; a server that

@@ -5,7 +5,7 @@ package alerts
 import (
 	"testing"
 
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 func TestIntegrationTierNotSelected(t *testing.T) { testenv.SkipTier(t, "integration") }

@@ -40,8 +40,8 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/controller"
-	"example.com/cache-operator/internal/localcluster"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/localcluster"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 var (

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // Result is everything one benchmark run measured.

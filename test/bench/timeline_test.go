@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // timeline records over time how many Caches are Ready and how many of their StatefulSets

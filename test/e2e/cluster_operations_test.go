@@ -24,8 +24,8 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
-	"example.com/cache-operator/internal/testenv"
 	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // serverView is a running pod's server and what it reports of the cluster.

@@ -19,8 +19,8 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
-	"example.com/cache-operator/internal/testenv"
 	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // clusterCheckInterval is how often the e2e operators check a ready cluster: short, so that a

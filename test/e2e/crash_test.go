@@ -20,7 +20,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 func TestKillBetweenCreatingTheStatefulSetAndWritingStatus(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // newNamespace creates a namespace for one test. When the test ends, its Caches are deleted

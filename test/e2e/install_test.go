@@ -25,8 +25,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"example.com/cache-operator/internal/localcluster"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/localcluster"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // The install manifests are accepted by a real API server, and the Deployment's pods pass the

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"example.com/cache-operator/internal/controller"
-	"example.com/cache-operator/internal/localcluster"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/localcluster"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // waitLeader waits until o holds the Lease.

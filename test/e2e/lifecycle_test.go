@@ -19,7 +19,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // readyHistory records every Ready condition a Cache is stored with, from a watch, so that a

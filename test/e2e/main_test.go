@@ -23,9 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"example.com/cache-operator/internal/controller"
-	"example.com/cache-operator/internal/localcluster"
-	"example.com/cache-operator/internal/podrunner"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/localcluster"
+	"example.com/cache-operator/test/harness/podrunner"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // Shared by every test of the package, set up once by TestMain.

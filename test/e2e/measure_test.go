@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev2 "example.com/cache-operator/api/v2"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // measureRuns, when set (CACHE_OPERATOR_MEASURE=N), runs the measurements below N times. They

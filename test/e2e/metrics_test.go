@@ -17,7 +17,7 @@ import (
 
 	cachev1 "example.com/cache-operator/api/v1"
 	"example.com/cache-operator/internal/controller"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // metricName matches the names of the metrics our alerts and dashboard read.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"example.com/cache-operator/internal/localcluster"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/localcluster"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // Lease of the e2e operators: short timings, so handovers are quick to observe.

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev2 "example.com/cache-operator/api/v2"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // Every other test runs the operator under its ServiceAccount and fails on any Forbidden in its

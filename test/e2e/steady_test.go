@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // waitIdle waits until the operator has started its controller, reconciled at least

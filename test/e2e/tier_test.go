@@ -5,7 +5,7 @@ package e2e
 import (
 	"testing"
 
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 func TestEndToEndTierNotSelected(t *testing.T) { testenv.SkipTier(t, "e2e") }

@@ -26,7 +26,7 @@ import (
 	cachev1 "example.com/cache-operator/api/v1"
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/controller"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // The upgrade rehearsal from API v1, as docs/operations.md tells a user to upgrade: the release

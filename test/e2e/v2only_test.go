@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // Serving v2 only (config/v2-only, the chart's serveV1=false) is for clusters whose clients have

@@ -22,7 +22,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // cachePods lists the pods of a Cache, in order of their names.

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
-	"example.com/cache-operator/internal/localcluster"
-	"example.com/cache-operator/internal/testenv"
+	"example.com/cache-operator/test/harness/localcluster"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // readThroughV1 reads a Cache through v1, which takes the conversion webhook.

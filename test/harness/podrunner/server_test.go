@@ -17,8 +17,8 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
-	"example.com/cache-operator/internal/testenv"
 	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/testenv"
 )
 
 // These tests run the operator's pod template on real valkey-server processes, without a

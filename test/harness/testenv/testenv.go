@@ -17,7 +17,7 @@ import (
 // Root is the repository's top directory.
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // BinDir is where the toolchain's binaries are linked: $KUBEBUILDER_ASSETS if set, else the
