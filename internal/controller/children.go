@@ -23,7 +23,7 @@ import (
 type children struct {
 	sts *appsv1.StatefulSet
 	// hold says why the pods keep their template, if they do.
-	hold templateHold
+	hold resources.TemplateHold
 	// created: the Service or the StatefulSet did not exist, and this pass created it.
 	created bool
 	// pending: this reconciler created the Service or the StatefulSet and its informer does not
@@ -62,79 +62,20 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 		return children{pending: true}, nil
 	}
 	if err == nil && metav1.IsControlledBy(cached, cache) {
-		hold := holdOf(cache, cached, desired)
-		upToDate := resources.StatefulSetUpToDate(cached, desired) ||
-			hold != holdNone && resources.StatefulSetUpToDateBesidesTemplate(cached, desired)
-		if upToDate {
-			return children{sts: cached, hold: hold}, nil
+		if verdict := resources.JudgeStatefulSet(cache, cached, desired); verdict.UpToDate {
+			return children{sts: cached, hold: verdict.Hold}, nil
 		}
 	}
 	if client.IgnoreNotFound(err) != nil {
 		return children{}, err
 	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	hold := holdNone
+	var hold resources.TemplateHold
 	op, err := r.ensureChild(ctx, r.writer(err), cache, sts, func() {
-		want := desired
 		// Decided again on the stored object, which this closure gets fresh.
-		if hold = holdOf(cache, sts, desired); hold != holdNone {
-			want = desired.DeepCopy()
-			want.Spec.Template = *sts.Spec.Template.DeepCopy()
-		}
-		resources.MergeStatefulSet(sts, want)
+		hold = resources.UpdateStatefulSet(cache, sts, desired)
 	})
 	return children{sts: sts, hold: hold, created: op == controllerutil.OperationResultCreated}, err
-}
-
-// templateHold is why a StatefulSet keeps a pod template other than the one the Cache's spec
-// would build now.
-type templateHold int
-
-const (
-	holdNone templateHold = iota
-	// holdRelease: the template is an earlier operator release's (holdsReleaseTemplate).
-	holdRelease
-	// holdRolloutConsent: a change of the spec would empty every node (awaitsRolloutConsent).
-	holdRolloutConsent
-)
-
-// holdOf is why the StatefulSet, created already, keeps its pod template rather than desired's.
-func holdOf(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) templateHold {
-	switch {
-	case sts.CreationTimestamp.IsZero():
-		return holdNone
-	case holdsReleaseTemplate(cache, sts, desired):
-		return holdRelease
-	case awaitsRolloutConsent(cache, sts, desired):
-		return holdRolloutConsent
-	}
-	return holdNone
-}
-
-// awaitsRolloutConsent reports whether a change of the spec's version or memory is held because
-// rolling it out would empty every node: no replica holds a node's keys while it restarts (a
-// Standalone Cache; a Cluster without replicas), and the Cache does not carry the consent
-// (AnnotationRolloutEmptiesNodes). Persistence is off, so a restarted node comes back empty; a
-// user who changes a version should not find the cache cold without having said so. A template
-// edited by hand is no change of the spec: it is undone, as ever.
-func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
-	noReplicas := cache.Spec.Mode != cachev2.ModeCluster || cache.Spec.ReplicasOrZero() == 0
-	return noReplicas && cache.Annotations[cachev2.AnnotationRolloutEmptiesNodes] != cachev2.RolloutEmptiesNodesAllowed &&
-		resources.TemplateAsWritten(sts) &&
-		resources.SpecInputs(&sts.Spec.Template) != resources.SpecInputs(&desired.Spec.Template)
-}
-
-// holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although
-// this release would build it differently: it is as an operator release wrote it (a hand edit is
-// undone) and was built from the same spec (version and memory), so the difference is the
-// operator release's, and an upgrade of the operator alone restarts no cache pod. The newer
-// template goes out with the next change of those, or at once when the Cache carries
-// AnnotationPodTemplate: latest.
-func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
-	return cache.Annotations[cachev2.AnnotationPodTemplate] != cachev2.PodTemplateLatest &&
-		resources.TemplateAsWritten(sts) &&
-		resources.SpecInputs(&sts.Spec.Template) == resources.SpecInputs(&desired.Spec.Template) &&
-		resources.OwnedTemplateDigest(&sts.Spec.Template) != resources.OwnedTemplateDigest(&desired.Spec.Template)
 }
 
 // ensureService decides from the informer's copy of the Service, which keeps only the owned

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/topology"
 	"example.com/cache-operator/internal/valkey"
 )
@@ -32,7 +33,7 @@ func TestAClusterStillFormingKeepsItsReadyTransitionTime(t *testing.T) {
 	}}
 
 	health := topology.Health{Problem: topology.Forming, Message: "cannot ask pod-0 for its cluster state"}
-	status := observedStatus(cache, sts, nil, holdNone, reportCluster(topology.Want{Shards: 1}, nil, health, 1))
+	status := observedStatus(cache, sts, nil, resources.TemplateCurrent, reportCluster(topology.Want{Shards: 1}, nil, health, 1))
 
 	ready := meta.FindStatusCondition(status.Conditions, cachev2.ConditionReady)
 	if ready.Status != metav1.ConditionFalse || !ready.LastTransitionTime.Equal(&long) {

@@ -66,7 +66,7 @@ func (r *CacheReconciler) reportFailure(ctx context.Context, cache *cachev2.Cach
 // registration in the catalogue (nil: no catalogue), why its pods keep their template if they
 // do, and, for a Cluster Cache, what its servers report (nil for a Standalone one). A
 // condition's transition time moves only when its status flips.
-func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition, hold templateHold, cluster *clusterReport) cachev2.CacheStatus {
+func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *metav1.Condition, hold resources.TemplateHold, cluster *clusterReport) cachev2.CacheStatus {
 	status := *cache.Status.DeepCopy()
 	status.ObservedGeneration = cache.Generation
 	status.Replicas = sts.Status.Replicas
@@ -87,7 +87,7 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 			ready.Reason, ready.Message = cluster.ready.Reason, cluster.ready.Message+"; "+ready.Message
 		}
 	}
-	if hold == holdRolloutConsent {
+	if hold == resources.TemplateHeldForConsent {
 		ready = rolloutConsentAwaited(cache)
 	}
 	status.Selector = labels.SelectorFromSet(resources.SelectorLabels(cache)).String()
@@ -97,7 +97,7 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 	} else {
 		meta.RemoveStatusCondition(&status.Conditions, cachev2.ConditionRegistered)
 	}
-	if hold == holdRelease {
+	if hold == resources.TemplateHeldForRelease {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type:               cachev2.ConditionPodTemplateCurrent,
 			Status:             metav1.ConditionFalse,
@@ -114,7 +114,7 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 }
 
 // rolloutConsentAwaited is the Ready condition of a Cache whose change of version or memory would
-// empty every node (awaitsRolloutConsent): it says how to go ahead.
+// empty every node (resources.TemplateHeldForConsent): it says how to go ahead.
 func rolloutConsentAwaited(cache *cachev2.Cache) metav1.Condition {
 	ways := fmt.Sprintf("annotate the Cache %s=%s", cachev2.AnnotationRolloutEmptiesNodes, cachev2.RolloutEmptiesNodesAllowed)
 	if cache.Spec.Mode == cachev2.ModeCluster {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
 )
 
 func statusTestCache(replicas int32) *cachev2.Cache {
@@ -83,7 +84,7 @@ func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
 
 	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 5, ReadyReplicas: 4, UpdatedReplicas: 5}
-	progressing := observedStatus(cache, sts, nil, holdNone, nil)
+	progressing := observedStatus(cache, sts, nil, resources.TemplateCurrent, nil)
 	ready := meta.FindStatusCondition(progressing.Conditions, cachev2.ConditionReady)
 	if ready.Message != "4/5 replicas ready" || !ready.LastTransitionTime.Equal(&long) {
 		t.Errorf("still progressing: got %q at %v, want the new message and the old transition time %v",
@@ -91,7 +92,7 @@ func TestObservedStatusMovesTheTransitionTimeOnlyOnAFlip(t *testing.T) {
 	}
 
 	sts.Status.ReadyReplicas = 5
-	done := observedStatus(cache, sts, nil, holdNone, nil)
+	done := observedStatus(cache, sts, nil, resources.TemplateCurrent, nil)
 	ready = meta.FindStatusCondition(done.Conditions, cachev2.ConditionReady)
 	if ready.Status != metav1.ConditionTrue || ready.LastTransitionTime.Equal(&long) {
 		t.Errorf("flipped to ready: got %s at %v, want True with a new transition time", ready.Status, ready.LastTransitionTime)

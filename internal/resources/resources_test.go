@@ -156,7 +156,7 @@ func TestMergeStatefulSetOfAMatchingObjectChangesNothing(t *testing.T) {
 	stored := serverDefaulted(desired)
 	merged := stored.DeepCopy()
 
-	MergeStatefulSet(merged, desired)
+	mergeStatefulSet(merged, desired)
 
 	if !equality.Semantic.DeepEqual(stored, merged) {
 		t.Errorf("merging into a matching StatefulSet changed it; the reconciler would write on every pass")
@@ -171,7 +171,7 @@ func TestMergeStatefulSetSetsOwnedFieldsOnly(t *testing.T) {
 	desired := StatefulSet(cache, DefaultImageRepository)
 
 	merged := stored.DeepCopy()
-	MergeStatefulSet(merged, desired)
+	mergeStatefulSet(merged, desired)
 
 	if got := ptr.Deref(merged.Spec.Replicas, 0); got != 5 {
 		t.Errorf("replicas = %d, want 5", got)
@@ -204,7 +204,7 @@ func TestMergeStatefulSetIntoANewObjectGivesTheDesiredSpec(t *testing.T) {
 	desired := StatefulSet(testCache(), DefaultImageRepository)
 	created := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 
-	MergeStatefulSet(created, desired)
+	mergeStatefulSet(created, desired)
 
 	if !equality.Semantic.DeepEqual(created.Spec, desired.Spec) {
 		t.Errorf("new StatefulSet spec differs from the desired one:\n got %+v\nwant %+v", created.Spec, desired.Spec)
@@ -217,7 +217,7 @@ func TestMergeStatefulSetKeepsTheImmutableSelector(t *testing.T) {
 	stored.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"legacy": "selector"}}
 	merged := stored.DeepCopy()
 
-	MergeStatefulSet(merged, StatefulSet(cache, DefaultImageRepository))
+	mergeStatefulSet(merged, StatefulSet(cache, DefaultImageRepository))
 
 	if !equality.Semantic.DeepEqual(merged.Spec.Selector, stored.Spec.Selector) {
 		t.Errorf("selector changed to %v; the API server rejects that", merged.Spec.Selector)

@@ -85,7 +85,7 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 	// operator forms a Cluster once every node answers. So the StatefulSet controller creates
 	// and removes a Cache's pods all at once rather than one at a time, each after the previous
 	// one is Ready. The policy is immutable: a StatefulSet made by an earlier release keeps the
-	// default it was created with (MergeStatefulSet sets it at creation only).
+	// default it was created with (mergeStatefulSet sets it at creation only).
 	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
 	if cache.Spec.Mode == cachev2.ModeCluster {
 		// The operator restarts a Cluster's pods itself, in the order that keeps every shard
@@ -97,17 +97,17 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 		// template when the operator deletes old ones.
 		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
 	}
-	sts.Annotations = map[string]string{AnnotationTemplateWritten: OwnedTemplateDigest(&sts.Spec.Template)}
+	sts.Annotations = map[string]string{AnnotationTemplateWritten: ownedTemplateDigest(&sts.Spec.Template)}
 	return sts
 }
 
-// MergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
+// mergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
 // fields the operator owns: its labels, replicas, the pod labels, the pod security context and
 // affinity, the Valkey container and the data volume. Everything else is left as it is: the
 // fields the API server defaults, annotations on the pod template such as the one `kubectl
 // rollout restart` sets, labels and containers added by others. So a stored StatefulSet that
 // already matches comes out unchanged, and the caller writes nothing.
-func MergeStatefulSet(dst, desired *appsv1.StatefulSet) {
+func mergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 	mergeLabels(&dst.Labels, desired.Labels)
 	if dst.CreationTimestamp.IsZero() {
 		// The selector and the governing Service are immutable: they are set at creation only.
@@ -122,13 +122,13 @@ func MergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 	}
 
 	mergeOwnedTemplate(&dst.Spec.Template, &desired.Spec.Template)
-	mergeAnnotations(&dst.Annotations, map[string]string{AnnotationTemplateWritten: OwnedTemplateDigest(&dst.Spec.Template)})
+	mergeAnnotations(&dst.Annotations, map[string]string{AnnotationTemplateWritten: ownedTemplateDigest(&dst.Spec.Template)})
 }
 
 // mergeOwnedTemplate copies into dst the pod template fields that the operator owns, as src has
 // them, and leaves every other field of dst alone. It is the one list of those fields: the merge
 // applies it to a stored template, and the digest the informer keeps of a template
-// (OwnedTemplateDigest) applies it to an empty one.
+// (ownedTemplateDigest) applies it to an empty one.
 func mergeOwnedTemplate(dst, src *corev1.PodTemplateSpec) {
 	for _, key := range podLabelKeys {
 		if value, ok := src.Labels[key]; ok {

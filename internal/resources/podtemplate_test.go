@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// The informer keeps StatefulSets stripped of their pod template, so StatefulSetUpToDate must
-// reach the same verdict from a stripped copy as MergeStatefulSet does from the whole object:
+// The informer keeps StatefulSets stripped of their pod template, so statefulSetUpToDate must
+// reach the same verdict from a stripped copy as mergeStatefulSet does from the whole object:
 // a change to an owned field is seen, a change to anything else is not.
 func TestStatefulSetUpToDateAgreesWithTheMergeWhetherStrippedOrNot(t *testing.T) {
 	valkey := func(sts *appsv1.StatefulSet) *corev1.Container { return &sts.Spec.Template.Spec.Containers[0] }
@@ -69,17 +69,17 @@ func TestStatefulSetUpToDateAgreesWithTheMergeWhetherStrippedOrNot(t *testing.T)
 			stored := serverDefaulted(desired)
 			tc.apply(stored)
 			merged := stored.DeepCopy()
-			MergeStatefulSet(merged, desired)
+			mergeStatefulSet(merged, desired)
 			mergeChanges := !equality.Semantic.DeepEqual(merged, stored)
 			if mergeChanges != tc.owned {
 				t.Fatalf("the merge changes the StatefulSet: %v; this case expects %v", mergeChanges, tc.owned)
 			}
 
-			if got := StatefulSetUpToDate(stored, desired); got != !tc.owned {
-				t.Errorf("StatefulSetUpToDate of the stored object = %v, want %v", got, !tc.owned)
+			if got := statefulSetUpToDate(stored, desired); got != !tc.owned {
+				t.Errorf("statefulSetUpToDate of the stored object = %v, want %v", got, !tc.owned)
 			}
-			if got := StatefulSetUpToDate(StripStatefulSet(stored), desired); got != !tc.owned {
-				t.Errorf("StatefulSetUpToDate of the stripped object = %v, want %v", got, !tc.owned)
+			if got := statefulSetUpToDate(StripStatefulSet(stored), desired); got != !tc.owned {
+				t.Errorf("statefulSetUpToDate of the stripped object = %v, want %v", got, !tc.owned)
 			}
 		})
 	}
@@ -88,7 +88,7 @@ func TestStatefulSetUpToDateAgreesWithTheMergeWhetherStrippedOrNot(t *testing.T)
 func TestStripStatefulSetKeepsWhatTheReconcilerReads(t *testing.T) {
 	stored := serverDefaulted(StatefulSet(testCache(), DefaultImageRepository))
 	stored.Generation = 4
-	stored.Annotations = map[string]string{AnnotationTemplateWritten: OwnedTemplateDigest(&stored.Spec.Template), "note": "dropped"}
+	stored.Annotations = map[string]string{AnnotationTemplateWritten: ownedTemplateDigest(&stored.Spec.Template), "note": "dropped"}
 	stored.Status = appsv1.StatefulSetStatus{
 		ObservedGeneration: 4, Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3,
 		CurrentRevision: "orders-cache-1", UpdateRevision: "orders-cache-2",
@@ -101,10 +101,10 @@ func TestStripStatefulSetKeepsWhatTheReconcilerReads(t *testing.T) {
 		template.Spec.Affinity != nil || template.Spec.SecurityContext != nil {
 		t.Errorf("stripped template still holds %+v", template)
 	}
-	if got, want := OwnedTemplateDigest(&template), OwnedTemplateDigest(&stored.Spec.Template); got != want {
+	if got, want := ownedTemplateDigest(&template), ownedTemplateDigest(&stored.Spec.Template); got != want {
 		t.Errorf("digest after stripping = %s, want %s", got, want)
 	}
-	if got, want := SpecInputs(&template), SpecInputs(&stored.Spec.Template); got != want {
+	if got, want := specInputs(&template), specInputs(&stored.Spec.Template); got != want {
 		t.Errorf("spec inputs after stripping = %q, want %q", got, want)
 	}
 	if stripped.Spec.Selector != nil || stripped.Annotations["note"] != "" || len(stripped.Status.Conditions) != 0 {
@@ -115,7 +115,7 @@ func TestStripStatefulSetKeepsWhatTheReconcilerReads(t *testing.T) {
 		status := sts.Status
 		status.Conditions = nil
 		return []any{sts.Name, sts.Namespace, sts.Labels, sts.OwnerReferences, sts.Generation,
-			sts.Annotations[AnnotationTemplateWritten], TemplateAsWritten(sts), *sts.Spec.Replicas, sts.Spec.UpdateStrategy, status}
+			sts.Annotations[AnnotationTemplateWritten], templateAsWritten(sts), *sts.Spec.Replicas, sts.Spec.UpdateStrategy, status}
 	}
 	if !equality.Semantic.DeepEqual(read(stripped), read(stored)) {
 		t.Errorf("stripping changed what the reconciler reads:\n%+v\nwant\n%+v", read(stripped), read(stored))
@@ -127,12 +127,12 @@ func TestStripStatefulSetKeepsWhatTheReconcilerReads(t *testing.T) {
 // see no difference.
 func TestEveryTemplateFieldTheBuilderSetsCountsInTheDigest(t *testing.T) {
 	desired := StatefulSet(testCache(), DefaultImageRepository).Spec.Template
-	digest := OwnedTemplateDigest(&desired)
+	digest := ownedTemplateDigest(&desired)
 	counts := func(what string, clear func(*corev1.PodTemplateSpec)) {
 		t.Helper()
 		changed := desired.DeepCopy()
 		clear(changed)
-		if OwnedTemplateDigest(changed) == digest {
+		if ownedTemplateDigest(changed) == digest {
 			t.Errorf("the builder sets %s, but the digest of owned fields does not change without it", what)
 		}
 	}

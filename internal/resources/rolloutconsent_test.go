@@ -1,4 +1,4 @@
-package controller
+package resources
 
 import (
 	"testing"
@@ -8,7 +8,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	cachev2 "example.com/cache-operator/api/v2"
-	"example.com/cache-operator/internal/resources"
 )
 
 // Only a rollout that would empty every node waits for consent: a change of version or memory,
@@ -42,11 +41,11 @@ func TestAwaitsRolloutConsent(t *testing.T) {
 		{"standalone, its image edited by hand", cache(cachev2.ModeStandalone, 0, "7.2.0", false), cache(cachev2.ModeStandalone, 0, "8.1.1", false), true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sts := resources.StatefulSet(tc.was, resources.DefaultImageRepository)
+			sts := StatefulSet(tc.was, DefaultImageRepository)
 			if tc.byHand {
-				sts.Annotations = resources.StatefulSet(tc.now, resources.DefaultImageRepository).Annotations
+				sts.Annotations = StatefulSet(tc.now, DefaultImageRepository).Annotations
 			}
-			if got := awaitsRolloutConsent(tc.now, sts, resources.StatefulSet(tc.now, resources.DefaultImageRepository)); got != tc.waits {
+			if got := awaitsRolloutConsent(tc.now, sts, StatefulSet(tc.now, DefaultImageRepository)); got != tc.waits {
 				t.Errorf("awaitsRolloutConsent = %v, want %v", got, tc.waits)
 			}
 		})

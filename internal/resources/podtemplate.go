@@ -1,0 +1,208 @@
+package resources
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev2 "example.com/cache-operator/api/v2"
+)
+
+// This file is the pod template's life after StatefulSet builds it: what the operator owns of it
+// (ownedTemplateDigest), what it took from the spec (specInputs), whether it was edited by hand
+// (templateAsWritten), whether the stored one is kept (TemplateHold), and whether anything is to
+// be written (JudgeStatefulSet); the controller calls JudgeStatefulSet once per pass, and
+// UpdateStatefulSet when it writes.
+
+// TemplateHold is why a StatefulSet keeps a pod template other than the one the Cache's spec
+// builds now.
+type TemplateHold int
+
+const (
+	// TemplateCurrent: the StatefulSet gets the template the spec builds now.
+	TemplateCurrent TemplateHold = iota
+	// TemplateHeldForRelease: the template is an earlier operator release's, built from the same
+	// spec; an upgrade of the operator alone restarts no cache pod (holdsReleaseTemplate).
+	TemplateHeldForRelease
+	// TemplateHeldForConsent: a change of the spec would empty every node, and waits for the
+	// user's consent (awaitsRolloutConsent).
+	TemplateHeldForConsent
+)
+
+// StatefulSetVerdict is what a pass makes of the Cache's StatefulSet as it is.
+type StatefulSetVerdict struct {
+	Hold TemplateHold
+	// UpToDate: there is nothing to write: the StatefulSet is as desired, or as desired besides
+	// a template that is held.
+	UpToDate bool
+}
+
+// JudgeStatefulSet is the verdict on sts, which exists (stored, or the informer's copy reduced by
+// StripStatefulSet), against desired, what the Cache's spec builds now.
+func JudgeStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) StatefulSetVerdict {
+	hold := holdOf(cache, sts, desired)
+	return StatefulSetVerdict{Hold: hold, UpToDate: statefulSetUpToDate(sts, desired) ||
+		hold != TemplateCurrent && statefulSetUpToDateBesidesTemplate(sts, desired)}
+}
+
+// UpdateStatefulSet makes sts, the stored StatefulSet or a new empty one, match desired, keeping
+// its pod template if it is held; it returns the hold, decided on sts as it was.
+func UpdateStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) TemplateHold {
+	want := desired
+	hold := holdOf(cache, sts, desired)
+	if hold != TemplateCurrent {
+		want = desired.DeepCopy()
+		want.Spec.Template = *sts.Spec.Template.DeepCopy()
+	}
+	mergeStatefulSet(sts, want)
+	return hold
+}
+
+// holdOf is why the StatefulSet keeps its pod template rather than desired's; one not created yet
+// keeps nothing.
+func holdOf(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) TemplateHold {
+	switch {
+	case sts.CreationTimestamp.IsZero():
+		return TemplateCurrent
+	case holdsReleaseTemplate(cache, sts, desired):
+		return TemplateHeldForRelease
+	case awaitsRolloutConsent(cache, sts, desired):
+		return TemplateHeldForConsent
+	}
+	return TemplateCurrent
+}
+
+// awaitsRolloutConsent reports whether a change of the spec's version or memory is held because
+// rolling it out would empty every node: no replica holds a node's keys while it restarts (a
+// Standalone Cache; a Cluster without replicas), and the Cache does not carry the consent
+// (AnnotationRolloutEmptiesNodes). Persistence is off, so a restarted node comes back empty; a
+// user who changes a version should not find the cache cold without having said so. A template
+// edited by hand is no change of the spec: it is undone, as ever.
+func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
+	noReplicas := cache.Spec.Mode != cachev2.ModeCluster || cache.Spec.ReplicasOrZero() == 0
+	return noReplicas && cache.Annotations[cachev2.AnnotationRolloutEmptiesNodes] != cachev2.RolloutEmptiesNodesAllowed &&
+		templateAsWritten(sts) && specInputs(&sts.Spec.Template) != specInputs(&desired.Spec.Template)
+}
+
+// holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although
+// this release would build it differently: it is as an operator release wrote it (a hand edit is
+// undone) and was built from the same spec (version and memory), so the difference is the
+// operator release's, and an upgrade of the operator alone restarts no cache pod. The newer
+// template goes out with the next change of those, or at once when the Cache carries
+// AnnotationPodTemplate: latest.
+func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
+	return cache.Annotations[cachev2.AnnotationPodTemplate] != cachev2.PodTemplateLatest &&
+		templateAsWritten(sts) &&
+		specInputs(&sts.Spec.Template) == specInputs(&desired.Spec.Template) &&
+		ownedTemplateDigest(&sts.Spec.Template) != ownedTemplateDigest(&desired.Spec.Template)
+}
+
+// statefulSetUpToDate reports whether mergeStatefulSet(sts, desired) would leave sts as it is,
+// so that there is nothing to write. sts may be a stored StatefulSet or the informer's copy,
+// reduced by StripStatefulSet.
+func statefulSetUpToDate(sts, desired *appsv1.StatefulSet) bool {
+	return ownedTemplateDigest(&sts.Spec.Template) == ownedTemplateDigest(&desired.Spec.Template) &&
+		statefulSetUpToDateBesidesTemplate(sts, desired)
+}
+
+// statefulSetUpToDateBesidesTemplate is statefulSetUpToDate for everything but the pod template.
+func statefulSetUpToDateBesidesTemplate(sts, desired *appsv1.StatefulSet) bool {
+	merged := sts.DeepCopy()
+	mergeStatefulSet(merged, desired)
+	merged.Spec.Template = sts.Spec.Template
+	// The record of the written template follows the template; alone it is no reason to write.
+	if written, ok := sts.Annotations[AnnotationTemplateWritten]; ok {
+		merged.Annotations[AnnotationTemplateWritten] = written
+	} else {
+		delete(merged.Annotations, AnnotationTemplateWritten)
+	}
+	return equality.Semantic.DeepEqual(merged, sts)
+}
+
+// templateDigestAnnotation holds a stripped pod template's digest, and specInputsAnnotation its
+// specInputs. They exist only on the operator's cached copies and are never sent to the API
+// server: a template without containers would not pass validation anyway.
+const (
+	templateDigestAnnotation = "cache.example.com/owned-template-digest"
+	specInputsAnnotation     = "cache.example.com/spec-inputs"
+)
+
+// StripStatefulSet reduces a StatefulSet to what the reconciler reads of it, for the informer
+// to keep: the metadata CachedMeta keeps, with the generation and the record of the written
+// template; the fields mergeStatefulSet sets on a StatefulSet that exists (not the selector, the
+// governing Service or the pod management policy, which are immutable); the digest of the pod
+// template's owned fields rather than the template, which is most of a StatefulSet's size; and
+// the status without its conditions. statefulSetUpToDate gives the same answer for it as for the
+// whole object, and an update starts from a fresh read of the whole object.
+func StripStatefulSet(sts *appsv1.StatefulSet) *appsv1.StatefulSet {
+	meta := CachedMeta(sts.ObjectMeta)
+	meta.Generation = sts.Generation
+	if written, ok := sts.Annotations[AnnotationTemplateWritten]; ok {
+		meta.Annotations = map[string]string{AnnotationTemplateWritten: written}
+	}
+	stripped := &appsv1.StatefulSet{
+		TypeMeta:   sts.TypeMeta,
+		ObjectMeta: meta,
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:       sts.Spec.Replicas,
+			UpdateStrategy: sts.Spec.UpdateStrategy,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+				templateDigestAnnotation: ownedTemplateDigest(&sts.Spec.Template),
+				specInputsAnnotation:     specInputs(&sts.Spec.Template),
+			}}},
+		},
+		Status: sts.Status,
+	}
+	stripped.Status.Conditions = nil
+	return stripped
+}
+
+// AnnotationTemplateWritten, on a StatefulSet, is the digest of its pod template's owned fields
+// as the operator last wrote them (ownedTemplateDigest). A template that no longer has it was
+// edited by someone else; one without it was written by a release from before the annotation.
+const AnnotationTemplateWritten = "cache.example.com/pod-template-written"
+
+// templateAsWritten reports whether the StatefulSet's pod template is as an operator release
+// wrote it: not edited since, as far as the owned fields go.
+func templateAsWritten(sts *appsv1.StatefulSet) bool {
+	written, ok := sts.Annotations[AnnotationTemplateWritten]
+	return !ok || written == ownedTemplateDigest(&sts.Spec.Template)
+}
+
+// specInputs names what a pod template took from its Cache's spec: the Valkey image (the
+// version) and the memory limit. Two templates with the same inputs that differ otherwise were
+// built by different operator releases, which is how the reconciler tells an upgrade of itself,
+// which restarts no pod, from a change of the spec. A template stripped by StripStatefulSet
+// gives the inputs it kept.
+func specInputs(template *corev1.PodTemplateSpec) string {
+	if inputs, ok := template.Annotations[specInputsAnnotation]; ok && len(template.Spec.Containers) == 0 {
+		return inputs
+	}
+	for _, c := range template.Spec.Containers {
+		if c.Name == ContainerName {
+			return c.Image + " " + c.Resources.Limits.Memory().String()
+		}
+	}
+	return ""
+}
+
+// ownedTemplateDigest is a digest of the pod template fields the operator owns: two templates
+// have the same digest exactly when merging one's owned fields into the other changes nothing. A
+// template stripped by StripStatefulSet gives the digest it kept.
+func ownedTemplateDigest(template *corev1.PodTemplateSpec) string {
+	if digest, ok := template.Annotations[templateDigestAnnotation]; ok && len(template.Spec.Containers) == 0 {
+		return digest
+	}
+	var owned corev1.PodTemplateSpec
+	mergeOwnedTemplate(&owned, template)
+	// JSON of API types is deterministic: struct fields in order, map keys sorted, quantities
+	// in canonical form. Marshalling them cannot fail.
+	encoded, _ := json.Marshal(owned)
+	sum := sha256.Sum256(encoded)
+	return hex.EncodeToString(sum[:])
+}
