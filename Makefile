@@ -60,7 +60,7 @@ lint: ## Run golangci-lint.
 	$(LOCALBIN)/golangci-lint run ./...
 
 .PHONY: verify
-verify: ## Regenerate everything and fail if that changed anything or if code is unformatted.
+verify: ## Regenerate everything and fail if that changed anything, if code is unformatted, or if the binary links test code.
 	@before=$$($(GENERATED_SUM)); \
 	$(MAKE) -s manifests generate || exit 1; \
 	go mod tidy || exit 1; \
@@ -68,6 +68,8 @@ verify: ## Regenerate everything and fail if that changed anything or if code is
 		echo 'generated files were out of date; they are regenerated now: review and commit them' >&2; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [[ -n $$unformatted ]]; then echo "not gofmt-ed: $$unformatted" >&2; exit 1; fi
+	@harness=$$(go list -deps ./cmd/... | grep '/test/' || true); \
+	if [[ -n $$harness ]]; then echo "the operator's binary links test code: $$harness" >&2; exit 1; fi
 
 # A checksum over every generated file, names included, so that an added or removed one counts.
 GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/templates/crd.yaml charts/cache-operator/templates/manager-role.yaml go.mod go.sum -type f | sort | xargs sha256sum | sha256sum
