@@ -1,0 +1,101 @@
+//go:build integration
+
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+
+	"example.com/cache-operator/test/harness/testenv"
+)
+
+// fill writes n keys, every tenth with a TTL of an hour, into the server.
+func fill(t *testing.T, c valkeygo.Client, n int) {
+	t.Helper()
+	cmds := make(valkeygo.Commands, 0, n)
+	for i := range n {
+		set := c.B().Set().Key("key-" + strconv.Itoa(i)).Value(fmt.Sprintf("value-%d", i))
+		if i%10 == 0 {
+			cmds = append(cmds, set.Ex(time.Hour).Build())
+		} else {
+			cmds = append(cmds, set.Build())
+		}
+	}
+	for _, res := range c.DoMulti(context.Background(), cmds...) {
+		if err := res.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A snapshot, diskless (the stream ends in a mark) or from disk (the stream says its length), is
+// an RDB that a new server loads whole: every key, its value and its TTL.
+func TestASnapshotLoadsIntoANewServerWhole(t *testing.T) {
+	for i, sync := range []string{"yes", "no"} {
+		t.Run("repl-diskless-sync "+sync, func(t *testing.T) {
+			ips := testenv.LoopbackIPs(4)[2*i : 2*i+2]
+			testenv.StartValkey(t, ips[0], 6379, "--repl-diskless-sync", sync, "--repl-diskless-sync-delay", "0")
+			const keys = 10_000
+			fill(t, testenv.Valkey(t, ips[0], 6379), keys)
+
+			dir := t.TempDir()
+			f, err := os.Create(filepath.Join(dir, "dump.rdb"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := Source{Addr: net.JoinHostPort(ips[0], "6379")}.Take(context.Background(), f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				t.Fatalf("snapshot: %d bytes, %v", n, err)
+			}
+			if info, _ := os.Stat(f.Name()); info.Size() != n {
+				t.Errorf("the snapshot says %d bytes, the file has %d", n, info.Size())
+			}
+
+			testenv.StartValkey(t, ips[1], 6379, "--dir", dir, "--dbfilename", "dump.rdb")
+			restored := testenv.Valkey(t, ips[1], 6379)
+			ctx := context.Background()
+			if size, err := restored.Do(ctx, restored.B().Dbsize().Build()).AsInt64(); err != nil || size != keys {
+				t.Fatalf("the server that loaded the snapshot holds %d keys (%v), want %d", size, err, keys)
+			}
+			for _, i := range []int{0, 1, 4_999, 9_990, 9_999} {
+				key := "key-" + strconv.Itoa(i)
+				if v, err := restored.Do(ctx, restored.B().Get().Key(key).Build()).ToString(); err != nil || v != fmt.Sprintf("value-%d", i) {
+					t.Errorf("%s = %q, %v", key, v, err)
+				}
+				ttl, err := restored.Do(ctx, restored.B().Ttl().Key(key).Build()).AsInt64()
+				if withTTL := i%10 == 0; err != nil || withTTL != (ttl > 0) {
+					t.Errorf("%s has TTL %d (%v); want one: %v", key, ttl, err, withTTL)
+				}
+			}
+		})
+	}
+}
+
+// A server that stops sending (here, stopped with SIGSTOP) fails the snapshot after the stall
+// time, rather than holding it for good.
+func TestASnapshotOfAServerThatStopsSendingFails(t *testing.T) {
+	ip := testenv.LoopbackIPs(5)[4]
+	server := testenv.StartValkey(t, ip, 6379)
+	if err := server.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Signal(syscall.SIGCONT) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if n, err := (Source{Addr: net.JoinHostPort(ip, "6379"), Stall: time.Second}).Take(ctx, io.Discard); err == nil || ctx.Err() != nil {
+		t.Errorf("a snapshot of a stopped server gave %d bytes, %v; want its own error before the test's deadline", n, err)
+	}
+}
