@@ -19,7 +19,7 @@ run: build ## Run the operator; with no KUBECONFIG, on a local kwokctl cluster i
 # CoreDNS, promtool, valkey-server) and e2e (the operator on a local kwokctl cluster).
 .PHONY: test
 test: verify lint ## Run every test tier: unit, integration and end to end. CI runs this.
-	hack/toolchain.sh etcd kubernetes coredns kwok promtool helm valkey
+	hack/toolchain.sh etcd kubernetes coredns kwok promtool helm valkey versitygw
 	go test -tags integration,e2e ./... -count=1 -timeout 30m
 
 .PHONY: test-unit
@@ -28,7 +28,7 @@ test-unit: ## Run the unit tests only (no toolchain needed).
 
 .PHONY: test-integration
 test-integration: ## Run the unit and integration tests.
-	hack/toolchain.sh etcd kubernetes coredns promtool valkey
+	hack/toolchain.sh etcd kubernetes coredns promtool valkey versitygw
 	go test -tags integration ./... -count=1 -timeout 20m
 
 .PHONY: test-e2e

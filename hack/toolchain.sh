@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the binaries the project runs (a local Kubernetes control plane, kwok, CoreDNS, promtool,
-# helm, golangci-lint) from the Go module proxy at pinned versions, fetches Valkey from Debian's
+# helm, golangci-lint, versitygw: an S3-compatible server for the backup tests) from the Go module proxy at pinned versions, fetches Valkey from Debian's
 # packages, caches them outside the checkout keyed by component and version, and links them into
 # $LOCALBIN.
 #
@@ -23,6 +23,7 @@ COREDNS_VERSION=v1.14.3
 PROMETHEUS_VERSION=v0.316.0
 HELM_VERSION=v3.22.0
 GOLANGCI_LINT_VERSION=v2.15.0
+VERSITYGW_VERSION=v1.8.0
 # Debian package versions: Valkey from the backports suite of the machine's Debian release, its
 # libraries from the release itself. They are bookworm's (Debian 12), the release of our machines;
 # on another release apt reports these versions as not found.
@@ -30,7 +31,7 @@ VALKEY_VERSION=8.0.1+dfsg1-1~bpo12+1
 JEMALLOC_VERSION=5.3.0-1
 LZF_VERSION=3.6-3
 
-all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint valkey)
+all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint valkey versitygw)
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
 
@@ -44,6 +45,7 @@ version_of() {
 	helm) echo "$HELM_VERSION" ;;
 	golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
 	valkey) echo "$VALKEY_VERSION" ;;
+	versitygw) echo "$VERSITYGW_VERSION" ;;
 	*)
 		log "unknown component '$1' (known: ${all_components[*]})"
 		exit 2
@@ -78,6 +80,7 @@ build_into() {
 	helm) go_install "$out" helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
 	golangci-lint) go_install "$out" github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
 	valkey) fetch_valkey "$out" ;;
+	versitygw) go_install "$out" github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
 	esac
 }
 
