@@ -1,0 +1,134 @@
+// Package backup takes a backup of a Cache's servers into a bucket: each shard's snapshot
+// (package snapshot) streamed into an object of its own (package bucket), side by side, and then
+// the manifest that says what the backup holds. The manifest is written last and only when every
+// shard's object is whole, so a backup without one is never complete; a backup that fails deletes
+// the objects it wrote.
+package backup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"example.com/cache-operator/internal/bucket"
+	"example.com/cache-operator/internal/snapshot"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// ManifestName is the name of a backup's manifest, under the backup's prefix.
+const ManifestName = "manifest.json"
+
+// Shard is one server to take a snapshot of: the replica of a Cluster's shard when it has one,
+// so that its primary keeps serving, or a Standalone node.
+type Shard struct {
+	// Name is the shard's name in the backup, and its object's: "shard-0".
+	Name string `json:"name"`
+	// Source is the pod whose server the snapshot is taken from, and Addr that server's address.
+	Source string `json:"source"`
+	Addr   string `json:"-"`
+	// Slots are the slots the shard serves, in a Cluster.
+	Slots []valkey.SlotRange `json:"slots,omitempty"`
+}
+
+// ShardCopy is a shard as the backup holds it.
+type ShardCopy struct {
+	Shard
+	// Object is the name of the shard's RDB in the bucket, under the location's prefix.
+	Object string `json:"object"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Manifest says what a backup holds; restores read it first.
+type Manifest struct {
+	// ValkeyVersion is the version of the servers the snapshots come from: an RDB loads into a
+	// server of that version or a later one.
+	ValkeyVersion string      `json:"valkeyVersion"`
+	Started       time.Time   `json:"started"`
+	Completed     time.Time   `json:"completed"`
+	Shards        []ShardCopy `json:"shards"`
+}
+
+// Take takes a backup of the shards into the bucket, under the given prefix, and returns its
+// manifest. Each shard's snapshot streams into its object as the server sends it.
+func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, shards []Shard, stall time.Duration) (Manifest, error) {
+	m := Manifest{ValkeyVersion: valkeyVersion, Started: time.Now().UTC()}
+	copies := make([]ShardCopy, len(shards))
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, s := range shards {
+		wg.Go(func() { copies[i], errs[i] = copyShard(ctx, b, prefix, s, stall) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return m, errors.Join(err, forget(b, prefix, copies))
+	}
+	m.Shards, m.Completed = copies, time.Now().UTC()
+	manifest, err := json.MarshalIndent(m, "", "  ")
+	if err == nil {
+		_, err = b.Put(ctx, path.Join(prefix, ManifestName), strings.NewReader(string(manifest)))
+	}
+	if err != nil {
+		return m, errors.Join(fmt.Errorf("writing the manifest: %w", err), forget(b, prefix, copies))
+	}
+	return m, nil
+}
+
+// copyShard streams one shard's snapshot into its object, counting and hashing it on the way.
+func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, stall time.Duration) (ShardCopy, error) {
+	c := ShardCopy{Shard: s, Object: path.Join(prefix, s.Name+".rdb")}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r, w := io.Pipe()
+	hash := sha256.New()
+	var taken int64
+	var takeErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		taken, takeErr = snapshot.Source{Addr: s.Addr, Stall: stall}.Take(ctx, io.MultiWriter(w, hash))
+		// A snapshot that failed fails the upload, which is then aborted: no object is left.
+		_ = w.CloseWithError(takeErr)
+	}()
+	stored, err := b.Put(ctx, c.Object, r)
+	if err != nil {
+		cancel()
+		_ = r.CloseWithError(err)
+	}
+	<-done
+	switch {
+	case takeErr != nil:
+		return c, fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, takeErr)
+	case err != nil:
+		return c, fmt.Errorf("shard %s: %w", s.Name, err)
+	case stored != taken:
+		return c, fmt.Errorf("shard %s: the bucket stored %d bytes of %d", s.Name, stored, taken)
+	}
+	c.Bytes, c.SHA256 = taken, hex.EncodeToString(hash.Sum(nil))
+	return c, nil
+}
+
+// forget deletes the objects of a backup that failed, with a context of its own: the backup's
+// may be what ended.
+func forget(b *bucket.Bucket, prefix string, copies []ShardCopy) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := []string{path.Join(prefix, ManifestName)}
+	for _, c := range copies {
+		if c.Object != "" {
+			names = append(names, c.Object)
+		}
+	}
+	if err := b.Delete(ctx, names...); err != nil {
+		return fmt.Errorf("deleting what the failed backup wrote: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+//go:build integration
+
+package backup
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	valkeygo "github.com/valkey-io/valkey-go"
+
+	"example.com/cache-operator/internal/bucket"
+	"example.com/cache-operator/test/harness/testenv"
+)
+
+// setUp starts an S3 server with an empty bucket and n Valkey servers, the i-th holding
+// 1000·(i+1) keys, and returns the bucket and the servers' shards.
+func setUp(t *testing.T, n int) (*bucket.Bucket, []Shard, []*os.Process) {
+	t.Helper()
+	ips := testenv.LoopbackIPs(n + 1)
+	s3 := testenv.StartS3(t, ips[n], 7070)
+	admin, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.MakeBucket(context.Background(), "backups", minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bucket.Open(bucket.Location{Endpoint: s3.Endpoint, Insecure: true, Bucket: "backups"},
+		bucket.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shards []Shard
+	var servers []*os.Process
+	for i := range n {
+		servers = append(servers, testenv.StartValkey(t, ips[i], 6379, "--repl-diskless-sync-delay", "0"))
+		c := testenv.Valkey(t, ips[i], 6379)
+		cmds := make(valkeygo.Commands, 0, 1000*(i+1))
+		for k := range 1000 * (i + 1) {
+			cmds = append(cmds, c.B().Set().Key(fmt.Sprintf("s%d-key-%d", i, k)).Value("v").Build())
+		}
+		for _, res := range c.DoMulti(context.Background(), cmds...) {
+			if err := res.Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		shards = append(shards, Shard{Name: "shard-" + strconv.Itoa(i), Source: fmt.Sprintf("orders-%d", i),
+			Addr: net.JoinHostPort(ips[i], "6379")})
+	}
+	return b, shards, servers
+}
+
+// A backup holds each shard's RDB, whole (a new server loads it with every key), and its
+// manifest, which lists them with their sizes and digests.
+func TestABackupHoldsEveryShardAndItsManifestLast(t *testing.T) {
+	b, shards, _ := setUp(t, 2)
+	ctx := context.Background()
+	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", "8.0.1", shards, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := b.List(ctx, "default/orders/")
+	if err != nil || !slices.Equal(names, []string{"default/orders/2026-12-02T09-00-00Z/manifest.json",
+		"default/orders/2026-12-02T09-00-00Z/shard-0.rdb", "default/orders/2026-12-02T09-00-00Z/shard-1.rdb"}) {
+		t.Fatalf("the bucket lists %q, %v", names, err)
+	}
+	r, err := b.Get(ctx, "default/orders/2026-12-02T09-00-00Z/manifest.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored Manifest
+	err = json.NewDecoder(r).Decode(&stored)
+	_ = r.Close()
+	if err != nil || len(stored.Shards) != 2 || stored.Shards[1].Bytes != m.Shards[1].Bytes || stored.Shards[1].SHA256 == "" ||
+		stored.ValkeyVersion != "8.0.1" || stored.Completed.Before(stored.Started) {
+		t.Fatalf("the stored manifest is %+v (%v); the backup returned %+v", stored, err, m)
+	}
+
+	ips := testenv.LoopbackIPs(6)[3:5]
+	for i, s := range stored.Shards {
+		dir := t.TempDir()
+		r, err := b.Get(ctx, s.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(dir, "dump.rdb"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(f, r)
+		_, _ = r.Close(), f.Close()
+		if err != nil || n != s.Bytes {
+			t.Fatalf("%s: read %d bytes (%v), the manifest says %d", s.Object, n, err, s.Bytes)
+		}
+		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", "dump.rdb")
+		c := testenv.Valkey(t, ips[i], 6379)
+		if size, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || size != int64(1000*(i+1)) {
+			t.Errorf("%s loads %d keys (%v), want %d", s.Name, size, err, 1000*(i+1))
+		}
+	}
+}
+
+// A backup of which one shard's server stops sending fails after the stall time, and leaves
+// nothing in the bucket: no manifest, and no object of the shards that succeeded.
+func TestAFailedBackupLeavesNothing(t *testing.T) {
+	b, shards, servers := setUp(t, 2)
+	if err := servers[1].Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[1].Signal(syscall.SIGCONT) })
+	ctx := context.Background()
+	if _, err := Take(ctx, b, "default/orders/failed", "8.0.1", shards, time.Second); err == nil {
+		t.Fatal("a backup with a stopped server succeeded")
+	}
+	if names, err := b.List(ctx, ""); err != nil || len(names) != 0 {
+		t.Errorf("after the failed backup the bucket lists %q, %v; want nothing", names, err)
+	}
+}
