@@ -664,6 +664,8 @@ type upgradeLoad struct {
 	requests, failures int
 	longestOutage      time.Duration
 	acked, tried       [loadKeys]int
+	// errors counts the failures by their error's text.
+	errors map[string]int
 }
 
 // loadKeys is how many keys the load writes over and over: few enough that they stay far from
@@ -694,6 +696,10 @@ func (l *upgradeLoad) run(ctx context.Context, c valkeygo.Client) {
 		case ctx.Err() != nil:
 		case err != nil:
 			l.failures++
+			if l.errors == nil {
+				l.errors = map[string]int{}
+			}
+			l.errors[err.Error()]++
 			if failingSince.IsZero() {
 				failingSince = now
 			}
@@ -702,6 +708,18 @@ func (l *upgradeLoad) run(ctx context.Context, c valkeygo.Client) {
 			failingSince = time.Time{}
 		}
 	}
+}
+
+// errorKinds says which errors the failures were, and how often each: "none" if none.
+func (l *upgradeLoad) errorKinds() string {
+	if len(l.errors) == 0 {
+		return "none"
+	}
+	var kinds []string
+	for _, text := range slices.Sorted(maps.Keys(l.errors)) {
+		kinds = append(kinds, fmt.Sprintf("%d × %q", l.errors[text], text))
+	}
+	return strings.Join(kinds, ", ")
 }
 
 // lost counts the keys whose value is neither their last acknowledged write nor a later one tried.

@@ -161,16 +161,16 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, run int) {
 	in, _, inBegan, inDone := scaleUnderLoad(t, key, 3, 10*time.Minute)
 	inLost, inAcked := in.lost(t, c)
 	inMissing := countMissing(t, clusterClient(t, key))
-	t.Logf("run %d: operator 5 → 3: %s from the patch; client: %d requests, %d failed, longest failing stretch %s; "+
+	t.Logf("run %d: operator 5 → 3: %s from the patch; client: %d requests, %d failed (%s), longest failing stretch %s; "+
 		"%d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
-		run, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.longestOutage.Round(time.Millisecond),
+		run, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.errorKinds(), in.longestOutage.Round(time.Millisecond),
 		inLost, inAcked, inMissing, rebalanceKeys)
 
 	cli := valkeyCLIRebalance(t)
 	t.Logf("run %d: operator 3 → 5: %s from the patch, %s from its first migration step (%.2f × valkey-cli); valkey-cli rebalance: %s; "+
-		"client: %d requests, %d failed, longest failing stretch %s; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
+		"client: %d requests, %d failed (%s), longest failing stretch %s; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
 		run, took.Round(100*time.Millisecond), migrating.Round(100*time.Millisecond), migrating.Seconds()/cli.Seconds(), cli.Round(100*time.Millisecond),
-		load.requests, load.failures, load.longestOutage.Round(time.Millisecond), lost, acked, missing, rebalanceKeys)
+		load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked, missing, rebalanceKeys)
 	deleteAllCaches(t, ns)
 }
 
