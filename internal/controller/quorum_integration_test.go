@@ -79,10 +79,12 @@ func TestAShardWithoutQuorumIsFailedOverByTheOperator(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = processes[primary.Pod].Signal(syscall.SIGCONT) })
-			testenv.WaitFor(t, time.Minute, replica.Pod+" to take over from the stopped "+primary.Pod, func() (bool, string) {
+			// Serving the slots is not yet serving clients: a primary that took over says
+			// cluster_state:fail (CLUSTERDOWN) until its rejoin delay is over.
+			testenv.WaitFor(t, time.Minute, replica.Pod+" to take over from the stopped "+primary.Pod+" and say ok", func() (bool, string) {
 				plan, health := pass()
 				for _, m := range members {
-					if self, _ := valkey.Myself(m.Nodes); m.Pod == replica.Pod && self.SlotsServed() > 0 {
+					if self, _ := valkey.Myself(m.Nodes); m.Pod == replica.Pod && self.SlotsServed() > 0 && m.State == "ok" {
 						return true, ""
 					}
 				}
