@@ -106,12 +106,12 @@ func (r *Runner) runContainer(ctx context.Context, b *sandbox, c *container) {
 		}
 		ended := r.recordExit(c, p)
 		log.Info("The pod's container exited", "exitCode", ended.ExitCode, "reason", ended.Reason, "message", ended.Message)
+		// As the kubelet does when a container ends, whether it restarts or not: the pod is not
+		// ready, and the container has terminated.
+		r.reportOrLog(ctx, b)
 		if !restarts(b.restartPolicy, ended.ExitCode) {
 			return
 		}
-		// As the kubelet does before it restarts the container: the pod is not ready, and its
-		// container has terminated.
-		r.reportOrLog(ctx, b)
 		if !r.backOff(ctx, b, c, ended, &backoff) {
 			return
 		}
