@@ -2,7 +2,8 @@
 // (package snapshot) streamed into an object of its own (package bucket), side by side, and then
 // the manifest that says what the backup holds. The manifest is written last and only when every
 // shard's object is whole, so a backup without one is never complete; a backup that fails deletes
-// the objects it wrote.
+// the objects it wrote. For a restore, Fetch brings a shard's copy back, checked against the
+// manifest, as the RDB its new server loads at start.
 package backup
 
 import (

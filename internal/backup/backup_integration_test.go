@@ -6,12 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -62,9 +61,10 @@ func setUp(t *testing.T, n int) (*bucket.Bucket, []Shard, []*os.Process) {
 	return b, shards, servers
 }
 
-// A backup holds each shard's RDB, whole (a new server loads it with every key), and its
-// manifest, which lists them with their sizes and digests.
-func TestABackupHoldsEveryShardAndItsManifestLast(t *testing.T) {
+// A backup holds each shard's RDB and its manifest, which lists them with their sizes and
+// digests; fetched for a restore, each copy is whole (a new server loads it with every key), and
+// a copy unlike its manifest is refused.
+func TestABackupHoldsEveryShardWholeAndARestoreFetchesItChecked(t *testing.T) {
 	b, shards, _ := setUp(t, 2)
 	ctx := context.Background()
 	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", "8.0.1", shards, 10*time.Second)
@@ -91,23 +91,31 @@ func TestABackupHoldsEveryShardAndItsManifestLast(t *testing.T) {
 	ips := testenv.LoopbackIPs(6)[3:5]
 	for i, s := range stored.Shards {
 		dir := t.TempDir()
-		r, err := b.Get(ctx, s.Object)
-		if err != nil {
+		if err := Fetch(ctx, b, s, dir); err != nil {
 			t.Fatal(err)
 		}
-		f, err := os.Create(filepath.Join(dir, "dump.rdb"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := io.Copy(f, r)
-		_, _ = r.Close(), f.Close()
-		if err != nil || n != s.Bytes {
-			t.Fatalf("%s: read %d bytes (%v), the manifest says %d", s.Object, n, err, s.Bytes)
-		}
-		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", "dump.rdb")
+		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", RDBName)
 		c := testenv.Valkey(t, ips[i], 6379)
 		if size, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || size != int64(1000*(i+1)) {
 			t.Errorf("%s loads %d keys (%v), want %d", s.Name, size, err, 1000*(i+1))
+		}
+	}
+
+	// A copy that is not what its manifest says is refused, and leaves no RDB for a server to
+	// start with.
+	for name, damage := range map[string]func(*ShardCopy){
+		"shorter": func(s *ShardCopy) { s.Bytes++ },
+		"corrupt": func(s *ShardCopy) { s.SHA256 = strings.Repeat("0", 64) },
+		"missing": func(s *ShardCopy) { s.Object += ".gone" },
+	} {
+		s := stored.Shards[0]
+		damage(&s)
+		dir := t.TempDir()
+		if err := Fetch(ctx, b, s, dir); err == nil {
+			t.Errorf("%s: a copy unlike its manifest was fetched", name)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%s: the refused fetch left %v in the data directory", name, entries)
 		}
 	}
 }
