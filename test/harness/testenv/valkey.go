@@ -40,26 +40,33 @@ func LoopbackIPs(n int) []string {
 func StartValkey(t testing.TB, ip string, port int, args ...string) *os.Process {
 	t.Helper()
 	dir := t.TempDir()
-	log, err := os.Create(filepath.Join(dir, "valkey.log"))
+	args = append([]string{"--bind", ip, "--bind-source-addr", ip, "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no"}, args...)
+	return startListening(t, dir, net.JoinHostPort(ip, strconv.Itoa(port)), "valkey-server", args...)
+}
+
+// startListening starts the toolchain's program in dir, with its output in a log there, and waits
+// until it accepts connections on addr; a program that exits first fails the test with its log.
+// It is killed when the test ends.
+func startListening(t testing.TB, dir, addr, program string, args ...string) *os.Process {
+	t.Helper()
+	log, err := os.Create(filepath.Join(dir, program+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = append([]string{"--bind", ip, "--bind-source-addr", ip, "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no"}, args...)
-	cmd := exec.Command(filepath.Join(BinDir(), "valkey-server"), args...)
+	cmd := exec.Command(filepath.Join(BinDir(), program), args...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting valkey-server: %v", err)
+		t.Fatalf("starting %s: %v", program, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); _ = log.Close(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	WaitFor(t, 30*time.Second, "valkey-server on "+addr+" to accept connections", func() (bool, string) {
+	WaitFor(t, 30*time.Second, program+" on "+addr+" to accept connections", func() (bool, string) {
 		select {
 		case <-exited:
 			b, _ := os.ReadFile(log.Name())
-			t.Fatalf("valkey-server on %s exited:\n%s", addr, b)
+			t.Fatalf("%s on %s exited:\n%s", program, addr, b)
 		default:
 		}
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
