@@ -7,6 +7,7 @@
 package backup
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -46,6 +47,9 @@ type ShardCopy struct {
 	Object string `json:"object"`
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+	// Keys is how many keys the shard holds, as its RDB says (snapshot.Keys): a restore checks
+	// its servers against it.
+	Keys int64 `json:"keys"`
 }
 
 // Manifest says what a backup holds; restores read it first.
@@ -58,6 +62,10 @@ type Manifest struct {
 	Shards        []ShardCopy `json:"shards"`
 }
 
+// MaxParallelShards is how many shards a backup copies at once: each upload holds a part
+// (bucket.PartSize) in memory, so this bounds a backup's memory whatever the number of shards.
+const MaxParallelShards = 4
+
 // Take takes a backup of the shards into the bucket, under the given prefix, and returns its
 // manifest. Each shard's snapshot streams into its object as the server sends it.
 func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, shards []Shard, stall time.Duration) (Manifest, error) {
@@ -65,8 +73,13 @@ func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, s
 	copies := make([]ShardCopy, len(shards))
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
+	turns := make(chan struct{}, MaxParallelShards)
 	for i, s := range shards {
-		wg.Go(func() { copies[i], errs[i] = copyShard(ctx, b, prefix, s, stall) })
+		wg.Go(func() {
+			turns <- struct{}{}
+			defer func() { <-turns }()
+			copies[i], errs[i] = copyShard(ctx, b, prefix, s, stall)
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -83,19 +96,21 @@ func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, s
 	return m, nil
 }
 
-// copyShard streams one shard's snapshot into its object, counting and hashing it on the way.
+// copyShard streams one shard's snapshot into its object, counting, hashing and reading its
+// key count on the way.
 func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, stall time.Duration) (ShardCopy, error) {
 	c := ShardCopy{Shard: s, Object: path.Join(prefix, s.Name+".rdb")}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r, w := io.Pipe()
 	hash := sha256.New()
+	counting := keyCounter()
 	var taken int64
 	var takeErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		taken, takeErr = snapshot.Source{Addr: s.Addr, Stall: stall}.Take(ctx, io.MultiWriter(w, hash))
+		taken, takeErr = snapshot.Source{Addr: s.Addr, Stall: stall}.Take(ctx, io.MultiWriter(w, hash, counting))
 		// A snapshot that failed fails the upload, which is then aborted: no object is left.
 		_ = w.CloseWithError(takeErr)
 	}()
@@ -105,6 +120,7 @@ func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, st
 		_ = r.CloseWithError(err)
 	}
 	<-done
+	keys, keysErr := counting.result()
 	switch {
 	case takeErr != nil:
 		return c, fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, takeErr)
@@ -112,9 +128,44 @@ func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, st
 		return c, fmt.Errorf("shard %s: %w", s.Name, err)
 	case stored != taken:
 		return c, fmt.Errorf("shard %s: the bucket stored %d bytes of %d", s.Name, stored, taken)
+	case keysErr != nil:
+		return c, fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, keysErr)
 	}
-	c.Bytes, c.SHA256 = taken, hex.EncodeToString(hash.Sum(nil))
+	c.Bytes, c.SHA256, c.Keys = taken, hex.EncodeToString(hash.Sum(nil)), keys
 	return c, nil
+}
+
+// keys reads the key count from the head of an RDB written to it, and takes the rest unread.
+type keys struct {
+	w    *io.PipeWriter
+	done chan struct{}
+	db   int
+	n    int64
+	err  error
+}
+
+func keyCounter() *keys {
+	r, w := io.Pipe()
+	k := &keys{w: w, done: make(chan struct{})}
+	go func() {
+		defer close(k.done)
+		k.db, k.n, k.err = snapshot.Keys(bufio.NewReader(r))
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	return k
+}
+
+func (k *keys) Write(p []byte) (int, error) { return k.w.Write(p) }
+
+// result is the key count once the whole RDB was written: database 0's, the only one a Cluster
+// has and the one a Standalone Cache's clients use unless they SELECT another.
+func (k *keys) result() (int64, error) {
+	_ = k.w.Close()
+	<-k.done
+	if k.err != nil || k.db != 0 {
+		return 0, k.err
+	}
+	return k.n, nil
 }
 
 // forget deletes the objects of a backup that failed, with a context of its own: the backup's

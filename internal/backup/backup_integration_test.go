@@ -94,6 +94,9 @@ func TestABackupHoldsEveryShardWholeAndARestoreFetchesItChecked(t *testing.T) {
 		if err := Fetch(ctx, b, s, dir); err != nil {
 			t.Fatal(err)
 		}
+		if s.Keys != int64(1000*(i+1)) {
+			t.Errorf("the manifest says %s holds %d keys, want %d", s.Name, s.Keys, 1000*(i+1))
+		}
 		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", RDBName)
 		c := testenv.Valkey(t, ips[i], 6379)
 		if size, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || size != int64(1000*(i+1)) {

@@ -3,6 +3,7 @@
 package snapshot
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -46,7 +47,13 @@ func TestASnapshotLoadsIntoANewServerWhole(t *testing.T) {
 			ips := testenv.LoopbackIPs(4)[2*i : 2*i+2]
 			testenv.StartValkey(t, ips[0], 6379, "--repl-diskless-sync", sync, "--repl-diskless-sync-delay", "0")
 			const keys = 10_000
-			fill(t, testenv.Valkey(t, ips[0], 6379), keys)
+			source := testenv.Valkey(t, ips[0], 6379)
+			fill(t, source, keys)
+			// A library of functions comes in the RDB before the keys.
+			const library = "#!lua name=lib\nserver.register_function('one', function() return 1 end)"
+			if err := source.Do(context.Background(), source.B().FunctionLoad().FunctionCode(library).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
 
 			dir := t.TempDir()
 			f, err := os.Create(filepath.Join(dir, "dump.rdb"))
@@ -62,6 +69,15 @@ func TestASnapshotLoadsIntoANewServerWhole(t *testing.T) {
 			}
 			if info, _ := os.Stat(f.Name()); info.Size() != n {
 				t.Errorf("the snapshot says %d bytes, the file has %d", n, info.Size())
+			}
+
+			f, err = os.Open(f.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close() //nolint:errcheck // read only
+			if db, counted, err := Keys(bufio.NewReader(f)); err != nil || db != 0 || counted != keys {
+				t.Errorf("the RDB's head says database %d holds %d keys (%v), want 0 and %d", db, counted, err, keys)
 			}
 
 			testenv.StartValkey(t, ips[1], 6379, "--dir", dir, "--dbfilename", "dump.rdb")

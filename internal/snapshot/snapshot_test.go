@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -28,5 +29,35 @@ func TestCopyUntilMarkStopsAtTheMarkWhateverTheReads(t *testing.T) {
 	}
 	if _, err := copyUntilMark(io.Discard, strings.NewReader(rdb), []byte(mark)); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("a stream cut before its mark gave %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
+// Keys finds the first database's size past the header's fields, whatever their strings'
+// encodings; an RDB with no database holds no key; one that is not an RDB is refused.
+func TestKeysReadsTheFirstDatabasesSize(t *testing.T) {
+	header := "REDIS0011" +
+		"\xFA" + "\x0Avalkey-ver" + "\x058.0.1" + // a plain string key and value
+		"\xFA" + "\x0Aredis-bits" + "\xC0\x40" + // an 8-bit integer
+		"\xFA" + "\x05ctime" + "\xC2\x01\x02\x03\x04" + // a 32-bit integer
+		"\xFA" + "\x08aof-base" + "\xC3\x03\x05" + "abc" + // LZF: 3 bytes that make 5
+		"\xF5" + "\x40\x05" + "#!lua" // a function library, with a 14-bit length
+	for name, c := range map[string]struct {
+		rdb      string
+		db       int
+		keys     int64
+		failsFor bool
+	}{
+		"db 0, 6-bit size":     {rdb: header + "\xFE\x00" + "\xFB\x05\x02" + "\x00\x01k\x01v", keys: 5},
+		"db 3, 32-bit size":    {rdb: header + "\xFE\x03" + "\xFB\x80\x00\x03\x0D\x40\x00", db: 3, keys: 200_000},
+		"no database":          {rdb: header + "\xFF" + "checksum"},
+		"not an RDB":           {rdb: "HTTP/1.1 200 OK", failsFor: true},
+		"a key before a size":  {rdb: header + "\xFE\x00" + "\x00\x01k\x01v", failsFor: true},
+		"cut in the header":    {rdb: header[:20], failsFor: true},
+		"a size before any db": {rdb: header + "\xFB\x05\x02", failsFor: true},
+	} {
+		db, keys, err := Keys(bufio.NewReader(strings.NewReader(c.rdb)))
+		if c.failsFor != (err != nil) || db != c.db || keys != c.keys {
+			t.Errorf("%s: database %d, %d keys, %v; want %d, %d, failing: %v", name, db, keys, err, c.db, c.keys, c.failsFor)
+		}
 	}
 }
