@@ -3,12 +3,15 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -21,6 +24,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/backupcontroller"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/conversionwebhook"
@@ -30,6 +35,13 @@ import (
 )
 
 func main() {
+	// The operator's image also takes backups, in the Jobs the operator starts (package backup).
+	if len(os.Args) > 1 && os.Args[1] == backup.AgentCommand {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		code := backup.RunAgent(ctx, os.Args[2:])
+		stop()
+		os.Exit(code)
+	}
 	var (
 		metricsAddr, probeAddr, pprofAddr   string
 		metricsSecure                       bool
@@ -39,6 +51,7 @@ func main() {
 		leaseDuration, renewDeadline, retry time.Duration
 		maxConcurrentReconciles             int
 		imageRepository                     string
+		agentImage                          string
 		qps                                 float64
 		burst                               int
 		etcd                                catalog.EtcdConfig
@@ -64,6 +77,7 @@ func main() {
 	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
+	flag.StringVar(&agentImage, "agent-image", defaultAgentImage, "The operator's own image, which the backup Jobs run (its backup mode).")
 	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests above --kube-api-qps, when that is set.")
 	flag.StringVar(&catalogEndpoints, "catalog-endpoints", "", "Comma-separated etcd endpoints of the external service catalogue; empty runs without a catalogue (and without finalizers).")
@@ -184,6 +198,10 @@ func main() {
 	if err := r.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the Cache controller")
 	}
+	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), AgentImage: agentImage}
+	if err := backups.SetupWithManager(ctx, mgr, maxConcurrentReconciles); err != nil {
+		fail(log, err, "Unable to set up the CacheBackup controller")
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		fail(log, err, "Unable to add health check")
 	}
@@ -220,6 +238,10 @@ func metricsOptions(addr string, secure bool, certDir string) metricsserver.Opti
 	}
 	return opts
 }
+
+// defaultAgentImage is the operator's image of this release, for the backup Jobs: the install sets
+// --agent-image to the image it runs the operator from.
+const defaultAgentImage = resources.OperatorImageRepository + ":v0.1.0"
 
 // podNamespaceFile holds, in a pod, the pod's namespace.
 const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

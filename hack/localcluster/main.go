@@ -132,10 +132,12 @@ func runPods(ctx context.Context, c *localcluster.Cluster) error {
 	}
 	ctrl.SetLogger(zap.New())
 	runner := &podrunner.Runner{
-		Client:  clientset,
-		BinDir:  c.BinDir,
-		Workdir: c.PodsDir(),
-		Log:     ctrl.Log.WithName("podrunner"),
+		Client: clientset,
+		BinDir: c.BinDir,
+		// make run builds it there before it starts the pods (hack/run.sh).
+		OperatorBinary: filepath.Join(c.BinDir, "cache-operator"),
+		Workdir:        c.PodsDir(),
+		Log:            ctrl.Log.WithName("podrunner"),
 	}
 	fmt.Fprintln(os.Stderr, "Running the Valkey pods of local cluster", c.Name, "as real servers")
 	return runner.Run(ctx)

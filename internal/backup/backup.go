@@ -67,8 +67,10 @@ type Manifest struct {
 const MaxParallelShards = 4
 
 // Take takes a backup of the shards into the bucket, under the given prefix, and returns its
-// manifest. Each shard's snapshot streams into its object as the server sends it.
-func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, shards []Shard, stall time.Duration) (Manifest, error) {
+// manifest. Each shard's snapshot streams into its object as the server sends it. unmoved, if
+// set, is asked once every object is whole and before the manifest is written whether the
+// shards still are what the snapshots were taken of: an error fails the backup.
+func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, shards []Shard, stall time.Duration, unmoved func(context.Context) error) (Manifest, error) {
 	m := Manifest{ValkeyVersion: valkeyVersion, Started: time.Now().UTC()}
 	copies := make([]ShardCopy, len(shards))
 	errs := make([]error, len(shards))
@@ -82,7 +84,11 @@ func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, s
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := errors.Join(errs...)
+	if err == nil && unmoved != nil {
+		err = unmoved(ctx)
+	}
+	if err != nil {
 		return m, errors.Join(err, forget(b, prefix, copies))
 	}
 	m.Shards, m.Completed = copies, time.Now().UTC()

@@ -67,7 +67,7 @@ func setUp(t *testing.T, n int) (*bucket.Bucket, []Shard, []*os.Process) {
 func TestABackupHoldsEveryShardWholeAndARestoreFetchesItChecked(t *testing.T) {
 	b, shards, _ := setUp(t, 2)
 	ctx := context.Background()
-	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", "8.0.1", shards, 10*time.Second)
+	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", "8.0.1", shards, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestAFailedBackupLeavesNothing(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = servers[1].Signal(syscall.SIGCONT) })
 	ctx := context.Background()
-	if _, err := Take(ctx, b, "default/orders/failed", "8.0.1", shards, time.Second); err == nil {
+	if _, err := Take(ctx, b, "default/orders/failed", "8.0.1", shards, time.Second, nil); err == nil {
 		t.Fatal("a backup with a stopped server succeeded")
 	}
 	if names, err := b.List(ctx, ""); err != nil || len(names) != 0 {

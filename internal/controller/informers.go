@@ -2,6 +2,7 @@ package controller
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -21,7 +22,8 @@ import (
 //     operator owns (resources.StripService); an update of either reads the whole stored
 //     object first;
 //   - only the pods of Cluster Caches, whose addresses the reconciler needs to reach their
-//     servers, with little more than those addresses.
+//     servers, with little more than those addresses;
+//   - only the Jobs of backups (they carry the managed-by label too).
 //
 // A child whose label someone removed is invisible to the informer; its next create fails with
 // AlreadyExists, not as a duplicate, and the reconciler then reads it around the informer and
@@ -43,6 +45,7 @@ func InformerOptions() cache.Options {
 				}
 				return in, nil
 			}},
+			&batchv1.Job{}: {Label: managed},
 			&corev1.Pod{}: {
 				Label: labels.SelectorFromSet(labels.Set{
 					resources.LabelManagedBy: resources.ManagedBy,

@@ -114,7 +114,8 @@ func startRunner(cfg *rest.Config, workdir string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	runner = &podrunner.Runner{Client: clientset, BinDir: testenv.BinDir(), Workdir: workdir, Log: ctrl.Log.WithName("podrunner")}
+	runner = &podrunner.Runner{Client: clientset, BinDir: testenv.BinDir(), OperatorBinary: operatorBinary,
+		Workdir: workdir, Log: ctrl.Log.WithName("podrunner")}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runner.Run(ctx) }()

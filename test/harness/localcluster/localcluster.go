@@ -208,7 +208,7 @@ func (c *Cluster) InstallOperatorAccess(ctx context.Context, root string) error 
 			return err
 		}
 	}
-	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/"+conversionwebhook.CRDName, "--timeout=60s")
+	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/"+conversionwebhook.CRDName, "crd/cachebackups.cache.example.com", "--timeout=60s")
 }
 
 // ServeConversionAt applies the Cache CRD of the repository at root with its conversion webhook
@@ -222,8 +222,17 @@ func (c *Cluster) ServeConversionAt(ctx context.Context, root string, port int) 
 		return err
 	}
 	var crd map[string]any
-	if err := yaml.Unmarshal([]byte(manifest), &crd); err != nil {
-		return fmt.Errorf("reading the CRD: %w", err)
+	for doc := range strings.SplitSeq(manifest, "\n---\n") {
+		if err := yaml.Unmarshal([]byte(doc), &crd); err != nil {
+			return fmt.Errorf("reading the CRDs: %w", err)
+		}
+		if name, _, _ := unstructured.NestedString(crd, "metadata", "name"); name == conversionwebhook.CRDName {
+			break
+		}
+		crd = nil
+	}
+	if crd == nil {
+		return fmt.Errorf("config/crd has no %s", conversionwebhook.CRDName)
 	}
 	url := fmt.Sprintf("https://localhost:%d/convert", port)
 	if err := unstructured.SetNestedMap(crd, map[string]any{"url": url}, "spec", "conversion", "webhook", "clientConfig"); err != nil {

@@ -1,10 +1,12 @@
 package podrunner
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,6 +32,11 @@ type container struct {
 	dir     string
 	logPath string
 	refusal string
+	// configError, when set, is why the container's configuration cannot be made (a Secret it
+	// takes a variable from is missing): it waits, as the kubelet's CreateContainerConfigError.
+	configError string
+	// terminationLog is where the container's termination message file is, here.
+	terminationLog string
 
 	readiness, liveness *corev1.Probe
 
@@ -70,11 +77,12 @@ func (p *process) kill() {
 
 // newContainer prepares one container of the pod, or, with refusal set, says why it cannot run:
 // refused is the pod's own reason, if any.
-func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, refused error) *container {
+func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, secrets map[string]*corev1.Secret, refused error) *container {
 	ct := &container{
 		name: c.Name, image: c.Image, ip: b.ip, ports: map[string]int32{},
 		dir: b.dataDir(), logPath: filepath.Join(b.dir, c.Name+".log"),
-		readiness: c.ReadinessProbe, liveness: c.LivenessProbe,
+		terminationLog: filepath.Join(b.dir, c.Name+".termination-log"),
+		readiness:      c.ReadinessProbe, liveness: c.LivenessProbe,
 		state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}},
 	}
 	if len(c.Ports) > 0 {
@@ -85,26 +93,35 @@ func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, 
 			ct.ports[p.Name] = p.ContainerPort
 		}
 	}
-	if err := ct.prepare(r, pod, c, refused); err != nil {
+	if err := ct.prepare(r, pod, c, secrets, refused); errors.As(err, new(configError)) {
+		ct.configError = err.Error()
+	} else if err != nil {
 		ct.refusal = fmt.Sprintf("container %s: %v", c.Name, err)
 	}
 	return ct
 }
 
-func (ct *container) prepare(r *Runner, pod *corev1.Pod, c *corev1.Container, refused error) error {
+func (ct *container) prepare(r *Runner, pod *corev1.Pod, c *corev1.Container, secrets map[string]*corev1.Secret, refused error) error {
 	if refused != nil {
 		return refused
 	}
 	if c.WorkingDir != "" && c.WorkingDir != dataMountPath {
 		return fmt.Errorf("it works in %s: the runner knows only the image's own %s", c.WorkingDir, dataMountPath)
 	}
-	env, err := containerEnv(pod, c)
+	env, err := containerEnv(pod, c, secrets)
 	if err != nil {
 		return err
 	}
 	ct.binary, ct.args, err = r.command(c.Image, ct.ip, expandAll(commandLine(c), env))
 	if err != nil {
 		return err
+	}
+	// The kubelet mounts the termination message file at its path in the container; here the
+	// path is given in the arguments, and stands for the file in the pod's directory.
+	if path := c.TerminationMessagePath; path != "" {
+		for i, arg := range ct.args {
+			ct.args[i] = strings.ReplaceAll(arg, path, ct.terminationLog)
+		}
 	}
 	ct.env = r.processEnv()
 	for name, value := range env {
@@ -148,6 +165,20 @@ func (ct *container) launch(reaping *sync.WaitGroup) (*process, error) {
 	ct.proc = p
 	ct.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metaTime(p.started)}}
 	return p, nil
+}
+
+// maxTerminationMessage is how much of a termination message file the kubelet reports.
+const maxTerminationMessage = 4096
+
+// terminationMessage is what the container's run wrote to its termination message file, as the
+// kubelet reports it once the run ended; the file is emptied for the next run.
+func (ct *container) terminationMessage() string {
+	message, err := os.ReadFile(ct.terminationLog)
+	if err != nil {
+		return ""
+	}
+	_ = os.Remove(ct.terminationLog)
+	return string(message[:min(len(message), maxTerminationMessage)])
 }
 
 // commandLine is what the container runs: its command and arguments; with no command, the

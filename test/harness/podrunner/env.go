@@ -1,16 +1,21 @@
 package podrunner
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // containerEnv is the container's environment as the kubelet makes it: literal values, values
-// that refer to variables defined before them, and the pod fields a container may read through
-// the downward API. Values from ConfigMaps, Secrets and resources are not supported.
-func containerEnv(pod *corev1.Pod, c *corev1.Container) (map[string]string, error) {
+// that refer to variables defined before them, the pod fields a container may read through the
+// downward API, and keys of Secrets (from secrets, the pod's Secrets by name, as secretsOf read
+// them). A Secret or a key that is missing, and not optional, is a configError. Values from
+// ConfigMaps and resources are not supported.
+func containerEnv(pod *corev1.Pod, c *corev1.Container, secrets map[string]*corev1.Secret) (map[string]string, error) {
 	env := map[string]string{}
 	for _, e := range c.Env {
 		switch {
@@ -22,11 +27,57 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container) (map[string]string, erro
 				return nil, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 			env[e.Name] = value
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			optional := ref.Optional != nil && *ref.Optional
+			secret := secrets[ref.Name]
+			value, ok := []byte(nil), false
+			if secret != nil {
+				value, ok = secret.Data[ref.Key]
+			}
+			switch {
+			case ok:
+				env[e.Name] = string(value)
+			case optional:
+			case secret == nil:
+				return nil, configError(fmt.Sprintf("secret %q not found", ref.Name))
+			default:
+				return nil, configError(fmt.Sprintf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name))
+			}
 		default:
 			return nil, fmt.Errorf("env %s: the runner supports literal values and pod fields only", e.Name)
 		}
 	}
 	return env, nil
+}
+
+// configError is why a container's configuration cannot be made from what the cluster holds, in
+// the kubelet's words: the container waits with the reason CreateContainerConfigError.
+type configError string
+
+func (e configError) Error() string { return string(e) }
+
+// secretsOf reads the Secrets that the pod's containers take variables from; one that cannot be
+// read is left out, and the variables that need it make a configError.
+func (r *Runner) secretsOf(ctx context.Context, pod *corev1.Pod) map[string]*corev1.Secret {
+	secrets := map[string]*corev1.Secret{}
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for _, e := range c.Env {
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				continue
+			}
+			name := e.ValueFrom.SecretKeyRef.Name
+			if _, read := secrets[name]; read {
+				continue
+			}
+			secret, err := r.Client.CoreV1().Secrets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				secret = nil
+			}
+			secrets[name] = secret
+		}
+	}
+	return secrets
 }
 
 func podField(pod *corev1.Pod, path string) (string, error) {

@@ -38,7 +38,7 @@ func TestContainerEnvReadsThePodAndEarlierVariables(t *testing.T) {
 		{Name: "POD_NAME", ValueFrom: field("metadata.name")},
 		{Name: "ANNOUNCE", Value: "$(POD_NAME) at $(POD_IP)"},
 	}}
-	env, err := containerEnv(pod, c)
+	env, err := containerEnv(pod, c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestContainerEnvReadsThePodAndEarlierVariables(t *testing.T) {
 	}
 
 	c.Env = append(c.Env, corev1.EnvVar{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "p"}}})
-	if _, err := containerEnv(pod, c); err == nil {
+	if _, err := containerEnv(pod, c, nil); err == nil {
 		t.Error("an env var from a Secret was accepted; the runner cannot resolve it")
 	}
 }

@@ -24,6 +24,11 @@ var images = map[string]map[string]program{
 		// The image's entrypoint shell passes its arguments on to the server ("$@").
 		"sh": {machineShell, onPodIPAsServer},
 	},
+	// The operator's own image runs its backup mode in the backups' Jobs: it only connects out,
+	// to the servers and the bucket, from wherever.
+	resources.OperatorImageRepository: {
+		"cache-operator": {operatorBinary, asGiven},
+	},
 }
 
 // program is a program of an image, as the runner runs it on this machine.
@@ -46,6 +51,18 @@ func onPodIPAsServer(ip string, args []string) []string {
 // network namespace; a host given on the command line comes later and wins.
 func onPodIPAsClient(ip string, args []string) []string {
 	return append([]string{"-h", ip}, args...)
+}
+
+// asGiven leaves a program's arguments as they are: a client whose connections may come from any
+// address.
+func asGiven(_ string, args []string) []string { return args }
+
+// operatorBinary is the operator's binary the runner was given, standing in for its image.
+func operatorBinary(r *Runner, _ string) (string, error) {
+	if r.OperatorBinary == "" {
+		return "", errors.New("the runner was given no operator binary (Runner.OperatorBinary)")
+	}
+	return r.OperatorBinary, nil
 }
 
 // toolchainProgram is one of the toolchain's binaries (hack/toolchain.sh), in BinDir.

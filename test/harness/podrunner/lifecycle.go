@@ -55,6 +55,9 @@ func (r *Runner) supervise(ctx context.Context, b *sandbox) {
 // kubelet's back-off when it fails, unless the pod's restartPolicy is Never: then the pod fails.
 // It reports whether the pod may go on.
 func (r *Runner) runToCompletion(ctx context.Context, b *sandbox, c *container) bool {
+	if !r.configured(ctx, b, c) {
+		return false
+	}
 	log := r.Log.WithValues("pod", b.pod, "initContainer", c.name)
 	backoff := time.Duration(0)
 	p := r.start(b, c, false)
@@ -91,6 +94,9 @@ func (r *Runner) runToCompletion(ctx context.Context, b *sandbox, c *container) 
 // run ends, restarts the container in place, after the kubelet's back-off, if the pod's restart
 // policy says so.
 func (r *Runner) runContainer(ctx context.Context, b *sandbox, c *container) {
+	if !r.configured(ctx, b, c) {
+		return
+	}
 	log := r.Log.WithValues("pod", b.pod, "container", c.name)
 	backoff := time.Duration(0)
 	p := r.start(b, c, false)
@@ -118,6 +124,23 @@ func (r *Runner) runContainer(ctx context.Context, b *sandbox, c *container) {
 		p = r.start(b, c, true)
 		log.Info("Restarted the pod's container in place", "restartCount", c.restartCount(r))
 	}
+}
+
+// configured reports whether the container's configuration could be made. One that could not
+// (configError) waits, reported as CreateContainerConfigError, until the pod is deleted.
+func (r *Runner) configured(ctx context.Context, b *sandbox, c *container) bool {
+	if c.configError == "" {
+		return true
+	}
+	r.mu.Lock()
+	c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: c.configError}}
+	r.mu.Unlock()
+	r.reportOrLog(ctx, b)
+	select {
+	case <-b.stopping:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // backOff waits as the kubelet does before it restarts a container whose run ended: not at all
@@ -194,6 +217,9 @@ func (r *Runner) recordExit(c *container, p *process) corev1.ContainerStateTermi
 	if p != nil {
 		ended = corev1.ContainerStateTerminated{ExitCode: exitCode(p.exitErr), Reason: "Error", Message: errString(p.exitErr),
 			StartedAt: metaTime(p.started), FinishedAt: metaTime(now)}
+		if message := c.terminationMessage(); message != "" {
+			ended.Message = message
+		}
 		if ended.ExitCode == 0 {
 			ended.Reason = "Completed"
 		}

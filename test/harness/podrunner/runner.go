@@ -1,8 +1,9 @@
 // Package podrunner stands in for the kubelet's container runtime on a local cluster whose Valkey
 // pods kwok leaves to it (localcluster.Cluster.RealValkey). For each such pod that kwok has given
 // an IP, it runs the pod's containers' own command lines as real processes on the pod's loopback
-// IP: valkey-server, valkey-cli, or the image's shell (sh -c). It behaves like the kubelet in what
-// the operator depends on:
+// IP: valkey-server, valkey-cli, or the image's shell (sh -c), and the operator's own binary for
+// a container of the operator's image (a backup's Job). It behaves like the kubelet in what the
+// operator depends on:
 //   - init containers run one after the other, each to completion, before the pod's containers
 //     (the pod Pending and not Initialized meanwhile); one that fails is restarted with the
 //     back-off below, or under restartPolicy Never fails the pod;
@@ -19,12 +20,17 @@
 //     runs), and the liveness probe, after its failure threshold, stops the container (SIGTERM,
 //     then SIGKILL after the grace period) and it restarts;
 //   - a deleted pod's containers get SIGTERM and the pod's grace period before SIGKILL, and then
-//     the deletion completes.
+//     the deletion completes;
+//   - environment variables from literal values, pod fields and keys of Secrets; a container
+//     whose Secret or key is missing (and not optional) waits, reported as
+//     CreateContainerConfigError;
+//   - what a run writes to its termination message file is its terminated state's message (at
+//     most 4096 bytes).
 //
 // What still differs from a kubelet:
 //   - only containers of an image the runner knows (images: Valkey's, whose valkey-server and
 //     valkey-cli are the toolchain's and whose sh is the machine's, with the toolchain first in
-//     its PATH), with probes that exec one of its programs or open a TCP connection; no init
+//     its PATH; the operator's, whose binary the runner is given), with probes that exec one of its programs or open a TCP connection; no init
 //     containers that restart always (native sidecars: run a sidecar as one of the pod's
 //     containers). What it cannot run it refuses with the reason, as a container that cannot
 //     start (restarted with the back-off);
@@ -38,6 +44,10 @@
 //   - the first readiness probe runs as soon as the server accepts connections rather than at
 //     some point within the first period, so that tests do not wait out a period per pod;
 //   - no resource limits: a server over its memory limit is not OOM-killed;
+//   - the termination message file is not mounted at its path: a program must be told its path
+//     in its arguments, where the runner puts the file's place in the pod's directory instead;
+//   - a container that waits for a missing Secret waits for good: the kubelet would start it
+//     once the Secret appears; Secrets are read once, when the pod starts;
 //   - the processes run as long as the runner: a runner that stops stops them all.
 package podrunner
 
@@ -68,8 +78,11 @@ type Runner struct {
 	// Client reads the pods and reports their status, as a kubelet's credentials would.
 	Client kubernetes.Interface
 	// BinDir holds valkey-server and valkey-cli (hack/toolchain.sh valkey). Pods run only
-	// those.
+	// those, and the operator's own binary.
 	BinDir string
+	// OperatorBinary is the operator's binary, which a container of the operator's image runs
+	// (a backup's Job); empty, such a container cannot start.
+	OperatorBinary string
 	// Workdir holds a directory per pod: its data directory, standing in for the pod's
 	// emptyDir, and a log per container.
 	Workdir string
@@ -162,6 +175,11 @@ func (r *Runner) StartupSummary() string {
 // sync acts on one pod's current state: run a pod that kwok has given an IP and that has not
 // ended, stop the containers of a pod being deleted.
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
+	// Read before the lock: the Secrets a new pod's containers take variables from.
+	var secrets map[string]*corev1.Secret
+	if pod.DeletionTimestamp == nil && pod.Status.PodIP != "" {
+		secrets = r.secretsOf(ctx, pod)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pods == nil {
@@ -180,7 +198,7 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 			r.goWork(func() { r.terminate(ctx, b, gracePeriod(pod)) })
 		}
 	case !known && pod.Status.PodIP != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
-		b := r.newSandbox(pod)
+		b := r.newSandbox(pod, secrets)
 		r.pods[pod.UID] = b
 		r.goWork(func() { r.supervise(ctx, b) })
 	}

@@ -44,7 +44,7 @@ func cachePod(mode cachev2.Mode) *corev1.Pod {
 // container.
 func serverContainer(t *testing.T, r *Runner, pod *corev1.Pod) *container {
 	t.Helper()
-	c := r.newSandbox(pod).serverContainer()
+	c := r.newSandbox(pod, nil).serverContainer()
 	if c.refusal != "" {
 		t.Fatal(c.refusal)
 	}

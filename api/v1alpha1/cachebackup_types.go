@@ -1,0 +1,195 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CacheBackupSpec says which Cache to back up and where to. Both are fixed once the backup is
+// made: a backup is one snapshot, and another one is another CacheBackup.
+//
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: a backup is one snapshot; make another CacheBackup for another"
+type CacheBackupSpec struct {
+	// CacheName is the Cache, in the backup's namespace, whose data the backup holds.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=52
+	// +required
+	CacheName string `json:"cacheName"`
+
+	// Storage is the bucket the backup is written to.
+	//
+	// +required
+	Storage BucketLocation `json:"storage"`
+}
+
+// BucketLocation is a place in an S3-compatible bucket, and the credentials that reach it. A
+// backup's objects are written under <prefix>/<namespace>/<cache>/<backup>/: one RDB per shard
+// and, last, the manifest that lists them.
+type BucketLocation struct {
+	// Endpoint is the S3 server's host or host:port, without a scheme.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+(:[0-9]{1,5})?$`
+	// +required
+	Endpoint string `json:"endpoint"`
+
+	// Insecure sends requests in plain HTTP rather than HTTPS: for a server inside the cluster's
+	// own network only, as the credentials travel with them.
+	//
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+
+	// Region is the bucket's region, for servers that need one.
+	//
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// Bucket is the bucket's name.
+	//
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	// +required
+	Bucket string `json:"bucket"`
+
+	// Prefix, if set, comes before the names of every object the backup writes.
+	//
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!_.*'()/-]*$`
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+
+	// CredentialsSecret is a Secret in the backup's namespace with the keys accessKeyID and
+	// secretAccessKey, and optionally ca.crt, PEM certificates trusted beside the system's to
+	// verify the server. Only the backup's own pod reads it: the operator never does.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	CredentialsSecret string `json:"credentialsSecret"`
+}
+
+// The keys of a CredentialsSecret.
+const (
+	SecretKeyAccessKeyID     = "accessKeyID"
+	SecretKeySecretAccessKey = "secretAccessKey"
+	SecretKeyCABundle        = "ca.crt"
+)
+
+// BackupPhase is where a backup is in its life: Pending until its Cache is Ready, Running while
+// its snapshots stream to the bucket, and then Completed or Failed for good.
+//
+// +kubebuilder:validation:Enum=Pending;Running;Completed;Failed
+type BackupPhase string
+
+const (
+	BackupPending   BackupPhase = "Pending"
+	BackupRunning   BackupPhase = "Running"
+	BackupCompleted BackupPhase = "Completed"
+	BackupFailed    BackupPhase = "Failed"
+)
+
+// Finished reports whether the phase is a backup's last.
+func (p BackupPhase) Finished() bool { return p == BackupCompleted || p == BackupFailed }
+
+// CacheBackupStatus is what the operator knows of the backup.
+type CacheBackupStatus struct {
+	// Phase is where the backup is in its life.
+	//
+	// +optional
+	Phase BackupPhase `json:"phase,omitempty"`
+
+	// Conditions: Complete, with a reason that says why the backup is not (yet) complete.
+	//
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// StartTime is when the backup's snapshots were started, CompletionTime when it ended,
+	// completed or failed.
+	//
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// Location is where the backup's objects are, as s3://<bucket>/<path>/.
+	//
+	// +optional
+	Location string `json:"location,omitempty"`
+
+	// ValkeyVersion is the version of the servers the snapshots come from: a restore needs that
+	// version or a later one.
+	//
+	// +optional
+	ValkeyVersion string `json:"valkeyVersion,omitempty"`
+
+	// Bytes and Keys are the sizes of the whole backup: the RDBs' bytes, and the keys they hold.
+	//
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// +optional
+	Keys int64 `json:"keys,omitempty"`
+
+	// Shards are the backup's parts: one per shard of a Cluster, one per node of a Standalone
+	// Cache.
+	//
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Shards []BackupShard `json:"shards,omitempty"`
+}
+
+// BackupShard is one part of a backup: a snapshot of one server.
+type BackupShard struct {
+	// Name is the part's name, and its object's: shard-0, shard-1, ...
+	Name string `json:"name"`
+	// Source is the pod whose server the snapshot is taken from: a Cluster shard's replica when
+	// it has one ready, so that its primary keeps serving.
+	Source string `json:"source"`
+	// Object is the RDB's name in the bucket, once it is whole.
+	//
+	// +optional
+	Object string `json:"object,omitempty"`
+	// Bytes and Keys are the RDB's size and the keys it holds, once it is whole.
+	//
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// +optional
+	Keys int64 `json:"keys,omitempty"`
+}
+
+// CacheBackup is a snapshot of a Cache's data in an S3-compatible bucket, taken by a Job the
+// operator starts (so a backup goes on while the operator restarts), from a replica of each shard
+// where there is one. `kubectl wait --for=condition=Complete cachebackup/NAME` waits for it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=cbk,categories=all
+// +kubebuilder:printcolumn:name="Cache",type=string,JSONPath=`.spec.cacheName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Keys",type=integer,JSONPath=`.status.keys`
+// +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.bytes`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Complete")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type CacheBackup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec CacheBackupSpec `json:"spec"`
+	// +optional
+	Status CacheBackupStatus `json:"status,omitempty"`
+}
+
+// CacheBackupList is a list of CacheBackups.
+//
+// +kubebuilder:object:root=true
+type CacheBackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []CacheBackup `json:"items"`
+}

@@ -1,0 +1,249 @@
+package backup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"example.com/cache-operator/internal/bucket"
+	"example.com/cache-operator/internal/snapshot"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// AgentCommand is the operator binary's first argument that runs it as a backup's agent, in the
+// backup's Job, rather than as the operator.
+const AgentCommand = "backup"
+
+// The environment variables the agent reads the bucket's credentials from: the Job's pod takes
+// them from the user's Secret, so that they are never in the pod's spec nor read by the operator.
+const (
+	EnvAccessKeyID     = "BUCKET_ACCESS_KEY_ID"
+	EnvSecretAccessKey = "BUCKET_SECRET_ACCESS_KEY"
+	EnvCABundle        = "BUCKET_CA_BUNDLE"
+)
+
+// MaxResultBytes is how much of a result the kubelet keeps as a container's termination message.
+const MaxResultBytes = 4096
+
+// Plan is what a backup's agent is asked to do. The operator writes it as the Job's arguments
+// (Args) and the agent reads them back (ParsePlan): one definition for both sides.
+type Plan struct {
+	// Location is the bucket, without its credentials; Path is the backup's own place in it.
+	Location bucket.Location
+	Path     string
+	// ValkeyVersion is the version the servers run, for the manifest.
+	ValkeyVersion string
+	// Cluster: the servers are Cluster nodes, and each shard's slots go into the manifest.
+	Cluster bool
+	Shards  []Shard
+	// Stall is how long a snapshot waits for the next byte before it fails.
+	Stall time.Duration
+	// ResultFile is where the agent writes its Result, or why it failed: the container's
+	// termination message file, which the kubelet reports in the pod's status.
+	ResultFile string
+}
+
+// Args is the plan as the agent's arguments, after AgentCommand.
+func (p Plan) Args() []string {
+	args := []string{
+		"--endpoint=" + p.Location.Endpoint,
+		"--insecure=" + strconv.FormatBool(p.Location.Insecure),
+		"--region=" + p.Location.Region,
+		"--bucket=" + p.Location.Bucket,
+		"--prefix=" + p.Location.Prefix,
+		"--path=" + p.Path,
+		"--valkey-version=" + p.ValkeyVersion,
+		"--cluster=" + strconv.FormatBool(p.Cluster),
+		"--stall=" + p.Stall.String(),
+		"--result-file=" + p.ResultFile,
+	}
+	for _, s := range p.Shards {
+		args = append(args, "--shard="+strings.Join([]string{s.Name, s.Source, s.Addr}, ","))
+	}
+	return args
+}
+
+// ParsePlan reads a plan from the agent's arguments.
+func ParsePlan(args []string) (Plan, error) {
+	var p Plan
+	flags := flag.NewFlagSet(AgentCommand, flag.ContinueOnError)
+	flags.StringVar(&p.Location.Endpoint, "endpoint", "", "The S3 server's host[:port].")
+	flags.BoolVar(&p.Location.Insecure, "insecure", false, "Plain HTTP.")
+	flags.StringVar(&p.Location.Region, "region", "", "The bucket's region.")
+	flags.StringVar(&p.Location.Bucket, "bucket", "", "The bucket.")
+	flags.StringVar(&p.Location.Prefix, "prefix", "", "The prefix of every object's name.")
+	flags.StringVar(&p.Path, "path", "", "The backup's path under the prefix.")
+	flags.StringVar(&p.ValkeyVersion, "valkey-version", "", "The servers' Valkey version.")
+	flags.BoolVar(&p.Cluster, "cluster", false, "The servers are Valkey Cluster nodes.")
+	flags.DurationVar(&p.Stall, "stall", snapshot.DefaultStall, "How long a snapshot waits for the next byte.")
+	flags.StringVar(&p.ResultFile, "result-file", "/dev/termination-log", "Where the result is written.")
+	flags.Func("shard", "A shard: name,pod,host:port (repeated).", func(v string) error {
+		parts := strings.Split(v, ",")
+		if len(parts) != 3 {
+			return errors.New("want name,pod,host:port")
+		}
+		if _, _, err := net.SplitHostPort(parts[2]); err != nil {
+			return err
+		}
+		p.Shards = append(p.Shards, Shard{Name: parts[0], Source: parts[1], Addr: parts[2]})
+		return nil
+	})
+	if err := flags.Parse(args); err != nil {
+		return p, err
+	}
+	if p.Location.Endpoint == "" || p.Location.Bucket == "" || p.Path == "" || len(p.Shards) == 0 {
+		return p, errors.New("--endpoint, --bucket, --path and at least one --shard are required")
+	}
+	return p, nil
+}
+
+// Result is what a backup's agent reports when it ends well: the sizes, whole and per shard.
+// It must fit in a termination message: the shards are left out when they would not.
+type Result struct {
+	Bytes  int64         `json:"bytes"`
+	Keys   int64         `json:"keys"`
+	Shards []ShardResult `json:"shards,omitempty"`
+}
+
+// ShardResult is one shard's part of a Result; its object is the plan's path and its name.
+type ShardResult struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+	Keys  int64  `json:"keys"`
+}
+
+// ParseResult reads the Result a backup's agent reported.
+func ParseResult(message string) (Result, error) {
+	var r Result
+	err := json.Unmarshal([]byte(message), &r)
+	return r, err
+}
+
+// RunAgent takes the backup the arguments plan, with the credentials from the environment, and
+// writes its Result, or why it failed, to the plan's result file. It returns the process's exit
+// code: a Job whose pod ends in failure is a failed backup.
+func RunAgent(ctx context.Context, args []string) int {
+	plan, err := ParsePlan(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "backup:", err)
+		return 2
+	}
+	result, err := plan.run(ctx)
+	message := ""
+	if err == nil {
+		message, err = result.message()
+	}
+	if err != nil {
+		message = err.Error()
+	}
+	fmt.Fprintln(os.Stderr, "backup:", message)
+	if len(message) > MaxResultBytes {
+		message = message[:MaxResultBytes]
+	}
+	if werr := os.WriteFile(plan.ResultFile, []byte(message), 0o600); werr != nil {
+		fmt.Fprintln(os.Stderr, "backup: writing the result:", werr)
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func (p Plan) run(ctx context.Context) (Result, error) {
+	loc := p.Location
+	loc.CABundle = []byte(os.Getenv(EnvCABundle))
+	b, err := bucket.Open(loc, bucket.Credentials{AccessKeyID: os.Getenv(EnvAccessKeyID), SecretAccessKey: os.Getenv(EnvSecretAccessKey)})
+	if err != nil {
+		return Result{}, err
+	}
+	shards := slices.Clone(p.Shards)
+	var unmoved func(context.Context) error
+	if p.Cluster {
+		for i := range shards {
+			if shards[i].Slots, err = shardSlots(ctx, shards[i].Addr); err != nil {
+				return Result{}, fmt.Errorf("shard %s from %s: %w", shards[i].Name, shards[i].Source, err)
+			}
+		}
+		unmoved = func(ctx context.Context) error { return slotsUnmoved(ctx, shards) }
+	}
+	m, err := Take(ctx, b, p.Path, p.ValkeyVersion, shards, p.Stall, unmoved)
+	if err != nil {
+		return Result{}, err
+	}
+	var r Result
+	for _, s := range m.Shards {
+		r.Bytes += s.Bytes
+		r.Keys += s.Keys
+		r.Shards = append(r.Shards, ShardResult{Name: s.Name, Bytes: s.Bytes, Keys: s.Keys})
+	}
+	return r, nil
+}
+
+// message is the result as a termination message, without the shards if they do not fit.
+func (r Result) message() (string, error) {
+	out, err := json.Marshal(r)
+	if err == nil && len(out) > MaxResultBytes {
+		r.Shards = nil
+		out, err = json.Marshal(r)
+	}
+	return string(out), err
+}
+
+// shardSlots are the slots of the shard the Cluster node at addr belongs to: its own if it is a
+// primary, its primary's if it is a replica.
+func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	portNumber, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, err
+	}
+	server, err := valkey.Connect(host, portNumber)
+	if err != nil {
+		return nil, err
+	}
+	defer server.Close()
+	nodes, err := server.ClusterNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	me, ok := valkey.Myself(nodes)
+	if !ok {
+		return nil, errors.New("the node does not list itself in CLUSTER NODES")
+	}
+	if me.Primary {
+		return me.Slots, nil
+	}
+	for _, n := range nodes {
+		if n.ID == me.PrimaryID {
+			return n.Slots, nil
+		}
+	}
+	return nil, fmt.Errorf("the node replicates %s, which it does not list", me.PrimaryID)
+}
+
+// slotsUnmoved fails if a shard's slots changed while its snapshot was taken: a migration then
+// may have moved keys out of it after, or into it before, its snapshot, and the backup would not
+// hold every key once.
+func slotsUnmoved(ctx context.Context, shards []Shard) error {
+	for _, s := range shards {
+		now, err := shardSlots(ctx, s.Addr)
+		if err != nil {
+			return fmt.Errorf("shard %s from %s, after its snapshot: %w", s.Name, s.Source, err)
+		}
+		if !slices.Equal(now, s.Slots) {
+			return fmt.Errorf("shard %s's slots changed during the backup (%v, then %v): slots moved, and a snapshot may miss their keys", s.Name, s.Slots, now)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package backup
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/internal/bucket"
+)
+
+// What the operator writes as a Job's arguments is what the agent reads back.
+func TestAPlanReadsBackAsWritten(t *testing.T) {
+	plan := Plan{
+		Location: bucket.Location{Endpoint: "s3.example.internal:9000", Insecure: true, Region: "eu-1", Bucket: "caches", Prefix: "prod"},
+		Path:     "shop/orders/nightly", ValkeyVersion: "8.0.1", Cluster: true, Stall: 45 * time.Second,
+		ResultFile: "/dev/termination-log",
+		Shards: []Shard{{Name: "shard-0", Source: "orders-1", Addr: "10.0.0.7:6379"},
+			{Name: "shard-1", Source: "orders-3", Addr: "[fd00::3]:6379"}},
+	}
+	got, err := ParsePlan(plan.Args())
+	if err != nil || !reflect.DeepEqual(got, plan) {
+		t.Errorf("read back %+v, %v; want %+v", got, err, plan)
+	}
+	if _, err := ParsePlan([]string{"--endpoint=s3:9000", "--bucket=b", "--path=p"}); err == nil {
+		t.Error("a plan with no shard was read")
+	}
+	if _, err := ParsePlan(append(plan.Args(), "--shard=shard-2,orders-5")); err == nil {
+		t.Error("a shard without an address was read")
+	}
+}
+
+// A result always fits in a termination message: the shards are left out when they would not.
+func TestAResultFitsInATerminationMessage(t *testing.T) {
+	r := Result{Bytes: 3, Keys: 3}
+	for i := range 3 {
+		r.Shards = append(r.Shards, ShardResult{Name: fmt.Sprintf("shard-%d", i), Bytes: 1, Keys: 1})
+	}
+	if m, err := r.message(); err != nil || len(mustParse(t, m).Shards) != 3 {
+		t.Errorf("a small result reads back as %s, %v", m, err)
+	}
+	for i := range 200 {
+		r.Shards = append(r.Shards, ShardResult{Name: fmt.Sprintf("shard-%d", i+3), Bytes: 1 << 40, Keys: 1 << 30})
+	}
+	m, err := r.message()
+	if back := mustParse(t, m); err != nil || len(m) > MaxResultBytes || back.Shards != nil || back.Keys != 3 {
+		t.Errorf("a result of 203 shards is %d bytes (%v), reads back as %+v", len(m), err, back)
+	}
+}
+
+func mustParse(t *testing.T, message string) Result {
+	t.Helper()
+	r, err := ParseResult(message)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

@@ -1,0 +1,166 @@
+// Package backupcontroller takes the backups of Caches. For each CacheBackup it waits until the
+// Cache is Ready, then starts a Job that streams a snapshot of each shard into the bucket
+// (package backup, in the operator's own image), follows the Job through its informer and
+// records how it ended. Nothing slow runs in Reconcile: a pass reads, makes at most one write
+// besides the status, and returns, so a backup of any size never holds a worker; and the Job
+// goes on while the operator restarts.
+package backupcontroller
+
+import (
+	"context"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "cachebackup"
+
+// Reconciler takes the backups of Caches.
+type Reconciler struct {
+	client.Client
+	// APIReader reads around the informers: the pods of a Cache and of a backup's Job, which
+	// the operator does not cache, once per backup each.
+	APIReader client.Reader
+	// AgentImage is the operator's own image, which the backup Jobs run.
+	AgentImage string
+	// Stall, if set, is how long a snapshot waits for the next byte before the backup fails.
+	Stall time.Duration
+}
+
+// +kubebuilder:rbac:groups=cache.example.com,resources=cachebackups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cache.example.com,resources=cachebackups/status,verbs=update
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
+// Reconcile moves a backup one step along its life: Pending until its Cache is Ready, Running
+// while its Job runs, Completed or Failed once the Job ended; then the Job is removed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	b := &cachev1alpha1.CacheBackup{}
+	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	job, err := r.job(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if b.Status.Phase.Finished() {
+		return ctrl.Result{}, r.removeJob(ctx, job)
+	}
+	status := b.Status.DeepCopy()
+	switch {
+	case job != nil:
+		err = r.follow(ctx, b, job, status)
+	case b.Status.Phase == cachev1alpha1.BackupRunning:
+		err = r.lost(ctx, b, status)
+	default:
+		err = r.start(ctx, b, status)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.writeStatus(ctx, b, status); err != nil || status.Phase != cachev1alpha1.BackupRunning {
+		return ctrl.Result{}, err
+	}
+	// The Job's events say when it ends; only a pod that cannot start says nothing to the Job.
+	return ctrl.Result{RequeueAfter: startCheckInterval}, nil
+}
+
+// startCheckInterval is how often a running backup's pod is checked for a reason it cannot start.
+const startCheckInterval = 30 * time.Second
+
+// job is the backup's Job, from the informer, or nil.
+func (r *Reconciler) job(ctx context.Context, b *cachev1alpha1.CacheBackup) (*batchv1.Job, error) {
+	job := &batchv1.Job{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: jobName(b)}, job)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return job, err
+}
+
+// removeJob deletes a finished backup's Job and its pod: what the backup is, is in its status
+// by then, and a fleet's finished Jobs would otherwise pile up.
+func (r *Reconciler) removeJob(ctx context.Context, job *batchv1.Job) error {
+	if job == nil || job.DeletionTimestamp != nil {
+		return nil
+	}
+	err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &job.UID})
+	return client.IgnoreNotFound(err)
+}
+
+// writeStatus stores the status, and only when it changed: an unchanged pass writes nothing.
+func (r *Reconciler) writeStatus(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
+	if equality.Semantic.DeepEqual(&b.Status, status) {
+		return nil
+	}
+	b.Status = *status
+	return r.Status().Update(ctx, b)
+}
+
+// setPhase sets the phase and the Complete condition that says why.
+func setPhase(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus, phase cachev1alpha1.BackupPhase, reason, message string) {
+	status.Phase = phase
+	cond := metav1.Condition{Type: cachev1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
+		Reason: reason, Message: message, ObservedGeneration: b.Generation}
+	if phase == cachev1alpha1.BackupCompleted {
+		cond.Status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&status.Conditions, cond)
+	if phase.Finished() && status.CompletionTime == nil {
+		status.CompletionTime = ptrNow()
+	}
+}
+
+func ptrNow() *metav1.Time {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	return &now
+}
+
+// cacheNameField indexes the backups by their Cache, so that a change of a Cache wakes the
+// backups that wait for it.
+const cacheNameField = "spec.cacheName"
+
+// SetupWithManager registers the controller: it watches the backups, their Jobs and the Caches
+// they wait for.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, maxConcurrentReconciles int) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &cachev1alpha1.CacheBackup{}, cacheNameField, func(o client.Object) []string {
+		return []string{o.(*cachev1alpha1.CacheBackup).Spec.CacheName}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&cachev1alpha1.CacheBackup{}).
+		Owns(&batchv1.Job{}).
+		Watches(&cachev2.Cache{}, handler.EnqueueRequestsFromMapFunc(r.backupsOf)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
+		Complete(r)
+}
+
+// backupsOf are the unfinished backups of a Cache.
+func (r *Reconciler) backupsOf(ctx context.Context, cache client.Object) []reconcile.Request {
+	var backups cachev1alpha1.CacheBackupList
+	if err := r.List(ctx, &backups, client.InNamespace(cache.GetNamespace()), client.MatchingFields{cacheNameField: cache.GetName()}); err != nil {
+		return nil
+	}
+	var requests []reconcile.Request
+	for _, b := range backups.Items {
+		if !b.Status.Phase.Finished() {
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+		}
+	}
+	return requests
+}

@@ -1,0 +1,134 @@
+package backupcontroller
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/resources"
+)
+
+// follow records how the backup's Job goes: Running while it runs, and once it ended, Completed
+// with the sizes its agent reported, or Failed with its reason.
+func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, job *batchv1.Job, status *cachev1alpha1.CacheBackupStatus) error {
+	ended, failed := jobEnded(job)
+	if status.Phase != cachev1alpha1.BackupRunning {
+		// The pass that created the Job did not record it: the Job's arguments say what it does.
+		plan, err := backup.ParsePlan(job.Spec.Template.Spec.Containers[0].Args)
+		if err != nil {
+			return fmt.Errorf("reading the plan of Job %s: %w", job.Name, err)
+		}
+		recordRunning(b, status, plan)
+	}
+	pod, err := r.agentPod(ctx, job)
+	if err != nil {
+		return err
+	}
+	if !ended {
+		// A pod that cannot start (its Secret or a key of it missing, its image not pulled)
+		// would wait for the Job's deadline: the backup fails now, with the kubelet's reason.
+		if waiting := agentState(pod).Waiting; waiting != nil && cannotStart[waiting.Reason] {
+			setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed,
+				fmt.Sprintf("the backup's pod cannot start: %s: %s", waiting.Reason, waiting.Message))
+		}
+		return nil
+	}
+	message := ""
+	if ended := agentState(pod).Terminated; ended != nil {
+		message = strings.TrimSpace(ended.Message)
+	}
+	if failed != "" {
+		if message == "" {
+			message = failed
+		}
+		setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed, message)
+		return nil
+	}
+	result, err := backup.ParseResult(message)
+	if err != nil {
+		// The objects and the manifest are whole (the agent ended well), only the sizes are
+		// unknown: a pod removed before the operator read it.
+		setPhase(b, status, cachev1alpha1.BackupCompleted, cachev1alpha1.ReasonSnapshotsStored,
+			"every shard's RDB and the manifest are stored; their sizes are unknown: the Job's pod is gone")
+		return nil
+	}
+	status.Bytes, status.Keys = result.Bytes, result.Keys
+	for _, s := range result.Shards {
+		for i := range status.Shards {
+			if status.Shards[i].Name == s.Name {
+				status.Shards[i].Bytes, status.Shards[i].Keys = s.Bytes, s.Keys
+				status.Shards[i].Object = path.Join(strings.TrimPrefix(status.Location, "s3://"+b.Spec.Storage.Bucket+"/"), s.Name+".rdb")
+			}
+		}
+	}
+	setPhase(b, status, cachev1alpha1.BackupCompleted, cachev1alpha1.ReasonSnapshotsStored,
+		fmt.Sprintf("%d shards, %d keys, %d bytes, stored at %s", len(status.Shards), result.Keys, result.Bytes, status.Location))
+	return nil
+}
+
+// jobEnded reports whether the Job ended, and if it failed, how, from its conditions.
+func jobEnded(job *batchv1.Job) (ended bool, failed string) {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, ""
+		case batchv1.JobFailed:
+			return true, fmt.Sprintf("the Job failed: %s: %s", c.Reason, c.Message)
+		}
+	}
+	return false, ""
+}
+
+// cannotStart are the reasons the kubelet gives for a container that waits for something only a
+// user can fix.
+var cannotStart = map[string]bool{"CreateContainerConfigError": true, "ErrImagePull": true,
+	"ImagePullBackOff": true, "InvalidImageName": true}
+
+// agentPod is the backup Job's pod, read from the API server (the operator caches no such pods),
+// or nil. The Job runs one pod: it never retries.
+func (r *Reconciler) agentPod(ctx context.Context, job *batchv1.Job) (*corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
+		return nil, err
+	}
+	if len(pods.Items) == 0 {
+		return nil, nil
+	}
+	return &pods.Items[0], nil
+}
+
+// agentState is the state of the agent's container: when it ended, what it wrote (its Result,
+// or why it failed) is the state's message.
+func agentState(pod *corev1.Pod) corev1.ContainerState {
+	if pod != nil {
+		for _, c := range pod.Status.ContainerStatuses {
+			if c.Name == resources.BackupContainerName {
+				return c.State
+			}
+		}
+	}
+	return corev1.ContainerState{}
+}
+
+// lost fails a Running backup whose Job is gone: deleted by someone before it ended. The
+// informer may not have seen a Job just created, so the API server is asked first.
+func (r *Reconciler) lost(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: jobName(b)}, &batchv1.Job{})
+	if !apierrors.IsNotFound(err) {
+		return err // there after all (nil): its informer event comes next
+	}
+	setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonJobLost,
+		fmt.Sprintf("Job %s was deleted before it ended; whatever it wrote has no manifest and is no backup: make another CacheBackup", jobName(b)))
+	return nil
+}

@@ -1,0 +1,153 @@
+package backupcontroller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/bucket"
+	"example.com/cache-operator/internal/resources"
+)
+
+// start starts the backup's Job once its Cache is Ready, and records it Running with the shards
+// it copies; until then the backup is Pending, with the reason. A backup whose Cache does not
+// exist fails.
+func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
+	cache := &cachev2.Cache{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.CacheName}, cache); apierrors.IsNotFound(err) {
+		setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonCacheNotFound,
+			fmt.Sprintf("Cache %s does not exist in namespace %s", b.Spec.CacheName, b.Namespace))
+		return nil
+	} else if err != nil {
+		return err
+	}
+	ready := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != cache.Generation {
+		message := "the Cache has not reported Ready yet"
+		if ready != nil && ready.Status != metav1.ConditionTrue {
+			message = fmt.Sprintf("the Cache is not Ready (%s: %s)", ready.Reason, ready.Message)
+		}
+		setPhase(b, status, cachev1alpha1.BackupPending, cachev1alpha1.ReasonCacheNotReady, message+"; the backup starts once it is")
+		return nil
+	}
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
+		return err
+	}
+	shards, err := sources(cache, pods.Items)
+	if err != nil {
+		setPhase(b, status, cachev1alpha1.BackupPending, cachev1alpha1.ReasonCacheNotReady, err.Error()+"; the backup starts once it does")
+		return nil
+	}
+	plan := backup.Plan{
+		Location: bucket.Location{Endpoint: b.Spec.Storage.Endpoint, Insecure: b.Spec.Storage.Insecure,
+			Region: b.Spec.Storage.Region, Bucket: b.Spec.Storage.Bucket, Prefix: b.Spec.Storage.Prefix},
+		Path:          path.Join(b.Namespace, b.Spec.CacheName, b.Name),
+		ValkeyVersion: cache.Spec.Version,
+		Cluster:       cache.Spec.Mode == cachev2.ModeCluster,
+		Shards:        shards,
+		Stall:         r.Stall,
+	}
+	job := resources.BackupJob(b, plan, r.AgentImage)
+	if err := controllerutil.SetControllerReference(b, job, r.Scheme()); err != nil {
+		return err
+	}
+	// A Job that exists already was created by a pass whose status write did not land: the next
+	// pass follows it.
+	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	recordRunning(b, status, plan)
+	return nil
+}
+
+// recordRunning records the backup Running, with the shards its Job copies and where to.
+func recordRunning(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus, plan backup.Plan) {
+	if status.StartTime == nil {
+		status.StartTime = ptrNow()
+	}
+	status.Location = "s3://" + path.Join(plan.Location.Bucket, plan.Location.Prefix, plan.Path) + "/"
+	status.ValkeyVersion = plan.ValkeyVersion
+	status.Shards = nil
+	for _, s := range plan.Shards {
+		status.Shards = append(status.Shards, cachev1alpha1.BackupShard{Name: s.Name, Source: s.Source})
+	}
+	setPhase(b, status, cachev1alpha1.BackupRunning, cachev1alpha1.ReasonSnapshotting,
+		fmt.Sprintf("Job %s streams %d snapshots to %s", jobName(b), len(plan.Shards), status.Location))
+}
+
+// sources are the servers a backup of the Cache copies, one per shard: for a Cluster, a ready
+// replica of each primary when it has one, so that the primary keeps serving undisturbed, or else
+// the primary; for a Standalone Cache, every node. Shards are named in the order of their
+// primaries' pods.
+func sources(cache *cachev2.Cache, pods []corev1.Pod) ([]backup.Shard, error) {
+	byName := map[string]*corev1.Pod{}
+	for i := range pods {
+		byName[pods[i].Name] = &pods[i]
+	}
+	var servers [][]string // each shard's pods, the preferred first
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		var primaries []string
+		replicas := map[string][]string{}
+		for _, n := range cache.Status.Nodes {
+			switch n.Role {
+			case cachev2.RolePrimary:
+				primaries = append(primaries, n.Pod)
+			case cachev2.RoleReplica:
+				replicas[n.PrimaryPod] = append(replicas[n.PrimaryPod], n.Pod)
+			}
+		}
+		slices.Sort(primaries)
+		for _, p := range primaries {
+			servers = append(servers, append(slices.Sorted(slices.Values(replicas[p])), p))
+		}
+	} else {
+		for i := range cache.Spec.Nodes() {
+			servers = append(servers, []string{fmt.Sprintf("%s-%d", cache.Name, i)})
+		}
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("the Cache lists no primary")
+	}
+	shards := make([]backup.Shard, 0, len(servers))
+	for i, candidates := range servers {
+		pod := firstReady(candidates, byName)
+		if pod == nil {
+			return nil, fmt.Errorf("no pod of shard %d (%v) is ready", i, candidates)
+		}
+		shards = append(shards, backup.Shard{Name: "shard-" + strconv.Itoa(i), Source: pod.Name,
+			Addr: net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(resources.Port))})
+	}
+	return shards, nil
+}
+
+// firstReady is the first of the named pods that is ready and not going away.
+func firstReady(names []string, pods map[string]*corev1.Pod) *corev1.Pod {
+	for _, name := range names {
+		pod := pods[name]
+		if pod == nil || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
+			continue
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return pod
+			}
+		}
+	}
+	return nil
+}
+
+func jobName(b *cachev1alpha1.CacheBackup) string { return resources.BackupJobName(b) }

@@ -1,0 +1,102 @@
+package resources
+
+import (
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	"example.com/cache-operator/internal/backup"
+)
+
+const (
+	// OperatorImageRepository is where the operator's own image comes from, unless the install
+	// says otherwise: its backup Jobs run it too.
+	OperatorImageRepository = "example.com/cache-operator"
+
+	// BackupAppName is the value of app.kubernetes.io/name on a backup's Job and its pod.
+	BackupAppName = "cache-backup"
+	// BackupContainerName is the name of the container that takes a backup.
+	BackupContainerName = "backup"
+	// BackupDeadline bounds a backup's Job: one that has not ended by then is stopped and fails.
+	// Each snapshot fails on its own much sooner if its server stops sending (snapshot.DefaultStall).
+	BackupDeadline = 6 * 60 * 60
+
+	// terminationMessagePath is where a container writes what its pod's status reports when it
+	// ends: the kubelet's default.
+	terminationMessagePath = "/dev/termination-log"
+	// agentUID is the non-root user of the operator's distroless image.
+	agentUID = 65532
+)
+
+// BackupJobName is the name of the Job that takes a backup.
+func BackupJobName(b *cachev1alpha1.CacheBackup) string { return b.Name + "-backup" }
+
+// BackupLabels are the labels of a backup's Job and its pod. The operator's informer caches the
+// Jobs that carry them.
+func BackupLabels(b *cachev1alpha1.CacheBackup) map[string]string {
+	return map[string]string{LabelName: BackupAppName, LabelInstance: b.Name, LabelManagedBy: ManagedBy}
+}
+
+// BackupJob is the Job that takes a backup as the plan says, in a pod of the operator's own
+// image (agentImage) running its agent mode (backup.RunAgent). The pod reads the bucket's
+// credentials from the user's Secret, and has no access to the API server: it reaches the Cache's
+// servers and the bucket, nothing else. It runs once: a backup that fails is retried as a new
+// CacheBackup, which takes a new, whole snapshot. The plan's result file is set here.
+func BackupJob(b *cachev1alpha1.CacheBackup, plan backup.Plan, agentImage string) *batchv1.Job {
+	plan.ResultFile = terminationMessagePath
+	secret := b.Spec.Storage.CredentialsSecret
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: BackupJobName(b), Namespace: b.Namespace, Labels: BackupLabels(b)},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To[int64](BackupDeadline),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: BackupLabels(b)},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To[int64](agentUID),
+						RunAsGroup:     ptr.To[int64](agentUID),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:    BackupContainerName,
+						Image:   agentImage,
+						Command: []string{"/cache-operator", backup.AgentCommand},
+						Args:    plan.Args(),
+						Env: []corev1.EnvVar{
+							secretKey(backup.EnvAccessKeyID, secret, cachev1alpha1.SecretKeyAccessKeyID, false),
+							secretKey(backup.EnvSecretAccessKey, secret, cachev1alpha1.SecretKeySecretAccessKey, false),
+							secretKey(backup.EnvCABundle, secret, cachev1alpha1.SecretKeyCABundle, true),
+						},
+						// Each shard's upload holds one part in memory (backup.MaxParallelShards at once).
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+						},
+						TerminationMessagePath:   terminationMessagePath,
+						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// secretKey is an environment variable that holds a key of a Secret.
+func secretKey(name, secret, key string, optional bool) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key, Optional: ptr.To(optional),
+	}}}
+}
