@@ -33,7 +33,7 @@ test-integration: ## Run the unit and integration tests.
 
 .PHONY: test-e2e
 test-e2e: ## Run the end-to-end tests.
-	hack/toolchain.sh etcd kubernetes kwok helm valkey
+	hack/toolchain.sh etcd kubernetes kwok helm valkey versitygw
 	go test -tags e2e ./test/e2e -count=1 -timeout 30m
 
 .PHONY: manifests

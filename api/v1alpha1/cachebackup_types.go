@@ -150,7 +150,7 @@ type BackupShard struct {
 	// Source is the pod whose server the snapshot is taken from: a Cluster shard's replica when
 	// it has one ready, so that its primary keeps serving.
 	Source string `json:"source"`
-	// Object is the RDB's name in the bucket, once it is whole.
+	// Object is the RDB's key in the bucket, the location's prefix included, once it is whole.
 	//
 	// +optional
 	Object string `json:"object,omitempty"`

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	valkeygo "github.com/valkey-io/valkey-go"
 
 	"example.com/cache-operator/internal/bucket"
@@ -29,13 +27,7 @@ func setUp(t *testing.T, n int) (*bucket.Bucket, []Shard, []*os.Process) {
 	t.Helper()
 	ips := testenv.LoopbackIPs(n + 1)
 	s3 := testenv.StartS3(t, ips[n], 7070)
-	admin, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.MakeBucket(context.Background(), "backups", minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	s3.MakeBucket(t, "backups")
 	b, err := bucket.Open(bucket.Location{Endpoint: s3.Endpoint, Insecure: true, Bucket: "backups"},
 		bucket.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey})
 	if err != nil {

@@ -60,9 +60,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.removeJob(ctx, job)
 	}
 	status := b.Status.DeepCopy()
-	switch {
-	case job != nil:
+	switch ended, _ := jobEnded(job); {
+	case job != nil && (job.DeletionTimestamp == nil || ended):
 		err = r.follow(ctx, b, job, status)
+	case job != nil:
+		setLost(b, status) // deleted before it ended
 	case b.Status.Phase == cachev1alpha1.BackupRunning:
 		err = r.lost(ctx, b, status)
 	default:

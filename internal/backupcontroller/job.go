@@ -74,8 +74,11 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 	return nil
 }
 
-// jobEnded reports whether the Job ended, and if it failed, how, from its conditions.
+// jobEnded reports whether the Job (nil: none) ended, and if it failed, how, from its conditions.
 func jobEnded(job *batchv1.Job) (ended bool, failed string) {
+	if job == nil {
+		return false, ""
+	}
 	for _, c := range job.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
@@ -128,7 +131,12 @@ func (r *Reconciler) lost(ctx context.Context, b *cachev1alpha1.CacheBackup, sta
 	if !apierrors.IsNotFound(err) {
 		return err // there after all (nil): its informer event comes next
 	}
-	setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonJobLost,
-		fmt.Sprintf("Job %s was deleted before it ended; whatever it wrote has no manifest and is no backup: make another CacheBackup", jobName(b)))
+	setLost(b, status)
 	return nil
+}
+
+// setLost fails a backup whose Job was deleted before it ended.
+func setLost(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) {
+	setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonJobLost,
+		fmt.Sprintf("Job %s was deleted before it ended; the backup is not one to restore from: make another CacheBackup", jobName(b)))
 }

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"example.com/cache-operator/test/harness/testenv"
 )
@@ -23,13 +21,7 @@ import (
 func newBucket(t *testing.T) (Location, Credentials) {
 	t.Helper()
 	s3 := testenv.StartS3(t, testenv.LoopbackIPs(1)[0], 7070)
-	admin, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.MakeBucket(context.Background(), "backups", minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	s3.MakeBucket(t, "backups")
 	return Location{Endpoint: s3.Endpoint, Insecure: true, Bucket: "backups", Prefix: "team-a/caches"},
 		Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}
 }

@@ -11,10 +11,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/test/harness/podrunner"
 )
 
 // valkeyPodLabelPath is, as kwok's stage selectors address it, the label that marks the pods a
-// cluster with RealValkey leaves to the pod runner: every pod that runs Valkey.
+// cluster with RealValkey leaves to the pod runner: every pod that runs Valkey, and the backups'
+// pods (podrunner.Apps).
 var valkeyPodLabelPath = fmt.Sprintf(".metadata.labels[%q]", resources.LabelName)
 
 const valkeyPodStartStage = "valkey-pod-start"
@@ -34,7 +36,7 @@ var valkeyPodStart = map[string]any{
 			map[string]any{"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
 			map[string]any{"key": ".status.phase", "operator": "In", "values": []any{"Pending"}},
 			map[string]any{"key": ".status.podIP", "operator": "DoesNotExist"},
-			map[string]any{"key": valkeyPodLabelPath, "operator": "In", "values": []any{resources.AppName}},
+			map[string]any{"key": valkeyPodLabelPath, "operator": "In", "values": runnerApps()},
 		}},
 		"next": map[string]any{"statusTemplate": `{{ $now := Now }}
 containerStatuses:
@@ -109,9 +111,10 @@ func (c *Cluster) LeavesValkeyPodsToRunner() (bool, error) {
 }
 
 // madeForRunner reports whether the kwok configuration has this version's valkeyPodStart, which
-// starts a pod only while it has no IP.
+// starts a pod only while it has no IP, and leaves every app of the runner's to it.
 func madeForRunner(config []byte) bool {
-	return bytes.Contains(config, []byte("name: "+valkeyPodStartStage)) && bytes.Contains(config, []byte("key: .status.podIP"))
+	return bytes.Contains(config, []byte("name: "+valkeyPodStartStage)) && bytes.Contains(config, []byte("key: .status.podIP")) &&
+		bytes.Contains(config, []byte("- "+resources.BackupAppName))
 }
 
 // EtcdEndpoint is the client URL of the cluster's own etcd, where the API server stores
@@ -182,6 +185,15 @@ func stageName(obj map[string]any) string {
 	return name
 }
 
+// runnerApps are podrunner.Apps, as a stage's selector lists them.
+func runnerApps() []any {
+	apps := make([]any, len(podrunner.Apps))
+	for i, app := range podrunner.Apps {
+		apps[i] = app
+	}
+	return apps
+}
+
 func excludeValkeyPods(stage map[string]any) error {
 	spec, _ := stage["spec"].(map[string]any)
 	selector, _ := spec["selector"].(map[string]any)
@@ -190,7 +202,7 @@ func excludeValkeyPods(stage map[string]any) error {
 	}
 	terms, _ := selector["matchExpressions"].([]any)
 	selector["matchExpressions"] = append(terms, map[string]any{
-		"key": valkeyPodLabelPath, "operator": "NotIn", "values": []any{resources.AppName},
+		"key": valkeyPodLabelPath, "operator": "NotIn", "values": runnerApps(),
 	})
 	return nil
 }

@@ -85,7 +85,7 @@ func TestValkeyPodsPassKwoksPodStagesAndGetTheirOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := stages(t, out)
-	excludes := map[string]any{"key": valkeyPodLabelPath, "operator": "NotIn", "values": []any{"valkey"}}
+	excludes := map[string]any{"key": valkeyPodLabelPath, "operator": "NotIn", "values": []any{"valkey", "cache-backup"}}
 	for name, want := range map[string]int{"node-initialize": 1, "pod-ready": 2, "pod-complete": 4, "pod-delete": 2, "valkey-pod-start": 4} {
 		if len(got[name]) != want {
 			t.Errorf("stage %s has %d selector terms, want %d: %v", name, len(got[name]), want, got[name])
@@ -106,6 +106,10 @@ func TestValkeyPodsPassKwoksPodStagesAndGetTheirOwn(t *testing.T) {
 	// not one this version's runner can use.
 	if earlier := strings.ReplaceAll(string(out), "key: .status.podIP", "key: .status.other"); madeForRunner([]byte(earlier)) {
 		t.Error("an earlier version's configuration is taken for this version's")
+	}
+	// One made before the runner ran the backups' pods would have kwok complete them at once.
+	if earlier := strings.ReplaceAll(string(out), "- cache-backup", ""); madeForRunner([]byte(earlier)) {
+		t.Error("a configuration that leaves the backups' pods to kwok is taken for this version's")
 	}
 }
 

@@ -57,6 +57,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -96,12 +97,16 @@ type Runner struct {
 	work     sync.WaitGroup
 }
 
+// Apps are the values of the app.kubernetes.io/name label of the pods the runner runs: the
+// Caches' servers, and the backups' Jobs.
+var Apps = []string{resources.AppName, resources.BackupAppName}
+
 // Run runs Valkey pods until ctx is done, then kills every server it started, waits for them
 // to exit and removes their directories.
 func (r *Runner) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(r.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = resources.LabelName + "=" + resources.AppName
+			o.LabelSelector = fmt.Sprintf("%s in (%s)", resources.LabelName, strings.Join(Apps, ","))
 		}))
 	pods := factory.Core().V1().Pods().Informer()
 	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{

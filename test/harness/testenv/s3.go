@@ -1,9 +1,13 @@
 package testenv
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"testing"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // S3 is an S3-compatible server a test started: versitygw over a directory of its own.
@@ -26,4 +30,16 @@ func StartS3(t testing.TB, ip string, port int) *S3 {
 	startListening(t, t.TempDir(), s.Endpoint, "versitygw", "--port", s.Endpoint,
 		"--access", s.AccessKey, "--secret", s.SecretKey, "posix", s.Dir)
 	return s
+}
+
+// MakeBucket makes a bucket on the server, as its root account.
+func (s *S3) MakeBucket(t testing.TB, name string) {
+	t.Helper()
+	admin, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.MakeBucket(context.Background(), name, minio.MakeBucketOptions{}); err != nil {
+		t.Fatalf("making bucket %s: %v", name, err)
+	}
 }

@@ -1,0 +1,339 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/bucket"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/test/harness/testenv"
+)
+
+// backupStore is an S3 server of the test's own with a bucket, and the Secret of its
+// credentials in a namespace: where the test's backups go.
+type backupStore struct {
+	s3       *testenv.S3
+	location cachev1alpha1.BucketLocation
+}
+
+const backupBucket = "cache-backups"
+
+func newBackupStore(t *testing.T, namespace string) *backupStore {
+	t.Helper()
+	s3 := testenv.StartS3(t, testenv.LoopbackIPs(1)[0], testenv.FreePort(t))
+	s3.MakeBucket(t, backupBucket)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "bucket-credentials", Namespace: namespace},
+		StringData: map[string]string{
+			cachev1alpha1.SecretKeyAccessKeyID:     s3.AccessKey,
+			cachev1alpha1.SecretKeySecretAccessKey: s3.SecretKey,
+		},
+	}
+	if err := admin.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	return &backupStore{s3: s3, location: cachev1alpha1.BucketLocation{Endpoint: s3.Endpoint, Insecure: true,
+		Bucket: backupBucket, Prefix: "e2e", CredentialsSecret: secret.Name}}
+}
+
+// bucket is the store's bucket, with the objects' names whole (the location's prefix included).
+func (s *backupStore) bucket(t *testing.T) *bucket.Bucket {
+	t.Helper()
+	b, err := bucket.Open(bucket.Location{Endpoint: s.s3.Endpoint, Insecure: true, Bucket: backupBucket},
+		bucket.Credentials{AccessKeyID: s.s3.AccessKey, SecretAccessKey: s.s3.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// objects lists the store's objects under the prefix.
+func (s *backupStore) objects(t *testing.T, prefix string) []string {
+	t.Helper()
+	names, err := s.bucket(t).List(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// newBackup asks for a backup of the Cache into the location.
+func newBackup(t *testing.T, namespace, name, cache string, location cachev1alpha1.BucketLocation) client.ObjectKey {
+	t.Helper()
+	b := &cachev1alpha1.CacheBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       cachev1alpha1.CacheBackupSpec{CacheName: cache, Storage: location},
+	}
+	if err := admin.Create(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return client.ObjectKeyFromObject(b)
+}
+
+// waitBackup waits until the backup is in the phase, and returns it.
+func waitBackup(t *testing.T, key client.ObjectKey, phase cachev1alpha1.BackupPhase, timeout time.Duration) *cachev1alpha1.CacheBackup {
+	t.Helper()
+	b := &cachev1alpha1.CacheBackup{}
+	testenv.WaitFor(t, timeout, fmt.Sprintf("backup %s %s", key, phase), func() (bool, string) {
+		if err := admin.Get(context.Background(), key, b); err != nil {
+			return false, err.Error()
+		}
+		return b.Status.Phase == phase, describeBackup(b)
+	})
+	return b
+}
+
+func describeBackup(b *cachev1alpha1.CacheBackup) string {
+	complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete)
+	if complete == nil {
+		return fmt.Sprintf("phase %q, no Complete condition", b.Status.Phase)
+	}
+	return fmt.Sprintf("phase %q, Complete=%s %s: %s", b.Status.Phase, complete.Status, complete.Reason, complete.Message)
+}
+
+// assertBackupHolds checks a completed backup against the bucket and the data: the bucket holds
+// each shard's RDB and the manifest, nothing else; and each RDB, loaded by a new server, holds
+// the keys the backup counted and the values and TTLs written (check).
+func assertBackupHolds(t *testing.T, store *backupStore, b *cachev1alpha1.CacheBackup, shards int, check func(shard int, c valkeygo.Client) int64) {
+	t.Helper()
+	path := strings.Join([]string{store.location.Prefix, b.Namespace, b.Spec.CacheName, b.Name}, "/")
+	if b.Status.Location != "s3://"+backupBucket+"/"+path+"/" {
+		t.Errorf("the backup says it is at %s, want s3://%s/%s/", b.Status.Location, backupBucket, path)
+	}
+	want := []string{path + "/" + backup.ManifestName}
+	for i := range shards {
+		want = append(want, fmt.Sprintf("%s/shard-%d.rdb", path, i))
+	}
+	if got := store.objects(t, path+"/"); !slices.Equal(got, want) {
+		t.Fatalf("the bucket holds %q, want %q", got, want)
+	}
+	if len(b.Status.Shards) != shards {
+		t.Fatalf("the backup lists %d shards, want %d: %+v", len(b.Status.Shards), shards, b.Status.Shards)
+	}
+	var total int64
+	ips := testenv.LoopbackIPs(2 + shards)[2:]
+	for i, s := range b.Status.Shards {
+		dir := t.TempDir()
+		if err := backup.Fetch(context.Background(), store.bucket(t), backup.ShardCopy{Object: s.Object, Bytes: s.Bytes,
+			SHA256: manifestDigest(t, store, path, s.Name)}, dir); err != nil {
+			t.Fatal(err)
+		}
+		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", backup.RDBName)
+		c := testenv.Valkey(t, ips[i], 6379)
+		if keys := check(i, c); keys != s.Keys {
+			t.Errorf("%s's RDB loads %d keys, its status says %d", s.Name, keys, s.Keys)
+		}
+		total += s.Keys
+	}
+	if total != b.Status.Keys {
+		t.Errorf("the shards hold %d keys, the backup says %d", total, b.Status.Keys)
+	}
+}
+
+// manifestDigest is a shard's SHA-256 as the backup's manifest says.
+func manifestDigest(t *testing.T, store *backupStore, path, shard string) string {
+	t.Helper()
+	r, err := store.bucket(t).Get(context.Background(), path+"/"+backup.ManifestName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close() //nolint:errcheck // read only
+	var m backup.Manifest
+	if err := json.NewDecoder(r).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range m.Shards {
+		if s.Name == shard {
+			return s.SHA256
+		}
+	}
+	t.Fatalf("the manifest has no %s", shard)
+	return ""
+}
+
+// waitJobGone waits until a finished backup's Job is removed.
+func waitJobGone(t *testing.T, b *cachev1alpha1.CacheBackup) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, "the backup's Job removed", func() (bool, string) {
+		err := admin.Get(context.Background(), client.ObjectKey{Namespace: b.Namespace, Name: resources.BackupJobName(b)}, &batchv1.Job{})
+		return isNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// A backup of a Cluster holds each shard once, taken from its replica so that its primary keeps
+// serving; a backup of a Standalone Cache holds each node. Each RDB, loaded by a new server,
+// holds every key the backup counted, with its value and TTL; the Job is removed once the backup
+// is recorded.
+func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
+	startOperator(t, "a", "", clusterCheckInterval)
+	ctx := context.Background()
+
+	t.Run("Cluster 3×1", func(t *testing.T) {
+		namespace := newNamespace(t)
+		store := newBackupStore(t, namespace)
+		key := newClusterCache(t, namespace, "sessions", 3, 1)
+		cache := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+		const keys = 3000
+		writeKeys(t, key, keys)
+		c := clusterClient(t, key)
+		if err := c.Do(ctx, c.B().Expire().Key("key-7").Seconds(3600).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+
+		b := waitBackup(t, newBackup(t, namespace, "sessions-nightly", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+		for _, s := range b.Status.Shards {
+			if i := slices.IndexFunc(cache.Status.Nodes, func(n cachev2.ClusterNode) bool { return n.Pod == s.Source }); i < 0 || cache.Status.Nodes[i].Role != cachev2.RoleReplica {
+				t.Errorf("%s was taken from %s, not a replica (%+v)", s.Name, s.Source, cache.Status.Nodes)
+			}
+		}
+		if b.Status.Keys != keys || b.Status.ValkeyVersion != cache.Spec.Version || b.Status.StartTime == nil || b.Status.CompletionTime == nil {
+			t.Errorf("the backup's status is %+v, want %d keys of Valkey %s and its times", b.Status, keys, cache.Spec.Version)
+		}
+		assertBackupHolds(t, store, b, 3, func(_ int, c valkeygo.Client) int64 {
+			n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := c.Do(ctx, c.B().Get().Key("key-7").Build()).ToString(); err == nil {
+				ttl, _ := c.Do(ctx, c.B().Ttl().Key("key-7").Build()).AsInt64()
+				if v != "7" || ttl <= 0 {
+					t.Errorf("key-7 = %q with TTL %d, want 7 with one", v, ttl)
+				}
+			}
+			return n
+		})
+		waitJobGone(t, b)
+	})
+
+	t.Run("Standalone 3", func(t *testing.T) {
+		namespace := newNamespace(t)
+		store := newBackupStore(t, namespace)
+		cache := newCache(t, namespace, "pages")
+		key := client.ObjectKeyFromObject(cache)
+		waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+		for i, pod := range cachePods(t, key) {
+			c := node(t, &pod)
+			cmds := make(valkeygo.Commands, 0, 100*(i+1))
+			for k := range 100 * (i + 1) {
+				cmds = append(cmds, c.B().Set().Key(fmt.Sprintf("page-%d", k)).Value(pod.Name).Build())
+			}
+			for _, res := range c.DoMulti(ctx, cmds...) {
+				if err := res.Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+
+		b := waitBackup(t, newBackup(t, namespace, "pages-nightly", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+		assertBackupHolds(t, store, b, 3, func(i int, c valkeygo.Client) int64 {
+			if source := fmt.Sprintf("pages-%d", i); b.Status.Shards[i].Source != source {
+				t.Errorf("shard-%d was taken from %s, want %s", i, b.Status.Shards[i].Source, source)
+			}
+			if v, err := c.Do(ctx, c.B().Get().Key("page-0").Build()).ToString(); err != nil || v != b.Status.Shards[i].Source {
+				t.Errorf("shard-%d's page-0 = %q (%v), want %s", i, v, err, b.Status.Shards[i].Source)
+			}
+			n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64()
+			if err != nil || n != int64(100*(i+1)) {
+				t.Errorf("shard-%d loads %d keys (%v), want %d", i, n, err, 100*(i+1))
+			}
+			return n
+		})
+		waitJobGone(t, b)
+	})
+}
+
+// A backup that cannot complete fails with the reason, never stays Running, and leaves nothing
+// in the bucket that a restore could take for a backup: its Cache missing, the bucket's
+// credentials wrong or missing, the bucket missing; and a backup whose Job is deleted while the
+// operator is down fails as lost once the operator is back. A backup running while the operator
+// is killed completes under the next one.
+func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
+	operator := startOperator(t, "a", "")
+	namespace := newNamespace(t)
+	store := newBackupStore(t, namespace)
+	cache := newCache(t, namespace, "pages")
+	waitReadyAs(t, client.ObjectKeyFromObject(cache), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	ctx := context.Background()
+	wrongKey := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "wrong-credentials", Namespace: namespace},
+		StringData: map[string]string{cachev1alpha1.SecretKeyAccessKeyID: store.s3.AccessKey, cachev1alpha1.SecretKeySecretAccessKey: "not-the-secret"}}
+	if err := admin.Create(ctx, wrongKey); err != nil {
+		t.Fatal(err)
+	}
+	at := func(edit func(*cachev1alpha1.BucketLocation)) cachev1alpha1.BucketLocation {
+		l := store.location
+		edit(&l)
+		return l
+	}
+	cases := []struct {
+		name, cache string
+		location    cachev1alpha1.BucketLocation
+		reason      string
+		says        string
+	}{
+		{"no-cache", "gone", store.location, cachev1alpha1.ReasonCacheNotFound, "does not exist"},
+		{"wrong-secret", cache.Name, at(func(l *cachev1alpha1.BucketLocation) { l.CredentialsSecret = wrongKey.Name }),
+			cachev1alpha1.ReasonBackupFailed, "SignatureDoesNotMatch"},
+		{"no-secret", cache.Name, at(func(l *cachev1alpha1.BucketLocation) { l.CredentialsSecret = "missing" }),
+			cachev1alpha1.ReasonBackupFailed, `CreateContainerConfigError: secret "missing" not found`},
+		{"no-bucket", cache.Name, at(func(l *cachev1alpha1.BucketLocation) { l.Bucket = "no-such-bucket" }),
+			cachev1alpha1.ReasonBackupFailed, "NoSuchBucket"},
+	}
+	for _, c := range cases {
+		newBackup(t, namespace, c.name, c.cache, c.location)
+	}
+	for _, c := range cases {
+		b := waitBackup(t, client.ObjectKey{Namespace: namespace, Name: c.name}, cachev1alpha1.BackupFailed, 2*time.Minute)
+		complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete)
+		if complete == nil || complete.Status != metav1.ConditionFalse || complete.Reason != c.reason || !strings.Contains(complete.Message, c.says) {
+			t.Errorf("%s: %s; want reason %s saying %q", c.name, describeBackup(b), c.reason, c.says)
+		}
+		if b.Status.CompletionTime == nil {
+			t.Errorf("%s failed with no completion time", c.name)
+		}
+	}
+	if names := store.objects(t, ""); len(names) != 0 {
+		t.Errorf("the failed backups left %q in the bucket", names)
+	}
+
+	// Killed while a backup runs: the Job goes on, and the next operator records how it ended.
+	// With the operator down, a Job deleted before it ended (here one whose pod waits for its
+	// Secret) is a lost backup.
+	running := newBackup(t, namespace, "across-a-crash", cache.Name, store.location)
+	lost := newBackup(t, namespace, "job-deleted", cache.Name, at(func(l *cachev1alpha1.BucketLocation) { l.CredentialsSecret = "missing" }))
+	waitBackup(t, running, cachev1alpha1.BackupRunning, time.Minute)
+	lostBackup := waitBackup(t, lost, cachev1alpha1.BackupRunning, time.Minute)
+	operator.Stop(t, syscall.SIGKILL)
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: resources.BackupJobName(lostBackup)}}
+	if err := admin.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "the deleted Job gone", func() (bool, string) {
+		err := admin.Get(ctx, client.ObjectKeyFromObject(job), job)
+		return isNotFound(err), fmt.Sprintf("%v, finalizers %v", err, job.Finalizers)
+	})
+	startOperator(t, "b", "")
+	b := waitBackup(t, running, cachev1alpha1.BackupCompleted, 2*time.Minute)
+	assertBackupHolds(t, store, b, 3, func(int, valkeygo.Client) int64 { return 0 })
+	b = waitBackup(t, lost, cachev1alpha1.BackupFailed, time.Minute)
+	if complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete); complete == nil || complete.Reason != cachev1alpha1.ReasonJobLost {
+		t.Errorf("the backup whose Job was deleted: %s; want reason %s", describeBackup(b), cachev1alpha1.ReasonJobLost)
+	}
+}
