@@ -88,6 +88,8 @@ func jobEnded(job *batchv1.Job) (ended bool, failed string) {
 			return true, ""
 		case batchv1.JobFailed:
 			return true, fmt.Sprintf("the Job failed: %s: %s", c.Reason, c.Message)
+		case batchv1.JobSuspended, batchv1.JobFailureTarget, batchv1.JobSuccessCriteriaMet:
+			// On the way to an end that Complete or Failed then says.
 		}
 	}
 	return false, ""

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"example.com/cache-operator/test/harness/testenv"
 )
 
