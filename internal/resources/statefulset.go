@@ -276,14 +276,29 @@ func NodeName(namespace, pod string) string { return namespace + "/" + pod }
 // its data directory.
 const ClusterConfigFile = "nodes.conf"
 
-// startFresh is a Cluster node's entrypoint: it removes the node's identity before starting the
-// server, whose arguments follow. A container restarted in place (a crash, an OOM kill, a failed
-// liveness probe) keeps the pod's IP and its data volume, but persistence is off, so the server
-// comes back with no keys. With its old nodes.conf it would come back as the same node, still
-// the owner of its slots, and serve them empty; its replica would resynchronise from it and
-// empty too. Without it, the server is a new node with no slot, and the old one, whose address
-// the new one now answers at, is healed like a departed node: its replica takes over.
-var startFresh = []string{"sh", "-c", `rm -f ` + ClusterConfigFile + ` && exec "$@"`, "--"}
+// startFresh is a Cluster node's entrypoint: it removes the node's identity and data before
+// starting the server, whose arguments follow. A container restarted in place (a crash, an OOM
+// kill, a failed liveness probe) keeps the pod's IP and its data volume. With its old nodes.conf
+// it would come back as the same node, still the owner of its slots, and serve them empty (a
+// primary writes no RDB: persistence is off); its replica would resynchronise from it and empty
+// too. Without it, the server is a new node with no slot, and the old one, whose address the new
+// one now answers at, is healed like a departed node: its replica takes over.
+//
+// The RDB goes too: a replica keeps the copy its last sync loaded (rdb-del-sync-files is off by
+// default), and a new node that loads keys at start claims their slots, which their owner holds.
+// The one RDB a node may start with is a restore's (RestoreRDB), which its init step downloads:
+// it is loaded once, at the first start, and gone for any later one.
+var startFresh = []string{"sh", "-c", `rm -f ` + ClusterConfigFile + ` ` + startRDB + ` && ` + takeRestore + `exec "$@"`, "--"}
+
+// startRDB is the file a server loads at start (dbfilename's default), and RestoreRDB the file a
+// restore's init step leaves for it, which the entrypoint renames to startRDB.
+const (
+	startRDB   = "dump.rdb"
+	RestoreRDB = "restore.rdb"
+)
+
+// takeRestore makes a restore's RDB, if the init step left one, the server's to load.
+const takeRestore = `{ ! [ -f ` + RestoreRDB + ` ] || mv ` + RestoreRDB + ` ` + startRDB + `; } && `
 
 // FenceRule is the rule for Valkey's default user with which a Cluster node starts: everything
 // but SYNC and PSYNC. A node that starts at the address of a node that crashed would otherwise

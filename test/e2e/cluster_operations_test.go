@@ -404,6 +404,39 @@ func keysServedBy(t *testing.T, n int, server serverView) map[int]bool {
 	return served
 }
 
+// A replica keeps on disk the copy of its primary's data that its last sync loaded (here, one
+// added to a primary that holds keys). Its server killed and restarted in place, with no operator
+// to heal anything, it must come back a new, empty node: one that loaded that copy would claim
+// the slots of its keys, which its primary serves, and answer for them with old values.
+func TestClusterReplicaRestartedInPlaceComesBackEmpty(t *testing.T) {
+	operator := startOperator(t, "a", "", clusterCheckInterval)
+	key := newClusterCache(t, newNamespace(t), "sessions", 1, 0)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	writeKeys(t, key, 1000)
+	patchCache(t, key, `{"spec":{"replicasPerShard":1}}`)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	assertShape(t, key, 1, 1)
+	operator.Stop(t, syscall.SIGKILL)
+	replicaPod, _ := podOfRole(t, c, cachev2.RoleReplica)
+	if err := runner.Crash(key.Namespace, replicaPod.Name); err != nil {
+		t.Fatal(err)
+	}
+	var restarted corev1.Pod
+	testenv.WaitFor(t, time.Minute, "the replica's container restarted and Ready", func() (bool, string) {
+		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(replicaPod), &restarted); err != nil {
+			return false, err.Error()
+		}
+		cs := restarted.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].RestartCount == 1 && podReady(&restarted), fmt.Sprintf("%+v", cs)
+	})
+	if keys, err := node(t, &restarted).Do(context.Background(), node(t, &restarted).B().Dbsize().Build()).AsInt64(); err != nil || keys != 0 {
+		t.Errorf("the restarted replica holds %d keys (%v), want none", keys, err)
+	}
+	if self, _ := clusterNodes(t, &restarted); self.SlotsServed() != 0 || self.PrimaryID != "" {
+		t.Errorf("the restarted replica came back serving %d slots, replicating %q: want a new, empty node", self.SlotsServed(), self.PrimaryID)
+	}
+}
+
 // A primary's server is killed (SIGKILL, not its pod) while a client writes, and its container
 // restarts in place, as the kubelet restarts it: same pod, same IP, same data directory, and,
 // persistence being off, no keys. It comes back as a new node, not as the owner of its slots, and
