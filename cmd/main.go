@@ -35,12 +35,15 @@ import (
 )
 
 func main() {
-	// The operator's image also takes backups, in the Jobs the operator starts (package backup).
-	if len(os.Args) > 1 && os.Args[1] == backup.AgentCommand {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		code := backup.RunAgent(ctx, os.Args[2:])
-		stop()
-		os.Exit(code)
+	// The operator's image also takes backups, in the Jobs the operator starts, and restores
+	// them, in a restored Cache's init containers (package backup).
+	if len(os.Args) > 1 {
+		if agent, ok := agents[os.Args[1]]; ok {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			code := agent(ctx, os.Args[2:])
+			stop()
+			os.Exit(code)
+		}
 	}
 	var (
 		metricsAddr, probeAddr, pprofAddr   string
@@ -77,7 +80,7 @@ func main() {
 	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
-	flag.StringVar(&agentImage, "agent-image", defaultAgentImage, "The operator's own image, which the backup Jobs run (its backup mode).")
+	flag.StringVar(&agentImage, "agent-image", defaultAgentImage, "The operator's own image, which the backup Jobs and the restored Caches' init containers run (its backup and restore modes).")
 	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests above --kube-api-qps, when that is set.")
 	flag.StringVar(&catalogEndpoints, "catalog-endpoints", "", "Comma-separated etcd endpoints of the external service catalogue; empty runs without a catalogue (and without finalizers).")
@@ -170,6 +173,7 @@ func main() {
 		Recorder:        mgr.GetEventRecorder("cache-operator"),
 		ImageRepository: imageRepository,
 		ClusterDomain:   clusterDomain,
+		AgentImage:      agentImage,
 
 		ClusterCheckInterval: clusterCheckInterval,
 	}
@@ -237,6 +241,12 @@ func metricsOptions(addr string, secure bool, certDir string) metricsserver.Opti
 		opts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	}
 	return opts
+}
+
+// agents are the operator binary's other modes, by their first argument.
+var agents = map[string]func(context.Context, []string) int{
+	backup.AgentCommand:   backup.RunAgent,
+	backup.RestoreCommand: backup.RunRestore,
 }
 
 // defaultAgentImage is the operator's image of this release, for the backup Jobs: the install sets

@@ -121,6 +121,13 @@ type CacheBackupStatus struct {
 	// +optional
 	Location string `json:"location,omitempty"`
 
+	// CacheMode is the mode of the Cache the snapshots come from: a restore needs a Cache of the
+	// same mode.
+	//
+	// +kubebuilder:validation:Enum=Standalone;Cluster
+	// +optional
+	CacheMode string `json:"cacheMode,omitempty"`
+
 	// ValkeyVersion is the version of the servers the snapshots come from: a restore needs that
 	// version or a later one.
 	//
@@ -160,6 +167,11 @@ type BackupShard struct {
 	Bytes int64 `json:"bytes,omitempty"`
 	// +optional
 	Keys int64 `json:"keys,omitempty"`
+	// Slots are a Cluster shard's hash slots, as CLUSTER NODES writes them (0-5460,5462): a
+	// restore gives them back to the node that takes the shard.
+	//
+	// +optional
+	Slots string `json:"slots,omitempty"`
 }
 
 // CacheBackup is a snapshot of a Cache's data in an S3-compatible bucket, taken by a Job the

@@ -35,6 +35,7 @@ const (
 // which Valkey release they run and how much memory each gets.
 //
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || self.shards <= 9",message="a Standalone Cache has at most 9 shards (nodes)"
+// +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",message="restoreFrom is set when a Cache is created and cannot be changed or removed: the restore happens once, at the nodes' first start"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Cluster' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster mode only; a Standalone Cache has no replicas"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !self.version.matches('^[0-9]+[.]') || int(self.version.split('.')[0]) >= 8",message="a Cluster needs Valkey 8.0 or later: the operator relies on a primary passing slot migrations on to its replicas, so that a migration survives a failover of its target, which Valkey does from 8.0"
 type CacheSpec struct {
@@ -83,6 +84,23 @@ type CacheSpec struct {
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Gi')) <= 0",message="memory must be at most 64Gi"
 	// +optional
 	Memory resource.Quantity `json:"memory,omitzero"`
+
+	// RestoreFrom, set when the Cache is created, starts its nodes with a backup's data rather
+	// than empty. The backup must have as many shards as the Cache, and come from a Cache of the
+	// same mode: each shard's data goes to one node, as it was (a Cluster's slots with it). The
+	// Cache is Ready only once every node holds the keys its shard had.
+	// +optional
+	RestoreFrom *RestoreSource `json:"restoreFrom,omitempty"`
+}
+
+// RestoreSource is the backup a Cache starts from.
+type RestoreSource struct {
+	// Backup is a CacheBackup in the Cache's namespace; the Cache waits until it has Completed.
+	// Its bucket and credentials are used to read it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Backup string `json:"backup"`
 }
 
 // Nodes is the number of cache node pods the spec asks for: one per shard in Standalone mode, a

@@ -113,3 +113,27 @@ const (
 	// differently from how they run: the message says how to apply it.
 	ReasonNewerTemplateAvailable = "NewerTemplateAvailable"
 )
+
+// Restored reports, on a Cache created with spec.restoreFrom, whether its nodes hold the backup's
+// data. Until it is True, Ready is False with one of the reasons below.
+const (
+	// ConditionRestored is the type of the Restored condition.
+	ConditionRestored = "Restored"
+
+	// ReasonRestoring means the nodes are fetching the backup's data, loading it or being checked
+	// against it; or the backup has not completed yet. The message says which.
+	ReasonRestoring = "Restoring"
+
+	// ReasonRestoreRefused means the backup cannot be restored into this Cache: it failed, or
+	// its shards or mode differ from the Cache's. The message says why; the Cache creates no
+	// pods. Delete it and create it again with a backup that fits.
+	ReasonRestoreRefused = "RestoreRefused"
+
+	// ReasonRestoreFailed means a node does not hold the keys its shard had (its server
+	// restarted empty before the check, or the data was not whole): the Cache is not Ready, as
+	// it would serve with keys missing. The message names the node.
+	ReasonRestoreFailed = "RestoreFailed"
+
+	// ReasonRestoreVerified means every node held the keys its shard had when it was checked.
+	ReasonRestoreVerified = "RestoreVerified"
+)

@@ -118,6 +118,8 @@ type ShardResult struct {
 	Name  string `json:"name"`
 	Bytes int64  `json:"bytes"`
 	Keys  int64  `json:"keys"`
+	// Slots are a Cluster shard's slots (valkey.FormatSlots).
+	Slots string `json:"slots,omitempty"`
 }
 
 // ParseResult reads the Result a backup's agent reported.
@@ -160,7 +162,7 @@ func RunAgent(ctx context.Context, args []string) int {
 func (p Plan) run(ctx context.Context) (Result, error) {
 	loc := p.Location
 	loc.CABundle = []byte(os.Getenv(EnvCABundle))
-	b, err := bucket.Open(loc, bucket.Credentials{AccessKeyID: os.Getenv(EnvAccessKeyID), SecretAccessKey: os.Getenv(EnvSecretAccessKey)})
+	b, err := bucket.Open(loc, credentialsFromEnv())
 	if err != nil {
 		return Result{}, err
 	}
@@ -182,7 +184,7 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 	for _, s := range m.Shards {
 		r.Bytes += s.Bytes
 		r.Keys += s.Keys
-		r.Shards = append(r.Shards, ShardResult{Name: s.Name, Bytes: s.Bytes, Keys: s.Keys})
+		r.Shards = append(r.Shards, ShardResult{Name: s.Name, Bytes: s.Bytes, Keys: s.Keys, Slots: valkey.FormatSlots(s.Slots)})
 	}
 	return r, nil
 }

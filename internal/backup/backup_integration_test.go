@@ -89,7 +89,7 @@ func TestABackupHoldsEveryShardWholeAndARestoreFetchesItChecked(t *testing.T) {
 		if s.Keys != int64(1000*(i+1)) {
 			t.Errorf("the manifest says %s holds %d keys, want %d", s.Name, s.Keys, 1000*(i+1))
 		}
-		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", RDBName)
+		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", RestoreRDB)
 		c := testenv.Valkey(t, ips[i], 6379)
 		if size, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || size != int64(1000*(i+1)) {
 			t.Errorf("%s loads %d keys (%v), want %d", s.Name, size, err, 1000*(i+1))

@@ -64,7 +64,7 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 	for _, s := range result.Shards {
 		for i := range status.Shards {
 			if status.Shards[i].Name == s.Name {
-				status.Shards[i].Bytes, status.Shards[i].Keys = s.Bytes, s.Keys
+				status.Shards[i].Bytes, status.Shards[i].Keys, status.Shards[i].Slots = s.Bytes, s.Keys, s.Slots
 				status.Shards[i].Object = path.Join(strings.TrimPrefix(status.Location, "s3://"+b.Spec.Storage.Bucket+"/"), s.Name+".rdb")
 			}
 		}

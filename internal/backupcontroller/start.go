@@ -81,6 +81,10 @@ func recordRunning(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBack
 	}
 	status.Location = "s3://" + path.Join(plan.Location.Bucket, plan.Location.Prefix, plan.Path) + "/"
 	status.ValkeyVersion = plan.ValkeyVersion
+	status.CacheMode = string(cachev2.ModeStandalone)
+	if plan.Cluster {
+		status.CacheMode = string(cachev2.ModeCluster)
+	}
 	status.Shards = nil
 	for _, s := range plan.Shards {
 		status.Shards = append(status.Shards, cachev1alpha1.BackupShard{Name: s.Name, Source: s.Source})

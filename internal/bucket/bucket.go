@@ -24,17 +24,17 @@ const PartSize = 16 << 20
 // Location is where the objects are: the server, the bucket and the prefix of their names.
 type Location struct {
 	// Endpoint is the server's host, or host:port.
-	Endpoint string
+	Endpoint string `json:"endpoint"`
 	// Insecure: plain HTTP rather than HTTPS.
-	Insecure bool
+	Insecure bool `json:"insecure,omitempty"`
 	// Region is the bucket's region, if the server needs one.
-	Region string
-	Bucket string
+	Region string `json:"region,omitempty"`
+	Bucket string `json:"bucket"`
 	// Prefix, if set, comes before every object's name, as a directory would.
-	Prefix string
+	Prefix string `json:"prefix,omitempty"`
 	// CABundle, if set, is PEM certificates trusted beside the system's, for a server whose
-	// certificate a private CA signed.
-	CABundle []byte
+	// certificate a private CA signed. It travels apart from the rest, with the credentials.
+	CABundle []byte `json:"-"`
 }
 
 // Credentials are an access key and its secret.

@@ -44,6 +44,9 @@ type CacheReconciler struct {
 	// ClusterCheckInterval is how often the servers of a ready Cluster Cache are asked whether
 	// it is still ready.
 	ClusterCheckInterval time.Duration
+	// AgentImage is the operator's own image, whose restore mode fetches a restored Cache's data
+	// in its pods' init containers.
+	AgentImage string
 
 	ownWrites    ownWrites
 	ownCreations ownCreations
@@ -75,6 +78,21 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, r.finalize(ctx, cache)
 	}
 
+	// A restored Cache's pods are made only once its backup is ready and fits (restore.go).
+	rs, err := r.prepareRestore(ctx, cache)
+	if err != nil {
+		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
+	}
+	if rs.waiting != nil {
+		status := *cache.Status.DeepCopy()
+		withRestore(&status, rs.waiting)
+		if err := r.writeStatus(ctx, cache, status); err != nil {
+			return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
+		}
+		// The Cache does not watch backups: it looks again for one that completes.
+		return ctrl.Result{RequeueAfter: restoreWaitRetryAfter}, nil
+	}
+
 	// A Cluster Cache's servers are asked first: a scale-in removes no pod before its server has
 	// handed over its slots and left the cluster.
 	var members []clusterMember
@@ -85,7 +103,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		nodes = nodesToRun(cache, members)
 	}
-	made, err := r.ensureChildren(ctx, cache, nodes)
+	made, err := r.ensureChildren(ctx, cache, nodes, rs.initContainer)
 	if err != nil {
 		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
 	}
@@ -117,10 +135,22 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	var pollAfter time.Duration
 	var clusterErr error
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		cluster, pollAfter, clusterErr = r.tendCluster(ctx, cache, made.sts, members)
+		restored, err := rs.slotsByPod(cache)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		cluster, pollAfter, clusterErr = r.tendCluster(ctx, cache, made.sts, members, restored)
 	}
 	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
-	if err := r.writeStatus(ctx, cache, observedStatus(cache, made.sts, registered, made.hold, cluster)); err != nil {
+	status := observedStatus(cache, made.sts, registered, made.hold, cluster)
+	if !rs.done {
+		restored, err := r.checkRestore(ctx, cache, rs, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		withRestore(&status, restored)
+	}
+	if err := r.writeStatus(ctx, cache, status); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
 	r.announceOperation(cache, before, meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady))
@@ -129,6 +159,9 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	return ctrl.Result{RequeueAfter: pollAfter}, nil
 }
+
+// restoreWaitRetryAfter is how often a Cache whose restore waits for its backup looks again.
+const restoreWaitRetryAfter = 5 * time.Second
 
 // ControllerName names the controller in its metrics' controller label, which the alerts and the
 // dashboard select on: it is set, not derived from the kind, so that it stays put.

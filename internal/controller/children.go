@@ -32,9 +32,10 @@ type children struct {
 }
 
 // ensureChildren makes the Cache's Service and StatefulSet match its spec, with the number of
-// pods given (nodesToRun). The Service comes first: the StatefulSet's pods get their DNS names
-// from it.
-func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32) (children, error) {
+// pods given (nodesToRun), and, for a restored Cache, the restore's init step (set when the
+// StatefulSet is made, never after). The Service comes first: the StatefulSet's pods get their
+// DNS names from it.
+func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32, restore *corev1.Container) (children, error) {
 	serviceCreated, servicePending, err := r.ensureService(ctx, cache)
 	if err != nil {
 		return children{}, fmt.Errorf("ensuring Service: %w", err)
@@ -42,7 +43,7 @@ func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cac
 	if servicePending {
 		return children{pending: true}, nil
 	}
-	made, err := r.ensureStatefulSet(ctx, cache, nodes)
+	made, err := r.ensureStatefulSet(ctx, cache, nodes, restore)
 	if err != nil {
 		return children{}, fmt.Errorf("ensuring StatefulSet: %w", err)
 	}
@@ -53,9 +54,12 @@ func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cac
 // ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod
 // template (see InformerOptions), whether anything needs writing. Only an update, rare next to the
 // passes that find nothing to do, reads the whole stored object first.
-func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache, nodes int32) (children, error) {
+func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache, nodes int32, restore *corev1.Container) (children, error) {
 	desired := resources.StatefulSet(cache, r.ImageRepository)
 	desired.Spec.Replicas = &nodes
+	if restore != nil {
+		desired.Spec.Template.Spec.InitContainers = []corev1.Container{*restore}
+	}
 	cached := &appsv1.StatefulSet{}
 	pending, err := r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
 	if pending {

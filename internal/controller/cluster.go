@@ -54,7 +54,7 @@ func topologyMembers(members []clusterMember) []topology.Member {
 // what the servers say, with a verdict that is Ready only when the cluster serves as asked. It
 // returns when to look again. The verdict is on the state read before the step, which the next
 // pass reads afresh.
-func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache, sts *appsv1.StatefulSet, members []clusterMember) (*clusterReport, time.Duration, error) {
+func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache, sts *appsv1.StatefulSet, members []clusterMember, restored map[string][]valkey.SlotRange) (*clusterReport, time.Duration, error) {
 	// The StatefulSet updates on delete (resources.StatefulSet): a pod on an older revision waits
 	// for the ordered upgrade to restart it. Its status names the newest revision only once the
 	// StatefulSet controller has seen the latest spec; before, a pod of a spec change reverted
@@ -64,7 +64,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 			members[i].Outdated = members[i].pod.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision
 		}
 	}
-	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero())}
+	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero()), Restored: restored}
 	plan, health := topology.Next(want, topologyMembers(members))
 	// The planner cannot tell a cluster that has never been whole from one that heals; the
 	// stored status can: a cluster still forming stays ClusterForming until it is first ready.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/backup"
 )
 
 const (
@@ -114,6 +115,9 @@ func mergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 		dst.Spec.Selector = desired.Spec.Selector
 		dst.Spec.ServiceName = desired.Spec.ServiceName
 		dst.Spec.PodManagementPolicy = desired.Spec.PodManagementPolicy
+		// A restore's init step is the pods' from the start, and stays as it was made: it
+		// does nothing once the restore is over (RestoreInitContainer).
+		dst.Spec.Template.Spec.InitContainers = desired.Spec.Template.Spec.InitContainers
 	}
 	dst.Spec.Replicas = desired.Spec.Replicas
 	if desired.Spec.UpdateStrategy.Type != "" {
@@ -229,8 +233,11 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 		},
 		VolumeMounts: []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}},
 	}
-	if cache.Spec.Mode == cachev2.ModeCluster {
+	switch {
+	case cache.Spec.Mode == cachev2.ModeCluster:
 		clusterNode(&c)
+	case cache.Spec.RestoreFrom != nil:
+		c.Command = startRestored
 	}
 	return c
 }
@@ -286,19 +293,21 @@ const ClusterConfigFile = "nodes.conf"
 //
 // The RDB goes too: a replica keeps the copy its last sync loaded (rdb-del-sync-files is off by
 // default), and a new node that loads keys at start claims their slots, which their owner holds.
-// The one RDB a node may start with is a restore's (RestoreRDB), which its init step downloads:
+// The one RDB a node may start with is a restore's (backup.RestoreRDB), which its init step downloads:
 // it is loaded once, at the first start, and gone for any later one.
 var startFresh = []string{"sh", "-c", `rm -f ` + ClusterConfigFile + ` ` + startRDB + ` && ` + takeRestore + `exec "$@"`, "--"}
 
-// startRDB is the file a server loads at start (dbfilename's default), and RestoreRDB the file a
-// restore's init step leaves for it, which the entrypoint renames to startRDB.
-const (
-	startRDB   = "dump.rdb"
-	RestoreRDB = "restore.rdb"
-)
+// startRDB is the file a server loads at start (dbfilename's default).
+const startRDB = "dump.rdb"
 
-// takeRestore makes a restore's RDB, if the init step left one, the server's to load.
-const takeRestore = `{ ! [ -f ` + RestoreRDB + ` ] || mv ` + RestoreRDB + ` ` + startRDB + `; } && `
+// takeRestore makes a restore's RDB (backup.RestoreRDB), if the init step left one, the server's
+// to load.
+const takeRestore = `{ ! [ -f ` + backup.RestoreRDB + ` ] || mv ` + backup.RestoreRDB + ` ` + startRDB + `; } && `
+
+// startRestored is a Standalone node's entrypoint when its Cache is restored from a backup: the
+// restore's RDB is loaded at the first start only, and a later start, a restart in place, is
+// empty, as any Standalone node's (persistence is off), rather than back at the backup's data.
+var startRestored = []string{"sh", "-c", `rm -f ` + startRDB + ` && ` + takeRestore + `exec "$@"`, "--"}
 
 // FenceRule is the rule for Valkey's default user with which a Cluster node starts: everything
 // but SYNC and PSYNC. A node that starts at the address of a node that crashed would otherwise

@@ -14,25 +14,7 @@ import (
 // Slots claimed only by a node that is not one of the members (the old node of a replaced pod)
 // are not planned for here: forgetting such nodes is healing, not formation.
 func assignSlots(want Want, members []Member) (Plan, bool) {
-	served := make([]bool, valkey.SlotCount)
-	ours := memberIDs(members)
-	var strangers []string
-	for i := range members {
-		for _, n := range members[i].Nodes {
-			claims := n.SlotsServed() > 0 || len(n.Migrating) > 0
-			for _, r := range n.Slots {
-				for s := r.Start; s <= r.End; s++ {
-					served[s] = true
-				}
-			}
-			for s := range n.Migrating {
-				served[s] = true
-			}
-			if claims && !ours[n.ID] && !slices.Contains(strangers, n.ID) {
-				strangers = append(strangers, n.ID)
-			}
-		}
-	}
+	served, strangers := servedSlots(members)
 	if len(strangers) > 0 {
 		return Plan{Waiting: "slots are held by nodes that are not this Cache's servers: " + strings.Join(strangers, ", ")}, false
 	}
@@ -67,6 +49,61 @@ func assignSlots(want Want, members []Member) (Plan, bool) {
 	var actions []Action
 	for i, part := range split(unassigned, len(owners)) {
 		actions = append(actions, Action{Kind: KindAddSlots, On: owners[i].Pod, AddSlots: part})
+	}
+	return Plan{Actions: actions}, false
+}
+
+// servedSlots marks the slots any server claims, itself or in any member's view, and lists the
+// claimants that are not members.
+func servedSlots(members []Member) (served []bool, strangers []string) {
+	served = make([]bool, valkey.SlotCount)
+	ours := memberIDs(members)
+	for i := range members {
+		for _, n := range members[i].Nodes {
+			claims := n.SlotsServed() > 0 || len(n.Migrating) > 0
+			for _, r := range n.Slots {
+				for s := r.Start; s <= r.End; s++ {
+					served[s] = true
+				}
+			}
+			for s := range n.Migrating {
+				served[s] = true
+			}
+			if claims && !ours[n.ID] && !slices.Contains(strangers, n.ID) {
+				strangers = append(strangers, n.ID)
+			}
+		}
+	}
+	return served, strangers
+}
+
+// claimRestored gives each restored server the slots of its shard that nobody serves: a server
+// started with a backup's RDB claims only the slots it holds keys in, and the rest of its shard's
+// slots go back to it too, rather than being spread anew (assignSlots), which would move its keys
+// away and leave it a replica. It comes before the servers meet.
+func claimRestored(want Want, members []Member) (Plan, bool) {
+	if len(want.Restored) == 0 {
+		return Plan{}, true
+	}
+	served, _ := servedSlots(members)
+	var actions []Action
+	for i := range members {
+		ranges := want.Restored[members[i].Pod]
+		if _, ok := members[i].self(); !ok || len(ranges) == 0 {
+			continue
+		}
+		free := make([]bool, valkey.SlotCount)
+		for _, r := range ranges {
+			for s := r.Start; s <= r.End; s++ {
+				free[s] = !served[s]
+			}
+		}
+		if missing := rangesOf(free, true); len(missing) > 0 {
+			actions = append(actions, Action{Kind: KindAddSlots, On: members[i].Pod, AddSlots: missing})
+		}
+	}
+	if len(actions) == 0 {
+		return Plan{}, true
 	}
 	return Plan{Actions: actions}, false
 }

@@ -68,7 +68,7 @@ func formStep(want Want, members []Member) Plan {
 		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
 	}
 	for _, step := range []func(Want, []Member) (Plan, bool){
-		rolesAgreed, forgetDeparted, unfence, meet, heldForSyncingReplicas(closeOpenSlots), assignSlots, handOverLeaving, freeReplica,
+		rolesAgreed, forgetDeparted, unfence, claimRestored, meet, heldForSyncingReplicas(closeOpenSlots), assignSlots, handOverLeaving, freeReplica,
 		attachReplicas, heldForSyncingReplicas(rebalance), release,
 		replicasComplete,
 	} {

@@ -44,6 +44,9 @@ func (m *Member) self() (valkey.ClusterNode, bool) {
 // Want is the cluster the spec asks for.
 type Want struct {
 	Shards, ReplicasPerShard int
+	// Restored are, while a restore lasts, the slots each restored server (by pod) held in the
+	// backup: it is given them back before any slot is spread (claimRestored).
+	Restored map[string][]valkey.SlotRange
 }
 
 // Nodes is the number of servers the cluster is made of.

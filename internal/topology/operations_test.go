@@ -372,10 +372,10 @@ func (s *sim) leave(n int) {
 
 func TestScaleOutMovesSlotsToTheNewShardsInBoundedSteps(t *testing.T) {
 	for _, tc := range []struct{ from, to Want }{
-		{Want{3, 1}, Want{5, 1}},
-		{Want{3, 0}, Want{4, 0}},
-		{Want{1, 0}, Want{9, 0}},
-		{Want{2, 2}, Want{3, 2}},
+		{Want{Shards: 3, ReplicasPerShard: 1}, Want{Shards: 5, ReplicasPerShard: 1}},
+		{Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}},
+		{Want{Shards: 1, ReplicasPerShard: 0}, Want{Shards: 9, ReplicasPerShard: 0}},
+		{Want{Shards: 2, ReplicasPerShard: 2}, Want{Shards: 3, ReplicasPerShard: 2}},
 	} {
 		t.Run(fmt.Sprintf("%v to %v", tc.from, tc.to), func(t *testing.T) {
 			s := formedSim(t, tc.from)
@@ -391,14 +391,14 @@ func TestScaleOutMovesSlotsToTheNewShardsInBoundedSteps(t *testing.T) {
 
 func TestScaleInDrainsLeavingShardsBeforeTheyAreReleased(t *testing.T) {
 	for _, tc := range []struct{ from, to Want }{
-		{Want{5, 1}, Want{3, 1}},
-		{Want{4, 0}, Want{3, 0}},
-		{Want{3, 1}, Want{3, 0}},
-		{Want{3, 2}, Want{2, 1}},
-		{Want{9, 0}, Want{1, 0}},
+		{Want{Shards: 5, ReplicasPerShard: 1}, Want{Shards: 3, ReplicasPerShard: 1}},
+		{Want{Shards: 4, ReplicasPerShard: 0}, Want{Shards: 3, ReplicasPerShard: 0}},
+		{Want{Shards: 3, ReplicasPerShard: 1}, Want{Shards: 3, ReplicasPerShard: 0}},
+		{Want{Shards: 3, ReplicasPerShard: 2}, Want{Shards: 2, ReplicasPerShard: 1}},
+		{Want{Shards: 9, ReplicasPerShard: 0}, Want{Shards: 1, ReplicasPerShard: 0}},
 		// More shards from fewer nodes: replicas become primaries.
-		{Want{3, 1}, Want{4, 0}},
-		{Want{3, 2}, Want{4, 1}},
+		{Want{Shards: 3, ReplicasPerShard: 1}, Want{Shards: 4, ReplicasPerShard: 0}},
+		{Want{Shards: 3, ReplicasPerShard: 2}, Want{Shards: 4, ReplicasPerShard: 1}},
 	} {
 		t.Run(fmt.Sprintf("%v to %v", tc.from, tc.to), func(t *testing.T) {
 			s := formedSim(t, tc.from)
@@ -416,40 +416,40 @@ func TestScaleInDrainsLeavingShardsBeforeTheyAreReleased(t *testing.T) {
 }
 
 func TestReplicasDownHandsAPrimaryOnALeavingPodToAStayingReplica(t *testing.T) {
-	s := formedSim(t, Want{3, 1})
+	s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 	// After an earlier failover, pod-03 (leaving when replicas go to 0) is pod-00's primary.
 	s.apply(t, Action{Kind: KindFailover, On: "pod-03"})
 	s.leave(3)
-	plan := Form(Want{3, 0}, s.members())
+	plan := Form(Want{Shards: 3, ReplicasPerShard: 0}, s.members())
 	if got := actions(plan); !slices.Equal(got, []string{"pod-00: CLUSTER FAILOVER"}) || plan.Operation != Draining {
 		t.Fatalf("first step %v (%s), want pod-00 to take its shard back", got, plan.Operation)
 	}
-	s.run(t, Want{3, 0}, 20)
-	s.assertBalanced(t, Want{3, 0})
+	s.run(t, Want{Shards: 3, ReplicasPerShard: 0}, 20)
+	s.assertBalanced(t, Want{Shards: 3, ReplicasPerShard: 0})
 }
 
 // A replica that is to take over from a leaving primary but is not in sync is waited for: drained
 // instead, its shard would be lost from the count of primaries.
 func TestReplicasDownWaitsForTheReplicaThatTakesOver(t *testing.T) {
-	s := formedSim(t, Want{3, 1})
+	s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 	s.apply(t, Action{Kind: KindFailover, On: "pod-03"})
 	s.nodes["pod-00"].linkDown = true
 	s.leave(3)
-	if plan := Form(Want{3, 0}, s.members()); !strings.HasPrefix(plan.Waiting, "replicas to sync before they take over") {
+	if plan := Form(Want{Shards: 3, ReplicasPerShard: 0}, s.members()); !strings.HasPrefix(plan.Waiting, "replicas to sync before they take over") {
 		t.Fatalf("plan %v, waiting %q", actions(plan), plan.Waiting)
 	}
 	s.nodes["pod-00"].linkDown = false
-	s.run(t, Want{3, 0}, 20)
-	s.assertBalanced(t, Want{3, 0})
+	s.run(t, Want{Shards: 3, ReplicasPerShard: 0}, 20)
+	s.assertBalanced(t, Want{Shards: 3, ReplicasPerShard: 0})
 }
 
 // A slot imported from a node that is not a member but still serves it (a pod being deleted) is
 // not taken: there would be two owners.
 func TestASlotStillServedByANodeThatIsNoMembersIsNotClaimed(t *testing.T) {
-	s := formedSim(t, Want{3, 0})
+	s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 0})
 	s.nodes["pod-01"].importing[0] = id("pod-00")
 	members := slices.DeleteFunc(s.members(), func(m Member) bool { return m.Pod == "pod-00" })
-	plan, done := closeOpenSlots(Want{3, 0}, members)
+	plan, done := closeOpenSlots(Want{Shards: 3, ReplicasPerShard: 0}, members)
 	if done || len(plan.Actions) > 0 || !strings.Contains(plan.Waiting, "0 (pod-01)") {
 		t.Errorf("closeOpenSlots = %v, waiting %q; want it to wait for the slot's server", actions(plan), plan.Waiting)
 	}
@@ -459,11 +459,11 @@ func TestASlotStillServedByANodeThatIsNoMembersIsNotClaimed(t *testing.T) {
 // Valkey refuses SETSLOT there, so the mark is left alone, and a source still migrating the slot
 // to it gives up.
 func TestOpenSlotsTowardANodeThatTurnedReplicaAreClosedOnTheSource(t *testing.T) {
-	s := formedSim(t, Want{3, 0})
+	s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 0})
 	s.nodes["pod-00"].migrating[0] = id("pod-02")
 	s.nodes["pod-02"].importing[0] = id("pod-00")
 	s.nodes["pod-02"].slots, s.nodes["pod-02"].primary = map[int]bool{}, id("pod-01")
-	plan, _ := closeOpenSlots(Want{3, 0}, s.members())
+	plan, _ := closeOpenSlots(Want{Shards: 3, ReplicasPerShard: 0}, s.members())
 	if got := actions(plan); !slices.Equal(got, []string{"pod-00: CLUSTER SETSLOT 0 STABLE"}) {
 		t.Errorf("closeOpenSlots = %v, want the source to drop the migration", got)
 	}
@@ -474,12 +474,12 @@ func TestOpenSlotsTowardANodeThatTurnedReplicaAreClosedOnTheSource(t *testing.T)
 // far: the source is re-pointed to it, not closed, which would leave those keys where no client
 // reads them.
 func TestAMigrationWhoseTargetFailedOverGoesOnToItsSuccessor(t *testing.T) {
-	s := formedSim(t, Want{3, 1})
+	s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 	s.nodes["pod-00"].migrating[0] = id("pod-01")
 	s.nodes["pod-01"].importing[0] = id("pod-00")
 	s.apply(t, Action{Kind: KindFailover, On: "pod-04"})
 	s.nodes["pod-04"].importing[0] = id("pod-00")
-	plan, _ := closeOpenSlots(Want{3, 1}, s.members())
+	plan, _ := closeOpenSlots(Want{Shards: 3, ReplicasPerShard: 1}, s.members())
 	if got := actions(plan); !slices.Equal(got, []string{"pod-00: migrate slots 0 to pod-04"}) {
 		t.Fatalf("closeOpenSlots = %v, want the migration re-pointed to pod-04", got)
 	}
@@ -489,17 +489,17 @@ func TestAMigrationWhoseTargetFailedOverGoesOnToItsSuccessor(t *testing.T) {
 }
 
 func TestScaleOutThenInBeforeTheFirstFinishedEndsBalanced(t *testing.T) {
-	s := formedSim(t, Want{3, 1})
+	s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 	s.add(simPods(6, 10)...)
 	for range 4 { // meet, replicas, then the first slots move
-		for _, a := range Form(Want{5, 1}, s.members()).Actions {
+		for _, a := range Form(Want{Shards: 5, ReplicasPerShard: 1}, s.members()).Actions {
 			s.apply(t, a)
 		}
 		s.gossip()
 	}
 	s.leave(6)
-	s.run(t, Want{3, 1}, 100)
-	s.assertBalanced(t, Want{3, 1})
+	s.run(t, Want{Shards: 3, ReplicasPerShard: 1}, 100)
+	s.assertBalanced(t, Want{Shards: 3, ReplicasPerShard: 1})
 	if !Released(s.members()) {
 		t.Error("not released")
 	}
@@ -508,7 +508,7 @@ func TestScaleOutThenInBeforeTheFirstFinishedEndsBalanced(t *testing.T) {
 // Every state a crash can leave a migration in is finished or closed, from what the servers
 // report alone.
 func TestOpenSlotsLeftByACrashAreFinishedOrClosed(t *testing.T) {
-	want := Want{3, 0}
+	want := Want{Shards: 3, ReplicasPerShard: 0}
 	for _, tc := range []struct {
 		name   string
 		open   func(s *sim)
@@ -591,10 +591,10 @@ func (s *sim) servedBy(slot int) string {
 
 // A migration stopped halfway through a batch resumes with what is left.
 func TestAMigrationStoppedMidBatchResumes(t *testing.T) {
-	s := formedSim(t, Want{2, 0})
+	s := formedSim(t, Want{Shards: 2, ReplicasPerShard: 0})
 	s.add("pod-02")
 	for {
-		plan := Form(Want{3, 0}, s.members())
+		plan := Form(Want{Shards: 3, ReplicasPerShard: 0}, s.members())
 		if a := plan.Actions[0]; a.Kind == KindMigrate {
 			s.migrate(t, s.nodes[a.On], s.nodes[a.Migrate.Target], a.Migrate, len(a.Migrate.Slots)/2)
 			break
@@ -604,12 +604,12 @@ func TestAMigrationStoppedMidBatchResumes(t *testing.T) {
 		}
 		s.gossip()
 	}
-	next := Form(Want{3, 0}, s.members())
+	next := Form(Want{Shards: 3, ReplicasPerShard: 0}, s.members())
 	if next.Operation != ScalingOut || next.Actions[0].Migrate == nil || len(next.Actions[0].Migrate.Import) != 0 {
 		t.Fatalf("after the stop: %s %v", next.Operation, actions(next))
 	}
-	s.run(t, Want{3, 0}, 20)
-	s.assertBalanced(t, Want{3, 0})
+	s.run(t, Want{Shards: 3, ReplicasPerShard: 0}, 20)
+	s.assertBalanced(t, Want{Shards: 3, ReplicasPerShard: 0})
 }
 
 func TestRollRestartsReplicasFirstThenFailsOverEachShard(t *testing.T) {
@@ -634,7 +634,7 @@ func TestRollRestartsReplicasFirstThenFailsOverEachShard(t *testing.T) {
 		want: "delete pod pod-04",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := formedSim(t, Want{3, 1})
+			s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 			tc.setup(s)
 			plan := Roll(s.members())
 			if got := actions(plan); len(got) != 1 || got[0] != tc.want || plan.Operation != Upgrading {
@@ -642,7 +642,7 @@ func TestRollRestartsReplicasFirstThenFailsOverEachShard(t *testing.T) {
 			}
 		})
 	}
-	s := formedSim(t, Want{2, 0})
+	s := formedSim(t, Want{Shards: 2, ReplicasPerShard: 0})
 	s.nodes["pod-01"].outdated = true
 	plan := Roll(s.members())
 	if got := actions(plan); !slices.Equal(got, []string{"delete pod pod-01"}) || !strings.Contains(plan.Progress, "keys of its 8192 slots are lost") {
@@ -665,33 +665,33 @@ func TestAHalfDoneReleaseIsFinishedOnEveryRemainingNode(t *testing.T) {
 		next     []string
 	}{{
 		name: "a drained primary reset, forgotten by one staying node",
-		from: Want{4, 0}, to: Want{3, 0},
+		from: Want{Shards: 4, ReplicasPerShard: 0}, to: Want{Shards: 3, ReplicasPerShard: 0},
 		undone: []string{"pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
 		next:   []string{"pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
 	}, {
 		name: "a drained primary forgotten by two staying nodes, not reset",
-		from: Want{4, 0}, to: Want{3, 0},
+		from: Want{Shards: 4, ReplicasPerShard: 0}, to: Want{Shards: 3, ReplicasPerShard: 0},
 		undone: []string{"pod-03: CLUSTER RESET SOFT", "pod-02: CLUSTER FORGET id-pod-03"},
 		next:   []string{"pod-03: CLUSTER RESET SOFT", "pod-02: CLUSTER FORGET id-pod-03"},
 	}, {
 		name: "a drained primary reset, forgotten by none",
-		from: Want{4, 0}, to: Want{3, 0},
+		from: Want{Shards: 4, ReplicasPerShard: 0}, to: Want{Shards: 3, ReplicasPerShard: 0},
 		undone: []string{"pod-00: CLUSTER FORGET id-pod-03", "pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
 		next:   []string{"pod-00: CLUSTER FORGET id-pod-03", "pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
 	}, {
 		name: "a drained primary forgotten by one node, which learnt it again from the others",
-		from: Want{4, 0}, to: Want{3, 0},
+		from: Want{Shards: 4, ReplicasPerShard: 0}, to: Want{Shards: 3, ReplicasPerShard: 0},
 		undone:   []string{"pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
 		relearnt: true,
 		next:     []string{"pod-00: CLUSTER FORGET id-pod-03", "pod-01: CLUSTER FORGET id-pod-03", "pod-02: CLUSTER FORGET id-pod-03"},
 	}, {
 		name: "leaving replicas: one not reset, forgotten by all staying nodes but one",
-		from: Want{3, 1}, to: Want{3, 0},
+		from: Want{Shards: 3, ReplicasPerShard: 1}, to: Want{Shards: 3, ReplicasPerShard: 0},
 		undone: []string{"pod-04: CLUSTER RESET SOFT", "pod-02: CLUSTER FORGET id-pod-04"},
 		next:   []string{"pod-04: CLUSTER RESET SOFT", "pod-02: CLUSTER FORGET id-pod-04"},
 	}, {
 		name: "leaving replicas all reset, one still known by its former primary",
-		from: Want{3, 1}, to: Want{3, 0},
+		from: Want{Shards: 3, ReplicasPerShard: 1}, to: Want{Shards: 3, ReplicasPerShard: 0},
 		undone: []string{"pod-01: CLUSTER FORGET id-pod-04"},
 		next:   []string{"pod-01: CLUSTER FORGET id-pod-04"},
 	}} {
@@ -776,9 +776,9 @@ func checkNext(t *testing.T, steps []nextStep) {
 func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 	checkNext(t, []nextStep{{
 		name: "upgrade: the old primary still reported primary: the replica is told again",
-		want: Want{3, 1},
+		want: Want{Shards: 3, ReplicasPerShard: 1},
 		members: func(t *testing.T) []Member {
-			s := formedSim(t, Want{3, 1})
+			s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 			s.nodes["pod-00"].outdated = true
 			return s.members()
 		},
@@ -786,9 +786,9 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		problem: Upgrading, message: "5/6 nodes run the current pod template; next step: pod-03: CLUSTER FAILOVER",
 	}, {
 		name: "upgrade: the replica took over, the old primary still claims the slots: wait",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(t *testing.T) []Member {
-			s := formedSim(t, Want{2, 1})
+			s := formedSim(t, Want{Shards: 2, ReplicasPerShard: 1})
 			s.nodes["pod-00"].outdated = true
 			s.nodes["pod-02"].primary, s.nodes["pod-02"].slots = "", maps.Clone(s.nodes["pod-00"].slots)
 			return s.members()
@@ -798,9 +798,9 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		// Shard 0 has a slot more than the others: ranked by slots, pod-02 would not count as
 		// a primary, and its replica would be moved to pod-00.
 		name: "upgrade of 3 shards: the replica took over the largest shard, the old primary still claims the slots: wait",
-		want: Want{3, 1},
+		want: Want{Shards: 3, ReplicasPerShard: 1},
 		members: func(t *testing.T) []Member {
-			s := formedSim(t, Want{3, 1})
+			s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 			s.nodes["pod-00"].outdated = true
 			s.nodes["pod-03"].primary, s.nodes["pod-03"].slots = "", maps.Clone(s.nodes["pod-00"].slots)
 			return s.members()
@@ -808,9 +808,9 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		problem: Upgrading, message: "a failover to settle: pod-00 and pod-03 both serve slots",
 	}, {
 		name: "upgrade: the old primary already replicates the new one, which still replicates it: wait",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(t *testing.T) []Member {
-			s := formedSim(t, Want{2, 1})
+			s := formedSim(t, Want{Shards: 2, ReplicasPerShard: 1})
 			s.nodes["pod-00"].outdated = true
 			s.nodes["pod-00"].primary, s.nodes["pod-00"].slots = id("pod-02"), map[int]bool{}
 			return s.members()
@@ -818,9 +818,9 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		problem: Upgrading, message: "a failover to settle: pod-00 and pod-02 each replicate the other",
 	}, {
 		name: "upgrade: the replica told to fail over has its link down: wait",
-		want: Want{3, 1},
+		want: Want{Shards: 3, ReplicasPerShard: 1},
 		members: func(t *testing.T) []Member {
-			s := formedSim(t, Want{3, 1})
+			s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 			s.nodes["pod-00"].outdated = true
 			s.nodes["pod-03"].linkDown = true
 			return s.members()
@@ -828,9 +828,9 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		problem: ReplicasMissing, message: "primary id-pod-00 has 0 of 1 replicas with their link up",
 	}, {
 		name: "replicas down: the staying replica took over, the leaving primary still claims the slots: wait",
-		want: Want{3, 0},
+		want: Want{Shards: 3, ReplicasPerShard: 0},
 		members: func(t *testing.T) []Member {
-			s := formedSim(t, Want{3, 1})
+			s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 			s.apply(t, Action{Kind: KindFailover, On: "pod-03"})
 			s.leave(3)
 			s.nodes["pod-00"].primary, s.nodes["pod-00"].slots = "", maps.Clone(s.nodes["pod-03"].slots)
@@ -842,9 +842,9 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 		problem: Draining, message: "pods to remove: pod-03, pod-04, pod-05; a failover to settle: pod-00 and pod-03 both serve slots",
 	}, {
 		name: "replicas down: each of the two read as the other's replica: wait",
-		want: Want{3, 0},
+		want: Want{Shards: 3, ReplicasPerShard: 0},
 		members: func(t *testing.T) []Member {
-			s := formedSim(t, Want{3, 1})
+			s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 			s.apply(t, Action{Kind: KindFailover, On: "pod-03"})
 			s.leave(3)
 			s.nodes["pod-00"].primary, s.nodes["pod-00"].slots = id("pod-03"), map[int]bool{}
@@ -864,7 +864,7 @@ func TestAFailoverNotYetReportedIsWaitedFor(t *testing.T) {
 func TestAPrimaryRestartedInPlaceIsReplacedByItsReplicaBeforeItServesReplicas(t *testing.T) {
 	for _, shards := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
-			want := Want{shards, 1}
+			want := Want{Shards: shards, ReplicasPerShard: 1}
 			s := formedSim(t, want)
 			restarted := s.nodes["pod-00"]
 			s.restartInPlace("pod-00")
@@ -906,7 +906,7 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 	checkNext(t, []nextStep{{
 		// Of two primaries, one left is no majority: Valkey would never elect the replica.
 		name: "its replica not taken over yet: it takes over",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			return midUpgrade(cluster(server{pod: "pod-1"}, server{pod: "pod-3", replica: "gone"}), gonePrimary)
 		},
@@ -914,7 +914,7 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 		problem: Upgrading, message: "next step: pod-3: CLUSTER FAILOVER TAKEOVER",
 	}, {
 		name: "the old node lost its address to the new pod (noaddr): its replica takes over",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			noaddr := gonePrimary
 			noaddr.IP, noaddr.Failing = "", false
@@ -924,7 +924,7 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 		problem: Upgrading, message: "next step: pod-3: CLUSTER FAILOVER TAKEOVER",
 	}, {
 		name: "taken over, the old node still known: every member forgets it",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			demoted := gonePrimary
 			demoted.Primary, demoted.PrimaryID, demoted.Slots = false, "id-pod-3", nil
@@ -935,7 +935,7 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 		problem: Upgrading, message: "next step: pod-0: CLUSTER FORGET id-gone and 3 more",
 	}, {
 		name: "forgotten: the new node replicates the primary without a replica",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			return midUpgrade(cluster(server{pod: "pod-1"}, primary3))
 		},
@@ -943,7 +943,7 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 		problem: Upgrading, message: "next step: pod-1: CLUSTER REPLICATE id-pod-3",
 	}, {
 		name: "attached, its link not up yet: no pod restarts",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			m := midUpgrade(cluster(server{pod: "pod-1", replica: "pod-3"}, primary3))
 			m[2].LinkUp = false // pod-1
@@ -952,7 +952,7 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 		problem: ReplicasMissing, message: "primary id-pod-3 has 0 of 1 replicas with their link up",
 	}, {
 		name: "healed: the upgrade goes on with shard 0's replica",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			return midUpgrade(cluster(server{pod: "pod-1", replica: "pod-3"}, primary3))
 		},
@@ -960,7 +960,7 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 		problem: Upgrading, message: "2/4 nodes run the current pod template; next step: delete pod pod-2",
 	}, {
 		name: "no replicas: the departed primary is forgotten, its keys lost",
-		want: Want{2, 0},
+		want: Want{Shards: 2, ReplicasPerShard: 0},
 		members: func(*testing.T) []Member {
 			return midUpgrade(all(shard0[0], server{pod: "pod-1"}), gonePrimary)
 		},
@@ -970,7 +970,7 @@ func TestAnUpgradeHealsAReplacedPrimaryBeforeTheNextRestart(t *testing.T) {
 		// Reported as scaling out: with the departed node forgotten, the cluster has fewer
 		// primaries than shards.
 		name: "no replicas: once forgotten, its slots go to the new node",
-		want: Want{2, 0},
+		want: Want{Shards: 2, ReplicasPerShard: 0},
 		members: func(*testing.T) []Member {
 			return midUpgrade(all(shard0[0], server{pod: "pod-1"}))
 		},
@@ -1004,25 +1004,25 @@ func TestAnUpgradeWaitsForARestartedReplicaToSync(t *testing.T) {
 	oldNode := valkey.ClusterNode{ID: "id-gone", IP: "127.64.0.9", Port: 6379, Failing: true, PrimaryID: "id-pod-0"}
 	checkNext(t, []nextStep{{
 		name:    "its old node still known: forgotten",
-		want:    Want{2, 1},
+		want:    Want{Shards: 2, ReplicasPerShard: 1},
 		members: restarted(server{pod: "pod-2"}, false, oldNode),
 		next:    []string{"pod-0: CLUSTER FORGET id-gone", "pod-1: CLUSTER FORGET id-gone", "pod-3: CLUSTER FORGET id-gone"},
 		problem: Upgrading, message: "next step: pod-0: CLUSTER FORGET id-gone and 2 more",
 	}, {
 		name:    "the new node not met yet: met",
-		want:    Want{2, 1},
+		want:    Want{Shards: 2, ReplicasPerShard: 1},
 		members: restarted(server{pod: "pod-2"}, false),
 		next:    []string{"pod-0: CLUSTER MEET 127.64.0.2 6379"},
 		problem: Upgrading, message: "next step: pod-0: CLUSTER MEET 127.64.0.2 6379",
 	}, {
 		name:    "met: attached to the primary without a replica",
-		want:    Want{2, 1},
+		want:    Want{Shards: 2, ReplicasPerShard: 1},
 		members: restarted(server{pod: "pod-2"}, true),
 		next:    []string{"pod-2: CLUSTER REPLICATE id-pod-0"},
 		problem: Upgrading, message: "next step: pod-2: CLUSTER REPLICATE id-pod-0",
 	}, {
 		name: "attached, its link down while it syncs: no pod restarts",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(t *testing.T) []Member {
 			m := restarted(server{pod: "pod-2", replica: "pod-0"}, true)(t)
 			m[3].LinkUp = false // pod-2
@@ -1031,7 +1031,7 @@ func TestAnUpgradeWaitsForARestartedReplicaToSync(t *testing.T) {
 		problem: ReplicasMissing, message: "primary id-pod-0 has 0 of 1 replicas with their link up",
 	}, {
 		name:    "in sync: the next replica restarts",
-		want:    Want{2, 1},
+		want:    Want{Shards: 2, ReplicasPerShard: 1},
 		members: restarted(server{pod: "pod-2", replica: "pod-0"}, true),
 		next:    []string{"delete pod pod-3"},
 		problem: Upgrading, message: "1/4 nodes run the current pod template; next step: delete pod pod-3",
@@ -1113,7 +1113,7 @@ func TestAShardWithoutAReplicaRestartsItsPrimaryLast(t *testing.T) {
 // the slot before the dead node is forgotten, which in Valkey would end the import: the keys it
 // received stay served. Only then is the dead node forgotten, its other slots lost with it.
 func TestAnImportFromADepartedPrimaryIsClaimedBeforeItIsForgotten(t *testing.T) {
-	want := Want{2, 0}
+	want := Want{Shards: 2, ReplicasPerShard: 0}
 	cluster := func(pod0 func(self *valkey.ClusterNode)) []Member {
 		members := healthy(world(all(server{pod: "pod-0", slots: []valkey.SlotRange{r(0, 8191)}}, server{pod: "pod-1"})...))
 		for i := range members {
@@ -1188,14 +1188,14 @@ func TestAPrimaryNoMemberReachesIsTakenOverWhenValkeyHasNoQuorum(t *testing.T) {
 		server{pod: "pod-3", replica: "pod-0"}, server{pod: "pod-4", replica: "pod-1"}, server{pod: "pod-5", replica: "pod-2"})
 	checkNext(t, []nextStep{{
 		name: "1×1, within the node timeout: wait",
-		want: Want{1, 1},
+		want: Want{Shards: 1, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			return unreachable(healthy(world(oneShard("pod-1")...)), "pod-0", false)
 		},
 		problem: Healing, message: "cannot ask pod-0 for its cluster state",
 	}, {
 		name: "1×1, past the node timeout: the replica takes over",
-		want: Want{1, 1},
+		want: Want{Shards: 1, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			return unreachable(healthy(world(oneShard("pod-1")...)), "pod-0", true)
 		},
@@ -1203,7 +1203,7 @@ func TestAPrimaryNoMemberReachesIsTakenOverWhenValkeyHasNoQuorum(t *testing.T) {
 		problem: Healing, message: "next step: pod-1: CLUSTER FAILOVER TAKEOVER",
 	}, {
 		name: "1×2: only the replica furthest ahead takes over",
-		want: Want{1, 2},
+		want: Want{Shards: 1, ReplicasPerShard: 2},
 		members: func(*testing.T) []Member {
 			m := unreachable(healthy(world(oneShard("pod-1", "pod-2")...)), "pod-0", true)
 			return withOffsets(m, map[string]int64{"pod-1": 100, "pod-2": 200})
@@ -1212,7 +1212,7 @@ func TestAPrimaryNoMemberReachesIsTakenOverWhenValkeyHasNoQuorum(t *testing.T) {
 		problem: Healing, message: "next step: pod-2: CLUSTER FAILOVER TAKEOVER",
 	}, {
 		name: "2×1, past the node timeout: one primary of two is no majority, the replica takes over",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			return unreachable(healthy(world(slices.Clone(twoShards)...)), "pod-1", true)
 		},
@@ -1220,14 +1220,14 @@ func TestAPrimaryNoMemberReachesIsTakenOverWhenValkeyHasNoQuorum(t *testing.T) {
 		problem: Healing, message: "next step: pod-3: CLUSTER FAILOVER TAKEOVER",
 	}, {
 		name: "3×1: two primaries of three are a majority, Valkey fails over by itself: wait",
-		want: Want{3, 1},
+		want: Want{Shards: 3, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			return unreachable(healthy(world(slices.Clone(threeShards)...)), "pod-0", true)
 		},
 		problem: Healing, message: "cannot ask pod-0 for its cluster state",
 	}, {
 		name: "1×1 partitioned: the replica lost the primary, which still answers the operator: no takeover",
-		want: Want{1, 1},
+		want: Want{Shards: 1, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			m := healthy(world(oneShard("pod-1")...))
 			for j := range m[1].Nodes {
@@ -1241,7 +1241,7 @@ func TestAPrimaryNoMemberReachesIsTakenOverWhenValkeyHasNoQuorum(t *testing.T) {
 		problem: SlotsUnserved, message: "0 of 16384 slots are served by reachable primaries",
 	}, {
 		name: "2×1, the primary's pod replaced at a new address, the old node unreached by all: the replica takes over",
-		want: Want{2, 1},
+		want: Want{Shards: 2, ReplicasPerShard: 1},
 		members: func(*testing.T) []Member {
 			gone := gonePrimary
 			gone.Failing, gone.Suspected = false, true
@@ -1251,4 +1251,50 @@ func TestAPrimaryNoMemberReachesIsTakenOverWhenValkeyHasNoQuorum(t *testing.T) {
 		next:    []string{"pod-3: CLUSTER FAILOVER TAKEOVER"},
 		problem: Upgrading, message: "next step: pod-3: CLUSTER FAILOVER TAKEOVER",
 	}})
+}
+
+// A restore's servers start with keys in some of their shard's slots, which they claim; the
+// rest of each shard's slots go back to the server that holds its keys, not spread anew: the
+// cluster forms with the backup's layout, every restored server a primary, and no slot moves.
+func TestRestoredServersGetTheirShardsBackWithoutMovingAKey(t *testing.T) {
+	want := Want{Shards: 3, ReplicasPerShard: 1, Restored: map[string][]valkey.SlotRange{
+		"pod-00": {r(0, 5460)}, "pod-01": {r(5461, 10922)}, "pod-02": {r(10923, 16383)},
+	}}
+	s := newSim()
+	s.add(simPods(0, want.Nodes())...)
+	// Keys in every seventh slot of each shard (a shard with no key claims nothing).
+	for pod, ranges := range want.Restored {
+		for slot := ranges[0].Start; slot <= ranges[0].End; slot += 7 {
+			s.nodes[pod].slots[slot] = true
+		}
+	}
+	steps := 0
+	for step := 1; ; step++ {
+		plan := Form(want, s.members())
+		if plan.Formed() {
+			break
+		}
+		if plan.Waiting != "" && s.finishSyncs() {
+			continue
+		}
+		if plan.Waiting != "" || step > 20 {
+			t.Fatalf("step %d: %+v", step, plan)
+		}
+		for _, a := range plan.Actions {
+			if a.Kind == KindMigrate {
+				t.Fatalf("step %d moves slots: %s", step, a)
+			}
+			s.apply(t, a)
+		}
+		s.gossip()
+		steps++
+	}
+	s.assertBalanced(t, want)
+	for pod, ranges := range want.Restored {
+		n := s.nodes[pod]
+		if n.primary != "" || len(n.slots) != ranges[0].Len() || !n.slots[ranges[0].Start] || !n.slots[ranges[0].End] {
+			t.Errorf("%s serves %d slots, replicating %q; want its shard %v as a primary", pod, len(n.slots), n.primary, ranges)
+		}
+	}
+	t.Logf("formed in %d steps", steps)
 }

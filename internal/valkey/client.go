@@ -156,3 +156,18 @@ func (s *Server) NodeName(ctx context.Context) (string, error) {
 	values, err := s.do(ctx, s.client.B().ConfigGet().Parameter("cluster-announce-human-nodename").Build()).AsStrMap()
 	return values["cluster-announce-human-nodename"], s.wrap("CONFIG GET", err)
 }
+
+// LoadedAtStart is how many keys the server read from the RDB it last loaded: those it kept and
+// those already expired, which it dropped (INFO persistence).
+func (s *Server) LoadedAtStart(ctx context.Context) (keys int64, err error) {
+	reply, err := s.text(ctx, s.client.B().Info().Section("persistence").Build())
+	if err != nil {
+		return 0, s.wrap("INFO persistence", err)
+	}
+	loaded, err := strconv.ParseInt(InfoField(reply, "rdb_last_load_keys_loaded"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("INFO persistence of %s has no rdb_last_load_keys_loaded: %w", s.Addr, err)
+	}
+	expired, _ := strconv.ParseInt(InfoField(reply, "rdb_last_load_keys_expired"), 10, 64)
+	return loaded + expired, nil
+}

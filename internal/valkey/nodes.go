@@ -176,3 +176,29 @@ func Myself(nodes []ClusterNode) (ClusterNode, bool) {
 	}
 	return nodes[i], true
 }
+
+// FormatSlots writes slot ranges as CLUSTER NODES does, comma-separated: "0-5460,5462".
+func FormatSlots(ranges []SlotRange) string {
+	parts := make([]string, len(ranges))
+	for i, r := range ranges {
+		parts[i] = r.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseSlots reads what FormatSlots writes.
+func ParseSlots(s string) ([]SlotRange, error) {
+	var n ClusterNode
+	if s == "" {
+		return nil, nil
+	}
+	for field := range strings.SplitSeq(s, ",") {
+		if strings.HasPrefix(field, "[") {
+			return nil, fmt.Errorf("slot %q: not a slot or a range", field)
+		}
+		if err := n.addSlot(field); err != nil {
+			return nil, err
+		}
+	}
+	return n.Slots, nil
+}

@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -54,6 +55,19 @@ func TestParseClusterNodesRefusesWhatItCannotRead(t *testing.T) {
 	} {
 		if _, err := ParseClusterNodes(reply); err == nil {
 			t.Errorf("%q parsed without an error", reply)
+		}
+	}
+}
+
+// Slot ranges read back as written; anything but slots and ranges is refused.
+func TestSlotsReadBackAsWritten(t *testing.T) {
+	ranges := []SlotRange{{0, 5460}, {5462, 5462}, {16000, 16383}}
+	if got, err := ParseSlots(FormatSlots(ranges)); err != nil || !slices.Equal(got, ranges) {
+		t.Errorf("%q reads back as %v, %v", FormatSlots(ranges), got, err)
+	}
+	for _, bad := range []string{"0-16384", "5-3", "[5->-abc]", "x"} {
+		if _, err := ParseSlots(bad); err == nil {
+			t.Errorf("%q was read", bad)
 		}
 	}
 }

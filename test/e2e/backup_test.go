@@ -136,7 +136,7 @@ func assertBackupHolds(t *testing.T, store *backupStore, b *cachev1alpha1.CacheB
 			SHA256: manifestDigest(t, store, path, s.Name)}, dir); err != nil {
 			t.Fatal(err)
 		}
-		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", backup.RDBName)
+		testenv.StartValkey(t, ips[i], 6379, "--dir", dir, "--dbfilename", backup.RestoreRDB)
 		c := testenv.Valkey(t, ips[i], 6379)
 		if keys := check(i, c); keys != s.Keys {
 			t.Errorf("%s's RDB loads %d keys, its status says %d", s.Name, keys, s.Keys)
@@ -221,6 +221,17 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 			return n
 		})
 		waitJobGone(t, b)
+
+		// Deleted, and made again from its backup: every key, its value and TTL are back, and
+		// the Cache is Ready only once its nodes were checked against the backup.
+		recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec = cache.Spec })
+		restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+		assertRestored(t, restored, keys)
+		assertKeysRead(t, key, keys)
+		c = clusterClient(t, key)
+		if ttl, err := c.Do(ctx, c.B().Ttl().Key("key-7").Build()).AsInt64(); err != nil || ttl <= 0 || ttl > 3600 {
+			t.Errorf("key-7's TTL after the restore is %d (%v), want up to an hour", ttl, err)
+		}
 	})
 
 	t.Run("Standalone 3", func(t *testing.T) {
@@ -257,7 +268,56 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 			return n
 		})
 		waitJobGone(t, b)
+
+		recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec = cache.Spec })
+		restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+		assertRestored(t, restored, 600)
+		for i, pod := range cachePods(t, key) {
+			c := node(t, &pod)
+			if n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || n != int64(100*(i+1)) {
+				t.Errorf("restored %s holds %d keys (%v), want %d", pod.Name, n, err, 100*(i+1))
+			}
+			if v, err := c.Do(ctx, c.B().Get().Key("page-0").Build()).ToString(); err != nil || v != pod.Name {
+				t.Errorf("restored %s's page-0 = %q (%v), want %s", pod.Name, v, err, pod.Name)
+			}
+		}
 	})
+}
+
+// recreateFromBackup deletes the Cache, waits until its pods are gone, and creates it again with
+// the same name, restored from the backup, with the spec edit gives it.
+func recreateFromBackup(t *testing.T, key client.ObjectKey, backupName string, edit func(*cachev2.Cache)) {
+	t.Helper()
+	ctx := context.Background()
+	if err := admin.Delete(ctx, &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 2*time.Minute, "the Cache and its pods gone", func() (bool, string) {
+		_, err := getCache(t, key)
+		pods := cachePods(t, key)
+		return isNotFound(err) && len(pods) == 0, fmt.Sprintf("%d pods, %v", len(pods), err)
+	})
+	c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	edit(c)
+	c.Spec.RestoreFrom = &cachev2.RestoreSource{Backup: backupName}
+	if err := admin.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertRestored checks that a restored Cache says so, with the backup's keys, and that its
+// restore's ConfigMap is gone, so that a node made later starts empty.
+func assertRestored(t *testing.T, c *cachev2.Cache, keys int) {
+	t.Helper()
+	restored := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionRestored)
+	if restored == nil || restored.Status != metav1.ConditionTrue || restored.Reason != cachev2.ReasonRestoreVerified ||
+		!strings.Contains(restored.Message, fmt.Sprintf(" %d keys", keys)) {
+		t.Errorf("the restored Cache's Restored condition is %+v, want True %s with %d keys", restored, cachev2.ReasonRestoreVerified, keys)
+	}
+	err := admin.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: resources.RestoreConfigMapName(c)}, &corev1.ConfigMap{})
+	if !isNotFound(err) {
+		t.Errorf("the restore's ConfigMap is still there (%v)", err)
+	}
 }
 
 // A backup that cannot complete fails with the reason, never stays Running, and leaves nothing

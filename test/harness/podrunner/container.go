@@ -77,7 +77,7 @@ func (p *process) kill() {
 
 // newContainer prepares one container of the pod, or, with refusal set, says why it cannot run:
 // refused is the pod's own reason, if any.
-func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, secrets map[string]*corev1.Secret, refused error) *container {
+func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, sources envSources, refused error) *container {
 	ct := &container{
 		name: c.Name, image: c.Image, ip: b.ip, ports: map[string]int32{},
 		dir: b.dataDir(), logPath: filepath.Join(b.dir, c.Name+".log"),
@@ -93,7 +93,7 @@ func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, 
 			ct.ports[p.Name] = p.ContainerPort
 		}
 	}
-	if err := ct.prepare(r, pod, c, secrets, refused); errors.As(err, new(configError)) {
+	if err := ct.prepare(r, pod, c, sources, refused); errors.As(err, new(configError)) {
 		ct.configError = err.Error()
 	} else if err != nil {
 		ct.refusal = fmt.Sprintf("container %s: %v", c.Name, err)
@@ -101,14 +101,14 @@ func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, 
 	return ct
 }
 
-func (ct *container) prepare(r *Runner, pod *corev1.Pod, c *corev1.Container, secrets map[string]*corev1.Secret, refused error) error {
+func (ct *container) prepare(r *Runner, pod *corev1.Pod, c *corev1.Container, sources envSources, refused error) error {
 	if refused != nil {
 		return refused
 	}
 	if c.WorkingDir != "" && c.WorkingDir != dataMountPath {
 		return fmt.Errorf("it works in %s: the runner knows only the image's own %s", c.WorkingDir, dataMountPath)
 	}
-	env, err := containerEnv(pod, c, secrets)
+	env, err := containerEnv(pod, c, sources)
 	if err != nil {
 		return err
 	}

@@ -12,10 +12,10 @@ import (
 
 // containerEnv is the container's environment as the kubelet makes it: literal values, values
 // that refer to variables defined before them, the pod fields a container may read through the
-// downward API, and keys of Secrets (from secrets, the pod's Secrets by name, as secretsOf read
-// them). A Secret or a key that is missing, and not optional, is a configError. Values from
-// ConfigMaps and resources are not supported.
-func containerEnv(pod *corev1.Pod, c *corev1.Container, secrets map[string]*corev1.Secret) (map[string]string, error) {
+// downward API, and keys of Secrets and ConfigMaps (from sources, as sourcesOf read them). A
+// Secret, a ConfigMap or a key that is missing, and not optional, is a configError. Values from
+// resources are not supported.
+func containerEnv(pod *corev1.Pod, c *corev1.Container, sources envSources) (map[string]string, error) {
 	env := map[string]string{}
 	for _, e := range c.Env {
 		switch {
@@ -27,28 +27,33 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, secrets map[string]*core
 				return nil, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 			env[e.Name] = value
-		case e.ValueFrom.SecretKeyRef != nil:
-			ref := e.ValueFrom.SecretKeyRef
-			optional := ref.Optional != nil && *ref.Optional
-			secret := secrets[ref.Name]
-			value, ok := []byte(nil), false
-			if secret != nil {
-				value, ok = secret.Data[ref.Key]
-			}
+		case e.ValueFrom.SecretKeyRef != nil, e.ValueFrom.ConfigMapKeyRef != nil:
+			kind, name, key, optional := keyRef(e.ValueFrom)
+			data, found := sources[kind+"/"+name]
+			value, ok := data[key]
 			switch {
 			case ok:
-				env[e.Name] = string(value)
+				env[e.Name] = value
 			case optional:
-			case secret == nil:
-				return nil, configError(fmt.Sprintf("secret %q not found", ref.Name))
+			case !found:
+				return nil, configError(fmt.Sprintf("%s %q not found", strings.ToLower(kind), name))
 			default:
-				return nil, configError(fmt.Sprintf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name))
+				return nil, configError(fmt.Sprintf("couldn't find key %s in %s %s/%s", key, kind, pod.Namespace, name))
 			}
 		default:
-			return nil, fmt.Errorf("env %s: the runner supports literal values and pod fields only", e.Name)
+			return nil, fmt.Errorf("env %s: the runner supports literal values, pod fields and keys of Secrets and ConfigMaps only", e.Name)
 		}
 	}
 	return env, nil
+}
+
+// keyRef is what a variable from a Secret's or a ConfigMap's key names.
+func keyRef(from *corev1.EnvVarSource) (kind, name, key string, optional bool) {
+	if ref := from.SecretKeyRef; ref != nil {
+		return "Secret", ref.Name, ref.Key, ref.Optional != nil && *ref.Optional
+	}
+	ref := from.ConfigMapKeyRef
+	return "ConfigMap", ref.Name, ref.Key, ref.Optional != nil && *ref.Optional
 }
 
 // configError is why a container's configuration cannot be made from what the cluster holds, in
@@ -57,27 +62,49 @@ type configError string
 
 func (e configError) Error() string { return string(e) }
 
-// secretsOf reads the Secrets that the pod's containers take variables from; one that cannot be
-// read is left out, and the variables that need it make a configError.
-func (r *Runner) secretsOf(ctx context.Context, pod *corev1.Pod) map[string]*corev1.Secret {
-	secrets := map[string]*corev1.Secret{}
+// envSources are the data of the Secrets and ConfigMaps a pod's variables come from, by
+// "Kind/name"; one that could not be read is absent.
+type envSources map[string]map[string]string
+
+// sourcesOf reads the Secrets and ConfigMaps that the pod's containers take variables from, as
+// the kubelet does when it starts the pod.
+func (r *Runner) sourcesOf(ctx context.Context, pod *corev1.Pod) envSources {
+	sources := envSources{}
 	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		for _, e := range c.Env {
-			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil && e.ValueFrom.ConfigMapKeyRef == nil {
 				continue
 			}
-			name := e.ValueFrom.SecretKeyRef.Name
-			if _, read := secrets[name]; read {
+			kind, name, _, _ := keyRef(e.ValueFrom)
+			if _, read := sources[kind+"/"+name]; read {
 				continue
 			}
-			secret, err := r.Client.CoreV1().Secrets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				secret = nil
+			if data, err := r.read(ctx, pod.Namespace, kind, name); err == nil {
+				sources[kind+"/"+name] = data
 			}
-			secrets[name] = secret
 		}
 	}
-	return secrets
+	return sources
+}
+
+// read reads the data of a Secret or a ConfigMap.
+func (r *Runner) read(ctx context.Context, namespace, kind, name string) (map[string]string, error) {
+	if kind == "ConfigMap" {
+		cm, err := r.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return cm.Data, nil
+	}
+	secret, err := r.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	data := map[string]string{}
+	for k, v := range secret.Data {
+		data[k] = string(v)
+	}
+	return data, nil
 }
 
 func podField(pod *corev1.Pod, path string) (string, error) {

@@ -21,9 +21,9 @@
 //     then SIGKILL after the grace period) and it restarts;
 //   - a deleted pod's containers get SIGTERM and the pod's grace period before SIGKILL, and then
 //     the deletion completes;
-//   - environment variables from literal values, pod fields and keys of Secrets; a container
-//     whose Secret or key is missing (and not optional) waits, reported as
-//     CreateContainerConfigError;
+//   - environment variables from literal values, pod fields and keys of Secrets and ConfigMaps;
+//     a container whose Secret, ConfigMap or key is missing (and not optional) waits, reported
+//     as CreateContainerConfigError;
 //   - what a run writes to its termination message file is its terminated state's message (at
 //     most 4096 bytes).
 //
@@ -46,8 +46,9 @@
 //   - no resource limits: a server over its memory limit is not OOM-killed;
 //   - the termination message file is not mounted at its path: a program must be told its path
 //     in its arguments, where the runner puts the file's place in the pod's directory instead;
-//   - a container that waits for a missing Secret waits for good: the kubelet would start it
-//     once the Secret appears; Secrets are read once, when the pod starts;
+//   - a container that waits for a missing Secret or ConfigMap waits for good: the kubelet would
+//     start it once it appears; they are read once, when the pod starts (the kubelet reads them
+//     again for each container start);
 //   - the processes run as long as the runner: a runner that stops stops them all.
 package podrunner
 
@@ -180,10 +181,11 @@ func (r *Runner) StartupSummary() string {
 // sync acts on one pod's current state: run a pod that kwok has given an IP and that has not
 // ended, stop the containers of a pod being deleted.
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
-	// Read before the lock: the Secrets a new pod's containers take variables from.
-	var secrets map[string]*corev1.Secret
-	if pod.DeletionTimestamp == nil && pod.Status.PodIP != "" {
-		secrets = r.secretsOf(ctx, pod)
+	// Read before the lock, for a pod about to start: the Secrets and ConfigMaps its containers
+	// take variables from.
+	var sources envSources
+	if pod.DeletionTimestamp == nil && pod.Status.PodIP != "" && !r.known(pod.UID) {
+		sources = r.sourcesOf(ctx, pod)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -203,10 +205,18 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 			r.goWork(func() { r.terminate(ctx, b, gracePeriod(pod)) })
 		}
 	case !known && pod.Status.PodIP != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
-		b := r.newSandbox(pod, secrets)
+		b := r.newSandbox(pod, sources)
 		r.pods[pod.UID] = b
 		r.goWork(func() { r.supervise(ctx, b) })
 	}
+}
+
+// known reports whether the runner has a sandbox for the pod.
+func (r *Runner) known(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.pods[uid]
+	return ok
 }
 
 // forget drops a pod that is gone from the API, killing its processes if something deleted the

@@ -48,7 +48,7 @@ const dataMountPath = "/data"
 // newSandbox prepares the sandbox of a pod that kwok has given an IP: the pod's directory and
 // each container's command line as the pod spec has it, on the pod's IP. A container that the
 // runner cannot run is kept with the reason, which its start reports.
-func (r *Runner) newSandbox(pod *corev1.Pod, secrets map[string]*corev1.Secret) *sandbox {
+func (r *Runner) newSandbox(pod *corev1.Pod, sources envSources) *sandbox {
 	b := &sandbox{
 		pod: podKey(pod), uid: pod.UID, ip: pod.Status.PodIP, dir: r.podDir(pod.UID),
 		restartPolicy: pod.Spec.RestartPolicy, grace: gracePeriod(pod), stopping: make(chan struct{}),
@@ -62,13 +62,13 @@ func (r *Runner) newSandbox(pod *corev1.Pod, secrets map[string]*corev1.Secret) 
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		b.init = append(b.init, r.newContainer(pod, b, c, secrets, refusal))
+		b.init = append(b.init, r.newContainer(pod, b, c, sources, refusal))
 		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
 			b.init[i].refusal = fmt.Sprintf("init container %s restarts always (a sidecar): the runner runs sidecars as the pod's containers only", c.Name)
 		}
 	}
 	for i := range pod.Spec.Containers {
-		b.main = append(b.main, r.newContainer(pod, b, &pod.Spec.Containers[i], secrets, refusal))
+		b.main = append(b.main, r.newContainer(pod, b, &pod.Spec.Containers[i], sources, refusal))
 	}
 	return b
 }

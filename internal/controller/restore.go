@@ -1,0 +1,237 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/bucket"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;delete
+// +kubebuilder:rbac:groups=cache.example.com,resources=cachebackups,verbs=get;list;watch
+
+// A Cache created with spec.restoreFrom goes through its restore once, with the restore
+// ConfigMap (resources.RestoreConfigMap) as its record while it lasts:
+//   - before the ConfigMap: the backup must have completed and fit the Cache; the ConfigMap is
+//     then written with the plan the nodes' init steps read and the keys each shard had, and
+//     only then are the Cache's pods made, with the init step;
+//   - with the ConfigMap: once the Cache would be Ready, each node that took a shard is asked
+//     how many keys it loaded at start; when every one matches, Restored turns True and the
+//     ConfigMap goes, so that a node made later starts empty;
+//   - Restored True: nothing more. Until then Ready is False with the restore's reason.
+//
+// The ConfigMap is read from the API server: the operator caches no ConfigMaps.
+
+// restoreRecord is the restore ConfigMap's content beside the plan: what the operator checks.
+type restoreRecord struct {
+	// Backup names the backup, for messages; CredentialsSecret is the Secret the init steps
+	// read the bucket's credentials from.
+	Backup            string `json:"backup"`
+	CredentialsSecret string `json:"credentialsSecret"`
+	// Keys are the keys of each shard, in order: the node of ordinal i takes shard i; Slots are
+	// a Cluster shard's slots (valkey.FormatSlots), which that node is given back.
+	Keys  []int64  `json:"keys"`
+	Slots []string `json:"slots,omitempty"`
+}
+
+const restoreRecordKey = "record"
+
+// restore is a pass's view of the Cache's restore.
+type restore struct {
+	// done: no restore, or over; waiting, when set, is why the Cache's pods are not made yet.
+	done    bool
+	waiting *metav1.Condition
+	// initContainer is the nodes' restore step, and record what they must hold.
+	initContainer *corev1.Container
+	record        restoreRecord
+}
+
+// prepareRestore finds where the Cache's restore stands and, before it started, starts it when
+// its backup is ready and fits.
+func (r *CacheReconciler) prepareRestore(ctx context.Context, cache *cachev2.Cache) (restore, error) {
+	if cache.Spec.RestoreFrom == nil || meta.IsStatusConditionTrue(cache.Status.Conditions, cachev2.ConditionRestored) {
+		return restore{done: true}, nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: resources.RestoreConfigMapName(cache)}, cm)
+	switch {
+	case err == nil:
+		return restoreOf(cache, r.AgentImage, cm)
+	case !apierrors.IsNotFound(err):
+		return restore{}, err
+	}
+	name := cache.Spec.RestoreFrom.Backup
+	b := &cachev1alpha1.CacheBackup{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: name}, b); apierrors.IsNotFound(err) {
+		return restore{waiting: restoreCondition(cache, cachev2.ReasonRestoring, fmt.Sprintf("waiting for CacheBackup %s, which does not exist", name))}, nil
+	} else if err != nil {
+		return restore{}, err
+	}
+	if why := unfit(cache, b); why != "" {
+		return restore{waiting: restoreCondition(cache, cachev2.ReasonRestoreRefused, why)}, nil
+	}
+	if b.Status.Phase != cachev1alpha1.BackupCompleted {
+		return restore{waiting: restoreCondition(cache, cachev2.ReasonRestoring,
+			fmt.Sprintf("waiting for CacheBackup %s to complete (it is %s)", name, phaseOrPending(b.Status.Phase)))}, nil
+	}
+	record := restoreRecord{Backup: name, CredentialsSecret: b.Spec.Storage.CredentialsSecret}
+	for _, s := range b.Status.Shards {
+		record.Keys = append(record.Keys, s.Keys)
+		record.Slots = append(record.Slots, s.Slots)
+	}
+	storage := b.Spec.Storage
+	plan := backup.RestorePlan{
+		Location: bucket.Location{Endpoint: storage.Endpoint, Insecure: storage.Insecure, Region: storage.Region, Bucket: storage.Bucket, Prefix: storage.Prefix},
+		Path:     path.Join(b.Namespace, b.Spec.CacheName, b.Name),
+	}
+	cm = resources.RestoreConfigMap(cache, plan)
+	encoded, _ := json.Marshal(record) // plain values: cannot fail
+	cm.Data[restoreRecordKey] = string(encoded)
+	if err := controllerutil.SetControllerReference(cache, cm, r.Scheme()); err != nil {
+		return restore{}, err
+	}
+	if err := r.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return restore{}, err
+	}
+	return restoreOf(cache, r.AgentImage, cm)
+}
+
+// unfit says why a backup cannot be restored into the Cache, or nothing.
+func unfit(cache *cachev2.Cache, b *cachev1alpha1.CacheBackup) string {
+	switch {
+	case b.Status.Phase == cachev1alpha1.BackupFailed:
+		return fmt.Sprintf("CacheBackup %s failed: it holds nothing to restore", b.Name)
+	case b.Status.Phase != cachev1alpha1.BackupCompleted:
+		return ""
+	case b.Status.CacheMode != string(cache.Spec.Mode):
+		return fmt.Sprintf("CacheBackup %s holds a %s Cache's data; this Cache is %s", b.Name, b.Status.CacheMode, cache.Spec.Mode)
+	case len(b.Status.Shards) != int(cache.Spec.Shards):
+		return fmt.Sprintf("CacheBackup %s holds %d shards and this Cache has %d: a restore puts each shard on one node, as it was; create the Cache with %d shards (and scale it after)",
+			b.Name, len(b.Status.Shards), cache.Spec.Shards, len(b.Status.Shards))
+	}
+	return ""
+}
+
+func phaseOrPending(p cachev1alpha1.BackupPhase) cachev1alpha1.BackupPhase {
+	if p == "" {
+		return cachev1alpha1.BackupPending
+	}
+	return p
+}
+
+// restoreOf is the restore the ConfigMap records.
+func restoreOf(cache *cachev2.Cache, agentImage string, cm *corev1.ConfigMap) (restore, error) {
+	var record restoreRecord
+	if err := json.Unmarshal([]byte(cm.Data[restoreRecordKey]), &record); err != nil {
+		return restore{}, fmt.Errorf("ConfigMap %s is not what the operator wrote: %w", cm.Name, err)
+	}
+	init := resources.RestoreInitContainer(cache, agentImage, record.CredentialsSecret)
+	return restore{initContainer: &init, record: record}, nil
+}
+
+// slotsByPod are the slots each restored node of a Cluster is given back: the node of ordinal i
+// those of shard i. Nil once the restore is over.
+func (rs restore) slotsByPod(cache *cachev2.Cache) (map[string][]valkey.SlotRange, error) {
+	if rs.initContainer == nil {
+		return nil, nil
+	}
+	slots := map[string][]valkey.SlotRange{}
+	for i, s := range rs.record.Slots {
+		ranges, err := valkey.ParseSlots(s)
+		if err != nil {
+			return nil, fmt.Errorf("the restore's record of shard %d: %w", i, err)
+		}
+		slots[cache.Name+"-"+strconv.Itoa(i)] = ranges
+	}
+	return slots, nil
+}
+
+// restoreCondition is the Restored condition with the reason and message given.
+func restoreCondition(cache *cachev2.Cache, reason, message string) *metav1.Condition {
+	status := metav1.ConditionFalse
+	if reason == cachev2.ReasonRestoreVerified {
+		status = metav1.ConditionTrue
+	}
+	return &metav1.Condition{Type: cachev2.ConditionRestored, Status: status, Reason: reason, Message: message, ObservedGeneration: cache.Generation}
+}
+
+// checkRestore, once the Cache would be Ready, asks each node that took a shard how many keys it
+// loaded at start. It returns the Restored condition: True when every node matches its shard,
+// and then the ConfigMap is deleted.
+func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache, rs restore, ready bool) (*metav1.Condition, error) {
+	if !ready {
+		return restoreCondition(cache, cachev2.ReasonRestoring,
+			fmt.Sprintf("the nodes start with the data of CacheBackup %s; they are checked once they are all up", rs.record.Backup)), nil
+	}
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
+		return nil, err
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		byName[pods.Items[i].Name] = &pods.Items[i]
+	}
+	var total int64
+	for i, want := range rs.record.Keys {
+		name := cache.Name + "-" + strconv.Itoa(i)
+		pod := byName[name]
+		if pod == nil || pod.Status.PodIP == "" {
+			return restoreCondition(cache, cachev2.ReasonRestoring, fmt.Sprintf("waiting for pod %s to be checked", name)), nil
+		}
+		loaded, err := loadedAtStart(ctx, pod.Status.PodIP)
+		if err != nil {
+			return nil, err
+		}
+		if loaded != want {
+			return restoreCondition(cache, cachev2.ReasonRestoreFailed, fmt.Sprintf(
+				"pod %s's server loaded %d keys at start, shard-%d of CacheBackup %s holds %d (did it restart before the check?): the Cache is not Ready with keys missing; create it again",
+				name, loaded, i, rs.record.Backup, want)), nil
+		}
+		total += want
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cache.Namespace, Name: resources.RestoreConfigMapName(cache)}}
+	if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+		return nil, err
+	}
+	return restoreCondition(cache, cachev2.ReasonRestoreVerified, fmt.Sprintf("every node loaded its shard of CacheBackup %s: %d keys", rs.record.Backup, total)), nil
+}
+
+// loadedAtStart asks the server at ip how many keys it loaded at start.
+func loadedAtStart(ctx context.Context, ip string) (int64, error) {
+	server, err := valkey.Connect(ip, resources.Port)
+	if err != nil {
+		return 0, err
+	}
+	defer server.Close()
+	return server.LoadedAtStart(ctx)
+}
+
+// withRestore puts the restore's state into the status: the Restored condition, and, until it is
+// True, Ready False with its reason and message.
+func withRestore(status *cachev2.CacheStatus, restored *metav1.Condition) {
+	if restored == nil {
+		return
+	}
+	meta.SetStatusCondition(&status.Conditions, *restored)
+	if restored.Status == metav1.ConditionTrue {
+		return
+	}
+	ready := *restored
+	ready.Type = cachev2.ConditionReady
+	meta.SetStatusCondition(&status.Conditions, ready)
+}
