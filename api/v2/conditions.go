@@ -129,9 +129,10 @@ const (
 	// pods. Delete it and create it again with a backup that fits.
 	ReasonRestoreRefused = "RestoreRefused"
 
-	// ReasonRestoreFailed means a node does not hold the keys its shard had (its server
-	// restarted empty before the check, or the data was not whole): the Cache is not Ready, as
-	// it would serve with keys missing. The message names the node.
+	// ReasonRestoreFailed means a node cannot fetch its shard (the backup's data is not whole,
+	// or the bucket cannot be reached: its init step retries), or does not hold the keys its
+	// shard had (its server restarted empty before the check): the Cache is not Ready, as it
+	// would serve with keys missing. The message names the node and says why.
 	ReasonRestoreFailed = "RestoreFailed"
 
 	// ReasonRestoreVerified means every node held the keys its shard had when it was checked.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -174,10 +175,6 @@ func restoreCondition(cache *cachev2.Cache, reason, message string) *metav1.Cond
 // loaded at start. It returns the Restored condition: True when every node matches its shard,
 // and then the ConfigMap is deleted.
 func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache, rs restore, ready bool) (*metav1.Condition, error) {
-	if !ready {
-		return restoreCondition(cache, cachev2.ReasonRestoring,
-			fmt.Sprintf("the nodes start with the data of CacheBackup %s; they are checked once they are all up", rs.record.Backup)), nil
-	}
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return nil, err
@@ -185,6 +182,14 @@ func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache
 	byName := map[string]*corev1.Pod{}
 	for i := range pods.Items {
 		byName[pods.Items[i].Name] = &pods.Items[i]
+		if failed := failedFetch(&pods.Items[i]); failed != "" {
+			return restoreCondition(cache, cachev2.ReasonRestoreFailed, fmt.Sprintf(
+				"pod %s cannot fetch its shard of CacheBackup %s (it retries): %s", pods.Items[i].Name, rs.record.Backup, failed)), nil
+		}
+	}
+	if !ready {
+		return restoreCondition(cache, cachev2.ReasonRestoring,
+			fmt.Sprintf("the nodes start with the data of CacheBackup %s; they are checked once they are all up", rs.record.Backup)), nil
 	}
 	var total int64
 	for i, want := range rs.record.Keys {
@@ -209,6 +214,22 @@ func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache
 		return nil, err
 	}
 	return restoreCondition(cache, cachev2.ReasonRestoreVerified, fmt.Sprintf("every node loaded its shard of CacheBackup %s: %d keys", rs.record.Backup, total)), nil
+}
+
+// failedFetch is why the pod's restore step failed last, if it did and has not succeeded since:
+// what it wrote as its termination message (a backup not whole, the bucket unreachable).
+func failedFetch(pod *corev1.Pod) string {
+	for _, c := range pod.Status.InitContainerStatuses {
+		if c.Name != resources.RestoreContainerName || c.State.Terminated != nil && c.State.Terminated.ExitCode == 0 {
+			continue
+		}
+		for _, ended := range []*corev1.ContainerStateTerminated{c.State.Terminated, c.LastTerminationState.Terminated} {
+			if ended != nil && ended.ExitCode != 0 {
+				return strings.TrimSpace(ended.Message)
+			}
+		}
+	}
+	return ""
 }
 
 // loadedAtStart asks the server at ip how many keys it loaded at start.

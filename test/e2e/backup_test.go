@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -395,5 +397,72 @@ func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
 	b = waitBackup(t, lost, cachev1alpha1.BackupFailed, time.Minute)
 	if complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete); complete == nil || complete.Reason != cachev1alpha1.ReasonJobLost {
 		t.Errorf("the backup whose Job was deleted: %s; want reason %s", describeBackup(b), cachev1alpha1.ReasonJobLost)
+	}
+}
+
+// A restore that cannot give every node its data never makes the Cache Ready: a backup that
+// does not exist (yet) holds the Cache back; one with other shards than the Cache is refused and
+// no pod is made; one whose data is corrupt in the bucket fails the node's init step, which says
+// why, and the Cache is not Ready.
+func TestARestoreThatCannotBeWholeIsNeverReady(t *testing.T) {
+	startOperator(t, "a", "")
+	namespace := newNamespace(t)
+	store := newBackupStore(t, namespace)
+	cache := newCache(t, namespace, "pages")
+	key := client.ObjectKeyFromObject(cache)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	for _, pod := range cachePods(t, key) {
+		c := node(t, &pod)
+		if err := c.Do(context.Background(), c.B().Set().Key("page").Value(pod.Name).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := waitBackup(t, newBackup(t, namespace, "pages-nightly", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+
+	restored := func(name, backup string, shards int32) client.ObjectKey {
+		c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Spec: cache.Spec}
+		c.Spec.Shards = shards
+		c.Spec.RestoreFrom = &cachev2.RestoreSource{Backup: backup}
+		if err := admin.Create(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		return client.ObjectKeyFromObject(c)
+	}
+	waiting := restored("waiting", "not-yet", 3)
+	refused := restored("refused", b.Name, 2)
+	// shard-1's RDB, changed in the bucket after the backup: its digest no longer matches.
+	object := filepath.Join(store.s3.Dir, backupBucket, b.Status.Shards[1].Object)
+	data, err := os.ReadFile(object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xFF
+	if err := os.WriteFile(object, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	corrupt := restored("corrupt", b.Name, 3)
+
+	for _, c := range []struct {
+		key    client.ObjectKey
+		reason string
+		says   string
+	}{
+		{waiting, cachev2.ReasonRestoring, "CacheBackup not-yet, which does not exist"},
+		{refused, cachev2.ReasonRestoreRefused, "holds 3 shards and this Cache has 2"},
+		{corrupt, cachev2.ReasonRestoreFailed, "pod corrupt-1 cannot fetch its shard"},
+	} {
+		got := waitReadyAs(t, c.key, metav1.ConditionFalse, c.reason, 2*time.Minute)
+		if ready := meta.FindStatusCondition(got.Status.Conditions, cachev2.ConditionReady); !strings.Contains(ready.Message, c.says) {
+			t.Errorf("%s: Ready says %q, want it to say %q", c.key.Name, ready.Message, c.says)
+		}
+	}
+	if ready := meta.FindStatusCondition(waitReadyAs(t, corrupt, metav1.ConditionFalse, cachev2.ReasonRestoreFailed, time.Minute).Status.Conditions,
+		cachev2.ConditionReady); !strings.Contains(ready.Message, "the backup is corrupt") {
+		t.Errorf("the corrupt backup's failure says %q, want the reason", ready.Message)
+	}
+	for _, k := range []client.ObjectKey{waiting, refused} {
+		if pods := cachePods(t, k); len(pods) != 0 {
+			t.Errorf("%s has %d pods before its restore can start", k.Name, len(pods))
+		}
 	}
 }
