@@ -32,6 +32,7 @@ import (
 	"example.com/cache-operator/internal/gcpacing"
 	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/snapshot"
 )
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 		maxConcurrentReconciles             int
 		imageRepository                     string
 		agentImage                          string
+		backupStall                         time.Duration
 		qps                                 float64
 		burst                               int
 		etcd                                catalog.EtcdConfig
@@ -81,6 +83,7 @@ func main() {
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
 	flag.StringVar(&agentImage, "agent-image", defaultAgentImage, "The operator's own image, which the backup Jobs and the restored Caches' init containers run (its backup and restore modes).")
+	flag.DurationVar(&backupStall, "backup-stall-timeout", snapshot.DefaultStall, "How long a backup waits for the next byte of a server's snapshot before it fails.")
 	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests above --kube-api-qps, when that is set.")
 	flag.StringVar(&catalogEndpoints, "catalog-endpoints", "", "Comma-separated etcd endpoints of the external service catalogue; empty runs without a catalogue (and without finalizers).")
@@ -202,7 +205,7 @@ func main() {
 	if err := r.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the Cache controller")
 	}
-	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), AgentImage: agentImage}
+	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), AgentImage: agentImage, Stall: backupStall}
 	if err := backups.SetupWithManager(ctx, mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the CacheBackup controller")
 	}

@@ -93,7 +93,11 @@ func (r *stallReader) Read(p []byte) (int, error) {
 	if err := r.conn.SetReadDeadline(time.Now().Add(r.stall)); err != nil {
 		return 0, err
 	}
-	return r.conn.Read(p)
+	n, err := r.conn.Read(p)
+	if timeout := net.Error(nil); errors.As(err, &timeout) && timeout.Timeout() {
+		err = fmt.Errorf("the server sent nothing for %s: %w", r.stall, err)
+	}
+	return n, err
 }
 
 // send writes one command in RESP.

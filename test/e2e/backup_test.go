@@ -466,3 +466,39 @@ func TestARestoreThatCannotBeWholeIsNeverReady(t *testing.T) {
 		}
 	}
 }
+
+// A backup runs in its Job, never in one of the operator's workers: with a single worker, while
+// a backup's server stops sending (SIGSTOP), another Cache is made and becomes Ready; the
+// stalled backup then fails, saying so, and leaves nothing in the bucket.
+func TestABackupNeverHoldsAWorker(t *testing.T) {
+	startOperator(t, "a", "", "--max-concurrent-reconciles=1", "--backup-stall-timeout=60s")
+	namespace := newNamespace(t)
+	store := newBackupStore(t, namespace)
+	cache := newCache(t, namespace, "pages")
+	waitReadyAs(t, client.ObjectKeyFromObject(cache), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+
+	key := newBackup(t, namespace, "stalled", cache.Name, store.location)
+	source := waitBackup(t, key, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0].Source
+	// The server waits repl-diskless-sync-delay (5 s) before it sends a snapshot: stopped now,
+	// it never sends this one.
+	if err := runner.Signal(namespace, source, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = runner.Signal(namespace, source, syscall.SIGCONT) })
+
+	other := newCache(t, namespace, "other")
+	waitReadyAs(t, client.ObjectKeyFromObject(other), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	b := &cachev1alpha1.CacheBackup{}
+	if err := admin.Get(context.Background(), key, b); err != nil || b.Status.Phase != cachev1alpha1.BackupRunning {
+		t.Fatalf("another Cache became Ready only once the backup had ended (%s, %v): the backup held the worker", describeBackup(b), err)
+	}
+
+	b = waitBackup(t, key, cachev1alpha1.BackupFailed, 3*time.Minute)
+	if complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete); complete == nil ||
+		complete.Reason != cachev1alpha1.ReasonBackupFailed || !strings.Contains(complete.Message, "sent nothing for 1m0s") {
+		t.Errorf("the stalled backup: %s; want %s saying the server sent nothing", describeBackup(b), cachev1alpha1.ReasonBackupFailed)
+	}
+	if names := store.objects(t, ""); len(names) != 0 {
+		t.Errorf("the failed backup left %q in the bucket", names)
+	}
+}
