@@ -198,6 +198,9 @@ func main() {
 	if err := ctrlmetrics.Registry.Register(metrics.NewCachesCollector(mgr.GetCache(), servingCert.Serving)); err != nil {
 		fail(log, err, "Unable to register metrics")
 	}
+	if err := ctrlmetrics.Registry.Register(metrics.NewBackupsCollector(mgr.GetCache())); err != nil {
+		fail(log, err, "Unable to register metrics")
+	}
 	ctx := ctrl.SetupSignalHandler()
 	if err := conversionwebhook.Setup(ctx, mgr, webhookCert, servingCert); err != nil {
 		fail(log, err, "Unable to set up the conversion webhook")

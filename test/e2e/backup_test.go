@@ -185,7 +185,7 @@ func waitJobGone(t *testing.T, b *cachev1alpha1.CacheBackup) {
 // holds every key the backup counted, with its value and TTL; the Job is removed once the backup
 // is recorded.
 func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
-	startOperator(t, "a", "", clusterCheckInterval)
+	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ctx := context.Background()
 
 	t.Run("Cluster 3×1", func(t *testing.T) {
@@ -223,6 +223,7 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 			return n
 		})
 		waitJobGone(t, b)
+		assertBackupMetrics(t, operator, b)
 
 		// Deleted, and made again from its backup: every key, its value and TTL are back, and
 		// the Cache is Ready only once its nodes were checked against the backup.
@@ -284,6 +285,25 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 			}
 		}
 	})
+}
+
+// assertBackupMetrics checks what the operator exports of a Cache's latest backup, completed.
+func assertBackupMetrics(t *testing.T, operator *testenv.Operator, b *cachev1alpha1.CacheBackup) {
+	t.Helper()
+	families := operator.Metrics(t)
+	labels := map[string]string{"namespace": b.Namespace, "cache": b.Spec.CacheName}
+	for name, want := range map[string]float64{
+		"cache_operator_backup_last_success_timestamp_seconds": float64(b.Status.CompletionTime.Unix()),
+		"cache_operator_backup_last_bytes":                     float64(b.Status.Bytes),
+		"cache_operator_backup_last_duration_seconds":          b.Status.CompletionTime.Sub(b.Status.StartTime.Time).Seconds(),
+	} {
+		if got := testenv.Sum(families, name, labels); got != want {
+			t.Errorf("%s%v = %v, want %v", name, labels, got, want)
+		}
+	}
+	if got := testenv.Sum(families, "cache_operator_backups", map[string]string{"phase": "Completed"}); got < 1 {
+		t.Errorf("cache_operator_backups{phase=Completed} = %v, want the completed backup counted", got)
+	}
 }
 
 // recreateFromBackup deletes the Cache, waits until its pods are gone, and creates it again with

@@ -204,14 +204,17 @@ func compareInstalls(t *testing.T, overlay, rendered string) {
 	}
 
 	k, h := byIdentity(objects(t, kustomized)), byIdentity(objects(t, rendered))
-	// Only the chart needs to say that uninstalling keeps the CRD, and every Cache with it.
-	if crd, ok := h["CustomResourceDefinition /caches.cache.example.com"]; ok {
-		annotations := crd.GetAnnotations()
-		if annotations["helm.sh/resource-policy"] != "keep" {
-			t.Errorf("the chart's CRD lacks helm.sh/resource-policy: keep; helm uninstall would delete every Cache")
+	// Only the chart needs to say that uninstalling keeps the CRDs, and every Cache and backup
+	// with them.
+	for _, name := range []string{"caches.cache.example.com", "cachebackups.cache.example.com"} {
+		if crd, ok := h["CustomResourceDefinition /"+name]; ok {
+			annotations := crd.GetAnnotations()
+			if annotations["helm.sh/resource-policy"] != "keep" {
+				t.Errorf("the chart's CRD %s lacks helm.sh/resource-policy: keep; helm uninstall would delete every object of it", name)
+			}
+			delete(annotations, "helm.sh/resource-policy")
+			crd.SetAnnotations(annotations)
 		}
-		delete(annotations, "helm.sh/resource-policy")
-		crd.SetAnnotations(annotations)
 	}
 	if ks, hs := slices.Sorted(maps.Keys(k)), slices.Sorted(maps.Keys(h)); !slices.Equal(ks, hs) {
 		t.Errorf("kustomize installs\n%s\nthe Helm chart\n%s", strings.Join(ks, "\n"), strings.Join(hs, "\n"))
