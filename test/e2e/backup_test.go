@@ -522,3 +522,44 @@ func TestABackupNeverHoldsAWorker(t *testing.T) {
 		t.Errorf("the failed backup left %q in the bucket", names)
 	}
 }
+
+// A backup whose source pod is deleted while its snapshot is under way (the server waits
+// repl-diskless-sync-delay, 5 s, before it sends) fails, naming the shard, and leaves nothing in
+// the bucket; a backup taken once the pod is replaced completes.
+func TestABackupWhoseSourceIsReplacedFails(t *testing.T) {
+	startOperator(t, "a", "")
+	namespace := newNamespace(t)
+	store := newBackupStore(t, namespace)
+	cache := newCache(t, namespace, "pages")
+	key := client.ObjectKeyFromObject(cache)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+
+	first := newBackup(t, namespace, "replaced", cache.Name, store.location)
+	source := waitBackup(t, first, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0]
+	// The agent's pod has started and asked for the snapshot once its server has a replica.
+	testenv.WaitFor(t, time.Minute, "the snapshot under way", func() (bool, string) {
+		pods := cachePods(t, key)
+		i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == source.Source })
+		if i < 0 {
+			return false, "no source pod"
+		}
+		replicas := testenv.ValkeyInfo(t, node(t, &pods[i]), "replication", "connected_slaves")
+		return replicas == "1", "connected_slaves:" + replicas
+	})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: source.Source}}
+	if err := admin.Delete(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	b := waitBackup(t, first, cachev1alpha1.BackupFailed, 2*time.Minute)
+	if complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete); complete == nil ||
+		complete.Reason != cachev1alpha1.ReasonBackupFailed || !strings.Contains(complete.Message, "shard "+source.Name+" from "+source.Source) {
+		t.Errorf("the backup whose source went: %s; want %s naming %s", describeBackup(b), cachev1alpha1.ReasonBackupFailed, source.Name)
+	}
+	if names := store.objects(t, ""); len(names) != 0 {
+		t.Errorf("the failed backup left %q in the bucket", names)
+	}
+
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	again := waitBackup(t, newBackup(t, namespace, "again", cache.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+	assertBackupHolds(t, store, again, 3, func(int, valkeygo.Client) int64 { return 0 })
+}
