@@ -111,11 +111,16 @@ func describeBackup(b *cachev1alpha1.CacheBackup) string {
 	return fmt.Sprintf("phase %q, Complete=%s %s: %s", b.Status.Phase, complete.Status, complete.Reason, complete.Message)
 }
 
+// backupShards is the number of shards of every Cache these tests back up: 3 nodes of a
+// Standalone Cache, or 3 primaries.
+const backupShards = 3
+
 // assertBackupHolds checks a completed backup against the bucket and the data: the bucket holds
 // each shard's RDB and the manifest, nothing else; and each RDB, loaded by a new server, holds
 // the keys the backup counted and the values and TTLs written (check).
-func assertBackupHolds(t *testing.T, store *backupStore, b *cachev1alpha1.CacheBackup, shards int, check func(shard int, c valkeygo.Client) int64) {
+func assertBackupHolds(t *testing.T, store *backupStore, b *cachev1alpha1.CacheBackup, check func(shard int, c valkeygo.Client) int64) {
 	t.Helper()
+	shards := backupShards
 	path := strings.Join([]string{store.location.Prefix, b.Namespace, b.Spec.CacheName, b.Name}, "/")
 	if b.Status.Location != "s3://"+backupBucket+"/"+path+"/" {
 		t.Errorf("the backup says it is at %s, want s3://%s/%s/", b.Status.Location, backupBucket, path)
@@ -209,7 +214,7 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 		if b.Status.Keys != keys || b.Status.ValkeyVersion != cache.Spec.Version || b.Status.StartTime == nil || b.Status.CompletionTime == nil {
 			t.Errorf("the backup's status is %+v, want %d keys of Valkey %s and its times", b.Status, keys, cache.Spec.Version)
 		}
-		assertBackupHolds(t, store, b, 3, func(_ int, c valkeygo.Client) int64 {
+		assertBackupHolds(t, store, b, func(_ int, c valkeygo.Client) int64 {
 			n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64()
 			if err != nil {
 				t.Fatal(err)
@@ -257,7 +262,7 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 		}
 
 		b := waitBackup(t, newBackup(t, namespace, "pages-nightly", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
-		assertBackupHolds(t, store, b, 3, func(i int, c valkeygo.Client) int64 {
+		assertBackupHolds(t, store, b, func(i int, c valkeygo.Client) int64 {
 			if source := fmt.Sprintf("pages-%d", i); b.Status.Shards[i].Source != source {
 				t.Errorf("shard-%d was taken from %s, want %s", i, b.Status.Shards[i].Source, source)
 			}
@@ -413,7 +418,7 @@ func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
 	})
 	startOperator(t, "b", "")
 	b := waitBackup(t, running, cachev1alpha1.BackupCompleted, 2*time.Minute)
-	assertBackupHolds(t, store, b, 3, func(int, valkeygo.Client) int64 { return 0 })
+	assertBackupHolds(t, store, b, func(int, valkeygo.Client) int64 { return 0 })
 	b = waitBackup(t, lost, cachev1alpha1.BackupFailed, time.Minute)
 	if complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete); complete == nil || complete.Reason != cachev1alpha1.ReasonJobLost {
 		t.Errorf("the backup whose Job was deleted: %s; want reason %s", describeBackup(b), cachev1alpha1.ReasonJobLost)
@@ -561,5 +566,45 @@ func TestABackupWhoseSourceIsReplacedFails(t *testing.T) {
 
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
 	again := waitBackup(t, newBackup(t, namespace, "again", cache.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
-	assertBackupHolds(t, store, again, 3, func(int, valkeygo.Client) int64 { return 0 })
+	assertBackupHolds(t, store, again, func(int, valkeygo.Client) int64 { return 0 })
+}
+
+// TestMeasureBackupAndRestore is the benchmark of a backup and a restore (docs/benchmark.md):
+// a 3×1 Cluster with 200,000 keys of 100 bytes is backed up, deleted and restored, each timed
+// as a client sees it, from the object's creation to its Completed phase, or to the restored
+// Cache's Ready. Each run's numbers are logged; CACHE_OPERATOR_MEASURE=N runs it N times.
+func TestMeasureBackupAndRestore(t *testing.T) {
+	runs := measureRuns(t)
+	startOperator(t, "a", "", clusterCheckInterval)
+	var backups, restores []time.Duration
+	for run := 1; run <= runs; run++ {
+		t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
+			namespace := newNamespace(t)
+			store := newBackupStore(t, namespace)
+			key := newClusterCache(t, namespace, "sessions", 3, 1)
+			cache := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+			loadKeys100B(t, clusterClient(t, key), rebalanceKeys)
+
+			start := time.Now()
+			b := waitBackup(t, newBackup(t, namespace, "bench", key.Name, store.location), cachev1alpha1.BackupCompleted, 5*time.Minute)
+			backups = append(backups, time.Since(start))
+			if b.Status.Keys != rebalanceKeys {
+				t.Fatalf("the backup holds %d keys, want %d", b.Status.Keys, rebalanceKeys)
+			}
+
+			recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec = cache.Spec })
+			start = time.Now()
+			restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 5*time.Minute)
+			restores = append(restores, time.Since(start))
+			assertRestored(t, restored, rebalanceKeys)
+			t.Logf("run %d: backup of %d keys (%d bytes) %s; restore to Ready %s", run, b.Status.Keys, b.Status.Bytes,
+				backups[len(backups)-1].Round(100*time.Millisecond), restores[len(restores)-1].Round(100*time.Millisecond))
+		})
+	}
+	slices.Sort(backups)
+	slices.Sort(restores)
+	if len(backups) == runs && len(restores) == runs {
+		t.Logf("backup: median %s, worst %s; restore: median %s, worst %s (%d runs)", backups[runs/2].Round(100*time.Millisecond),
+			backups[runs-1].Round(100*time.Millisecond), restores[runs/2].Round(100*time.Millisecond), restores[runs-1].Round(100*time.Millisecond), runs)
+	}
 }
