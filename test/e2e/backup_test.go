@@ -583,7 +583,7 @@ func TestMeasureBackupAndRestore(t *testing.T) {
 			store := newBackupStore(t, namespace)
 			key := newClusterCache(t, namespace, "sessions", 3, 1)
 			cache := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
-			loadKeys100B(t, clusterClient(t, key), rebalanceKeys)
+			loadKeys100B(t, clusterClient(t, key))
 
 			start := time.Now()
 			b := waitBackup(t, newBackup(t, namespace, "bench", key.Name, store.location), cachev1alpha1.BackupCompleted, 5*time.Minute)

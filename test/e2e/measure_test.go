@@ -44,9 +44,11 @@ const rebalanceKeys = 200_000
 
 var rebalanceValue = strings.Repeat("v", 100)
 
-// loadKeys100B writes bench-0 … bench-(n-1), 100 bytes each, through the cluster client.
-func loadKeys100B(t *testing.T, c valkeygo.Client, n int) {
+// loadKeys100B writes the reference data, bench-0 … bench-199999, 100 bytes each, through the
+// cluster client.
+func loadKeys100B(t *testing.T, c valkeygo.Client) {
 	t.Helper()
+	const n = rebalanceKeys
 	const chunk = 10_000
 	for from := 0; from < n; from += chunk {
 		cmds := make(valkeygo.Commands, 0, chunk)
@@ -150,7 +152,7 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, run int) {
 	key := newClusterCache(t, ns, "rebalance", 3, 0)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	c := clusterClient(t, key)
-	loadKeys100B(t, c, rebalanceKeys)
+	loadKeys100B(t, c)
 
 	load, _, began, done := scaleUnderLoad(t, key, 5, 10*time.Minute)
 	took, migrating := done.Sub(began), done.Sub(firstMigrationStep(t, operator, ns))
@@ -202,7 +204,7 @@ func valkeyCLIRebalance(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	loadKeys100B(t, plain, rebalanceKeys)
+	loadKeys100B(t, plain)
 	for i := 3; i < 5; i++ {
 		cli("--cluster", "add-node", addr(i), addr(0))
 	}
@@ -257,7 +259,7 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 			key := client.ObjectKeyFromObject(c)
 			before := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 			vc := clusterClient(t, key)
-			loadKeys100B(t, vc, rebalanceKeys)
+			loadKeys100B(t, vc)
 			for from := 0; from < largeValues; from += 50 {
 				cmds := make(valkeygo.Commands, 0, 50)
 				for i := from; i < from+50; i++ {
