@@ -192,6 +192,40 @@ func TestSchemaRefusesToChangeTheMode(t *testing.T) {
 	}
 }
 
+// restoreFrom is the Cache's from its creation: it cannot be added, changed or removed after,
+// while the rest of the spec still changes.
+func TestSchemaKeepsRestoreFromAsCreated(t *testing.T) {
+	ctx := context.Background()
+	restored := cacheObject("restored", map[string]any{"shards": int64(3), "version": "8.1.1", "restoreFrom": map[string]any{"backup": "nightly"}})
+	plain := cacheObject("not-restored", map[string]any{"shards": int64(3), "version": "8.1.1"})
+	for _, u := range []*unstructured.Unstructured{restored, plain} {
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+	}
+	for _, c := range []struct {
+		u     *unstructured.Unstructured
+		patch string
+	}{
+		{restored, `{"spec":{"restoreFrom":{"backup":"weekly"}}}`},
+		{restored, `{"spec":{"restoreFrom":null}}`},
+		{plain, `{"spec":{"restoreFrom":{"backup":"nightly"}}}`},
+	} {
+		err := k8s.Patch(ctx, c.u, client.RawPatch(types.MergePatchType, []byte(c.patch)))
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "restoreFrom is set when a Cache is created") {
+			t.Errorf("%s on %s: got %v, want invalid: restoreFrom is set when a Cache is created", c.patch, c.u.GetName(), err)
+		}
+	}
+	if err := k8s.Patch(ctx, restored, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"shards":4}}`))); err != nil {
+		t.Errorf("scaling a restored Cache: %v", err)
+	}
+	bad := cacheObject("restored-from-nothing", map[string]any{"version": "8.1.1", "restoreFrom": map[string]any{"backup": ""}})
+	if err := k8s.Create(ctx, bad); !apierrors.IsInvalid(err) {
+		t.Errorf("a restore from a backup with no name: got %v, want invalid", err)
+	}
+}
+
 func TestScaleSubresourceTargetsTheCache(t *testing.T) {
 	ctx := context.Background()
 	u := cacheObject("scaled-cache", map[string]any{"mode": "Standalone", "shards": int64(3), "version": "8.1.1"})
