@@ -13,6 +13,7 @@ type CacheBackupSpec struct {
 	//
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=52
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	// +required
 	CacheName string `json:"cacheName"`
 
@@ -178,8 +179,12 @@ type BackupShard struct {
 // operator starts (so a backup goes on while the operator restarts), from a replica of each shard
 // where there is one. `kubectl wait --for=condition=Complete cachebackup/NAME` waits for it.
 //
+// The name is held to what its Job's name needs: a DNS label, with "-backup" after it.
+//
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it also names the backup's Job"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 56",message="metadata.name must be at most 56 characters: the backup's Job's name extends it"
 // +kubebuilder:resource:shortName=cbk,categories=all
 // +kubebuilder:printcolumn:name="Cache",type=string,JSONPath=`.spec.cacheName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

@@ -46,7 +46,13 @@ func storage(edit func(map[string]any)) map[string]any {
 // A backup's spec is checked at admission and fixed once made: another backup is another object.
 func TestSchemaChecksABackupAndKeepsItAsMade(t *testing.T) {
 	ctx := context.Background()
+	long := "a-backup-whose-name-is-longer-than-its-job-name-can-carry"
+	if err := k8s.Create(ctx, backupObject(long, map[string]any{"cacheName": "orders", "storage": storage(nil)})); !apierrors.IsInvalid(err) ||
+		!strings.Contains(err.Error(), "at most 56 characters") {
+		t.Errorf("a %d-character name: got %v, want invalid: at most 56 characters", len(long), err)
+	}
 	for name, spec := range map[string]map[string]any{
+		"bad-cache-name": {"cacheName": "Orders", "storage": storage(nil)},
 		"no-cache":       {"storage": storage(nil)},
 		"no-storage":     {"cacheName": "orders"},
 		"url-endpoint":   {"cacheName": "orders", "storage": storage(func(s map[string]any) { s["endpoint"] = "https://s3.example.internal" })},

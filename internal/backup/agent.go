@@ -167,12 +167,20 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	shards := slices.Clone(p.Shards)
+	for _, s := range shards {
+		if err := onlyDatabase0(ctx, s); err != nil {
+			return Result{}, err
+		}
+	}
 	var unmoved func(context.Context) error
 	if p.Cluster {
 		for i := range shards {
 			if shards[i].Slots, err = shardSlots(ctx, shards[i].Addr); err != nil {
 				return Result{}, fmt.Errorf("shard %s from %s: %w", shards[i].Name, shards[i].Source, err)
 			}
+		}
+		if err := wholeCluster(shards); err != nil {
+			return Result{}, err
 		}
 		unmoved = func(ctx context.Context) error { return slotsUnmoved(ctx, shards) }
 	}
@@ -199,9 +207,8 @@ func (r Result) message() (string, error) {
 	return string(out), err
 }
 
-// shardSlots are the slots of the shard the Cluster node at addr belongs to: its own if it is a
-// primary, its primary's if it is a replica.
-func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, error) {
+// connect connects to the server at addr, host:port.
+func connect(addr string) (*valkey.Server, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -210,7 +217,53 @@ func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, error) {
 	if err != nil {
 		return nil, err
 	}
-	server, err := valkey.Connect(host, portNumber)
+	return valkey.Connect(host, portNumber)
+}
+
+// onlyDatabase0 fails for a server that holds keys in a database other than 0: a backup counts,
+// and a restore checks, database 0's keys only (a Cluster has no other).
+func onlyDatabase0(ctx context.Context, s Shard) error {
+	server, err := connect(s.Addr)
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	dbs, err := server.Databases(ctx)
+	if err != nil {
+		return fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, err)
+	}
+	if i := slices.IndexFunc(dbs, func(db int) bool { return db != 0 }); i >= 0 {
+		return fmt.Errorf("shard %s from %s holds keys in database %d: a backup holds database 0 only", s.Name, s.Source, dbs[i])
+	}
+	return nil
+}
+
+// wholeCluster fails unless the shards' slots are every slot, each once: a shard whose
+// slots moved since the operator chose the servers (a scale-out that ended meanwhile) would
+// leave keys out.
+func wholeCluster(shards []Shard) error {
+	owner := make([]string, valkey.SlotCount)
+	for _, s := range shards {
+		for _, r := range s.Slots {
+			for slot := r.Start; slot <= r.End; slot++ {
+				if owner[slot] != "" {
+					return fmt.Errorf("slot %d is in shards %s and %s: the cluster changed since the backup started; make another", slot, owner[slot], s.Name)
+				}
+				owner[slot] = s.Name
+			}
+		}
+	}
+	if slot := slices.Index(owner, ""); slot >= 0 {
+		return fmt.Errorf("slot %d is in none of the shards copied: the cluster changed since the backup started; make another", slot)
+	}
+	return nil
+}
+
+// shardSlots are the slots of the shard the Cluster node at addr belongs to: its own if it is a
+// primary, its primary's if it is a replica. A shard with a slot moving in or out, as far as the
+// node asked shows it, fails: the slot's keys are in two shards at once.
+func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, error) {
+	server, err := connect(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -223,15 +276,18 @@ func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, error) {
 	if !ok {
 		return nil, errors.New("the node does not list itself in CLUSTER NODES")
 	}
-	if me.Primary {
-		return me.Slots, nil
-	}
-	for _, n := range nodes {
-		if n.ID == me.PrimaryID {
-			return n.Slots, nil
+	primary := me
+	if !me.Primary {
+		i := slices.IndexFunc(nodes, func(n valkey.ClusterNode) bool { return n.ID == me.PrimaryID })
+		if i < 0 {
+			return nil, fmt.Errorf("the node replicates %s, which it does not list", me.PrimaryID)
 		}
+		primary = nodes[i]
 	}
-	return nil, fmt.Errorf("the node replicates %s, which it does not list", me.PrimaryID)
+	if len(primary.Migrating)+len(primary.Importing) > 0 {
+		return nil, errors.New("slots are moving in or out of the shard: make the backup once the Cache is Ready")
+	}
+	return primary.Slots, nil
 }
 
 // slotsUnmoved fails if a shard's slots changed while its snapshot was taken: a migration then

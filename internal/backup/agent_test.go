@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"example.com/cache-operator/internal/bucket"
+	"example.com/cache-operator/internal/valkey"
 )
 
 // What the operator writes as a Job's arguments is what the agent reads back.
@@ -55,4 +56,23 @@ func mustParse(t *testing.T, message string) Result {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// A Cluster's backup holds every slot once: shards chosen before a scale-out ended would miss
+// some, or hold some twice.
+func TestAClusterBackupHoldsEverySlotOnce(t *testing.T) {
+	shard := func(name string, ranges ...valkey.SlotRange) Shard { return Shard{Name: name, Slots: ranges} }
+	whole := []Shard{shard("shard-0", valkey.SlotRange{Start: 0, End: 8191}), shard("shard-1", valkey.SlotRange{Start: 8192, End: 16383})}
+	if err := wholeCluster(whole); err != nil {
+		t.Errorf("two halves: %v", err)
+	}
+	for name, shards := range map[string][]Shard{
+		"a slot missing": {shard("shard-0", valkey.SlotRange{Start: 0, End: 8190}), whole[1]},
+		"a slot twice":   {shard("shard-0", valkey.SlotRange{Start: 0, End: 8192}), whole[1]},
+		"no slot":        {shard("shard-0")},
+	} {
+		if err := wholeCluster(shards); err == nil {
+			t.Errorf("%s: taken as whole", name)
+		}
+	}
 }

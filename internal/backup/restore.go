@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	"example.com/cache-operator/internal/bucket"
 )
 
@@ -163,4 +164,11 @@ func ReadManifest(ctx context.Context, b *bucket.Bucket, backupPath string) (Man
 		return m, errors.New("the backup's manifest lists no shard")
 	}
 	return m, nil
+}
+
+// PlaceOf is where a backup's objects are: its bucket, and its path under the bucket's prefix.
+func PlaceOf(b *cachev1alpha1.CacheBackup) (bucket.Location, string) {
+	s := b.Spec.Storage
+	return bucket.Location{Endpoint: s.Endpoint, Insecure: s.Insecure, Region: s.Region, Bucket: s.Bucket, Prefix: s.Prefix},
+		path.Join(b.Namespace, b.Spec.CacheName, b.Name)
 }

@@ -23,6 +23,7 @@ import (
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -31,8 +32,8 @@ const ControllerName = "cachebackup"
 // Reconciler takes the backups of Caches.
 type Reconciler struct {
 	client.Client
-	// APIReader reads around the informers: the pods of a Cache and of a backup's Job, which
-	// the operator does not cache, once per backup each.
+	// APIReader reads around the informers: the pods of a Cache, when a backup starts, and the
+	// pod of a backup's Job, on each pass while it runs (the operator caches neither).
 	APIReader client.Reader
 	// AgentImage is the operator's own image, which the backup Jobs run.
 	AgentImage string
@@ -61,6 +62,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	status := b.Status.DeepCopy()
 	switch ended, _ := jobEnded(job); {
+	case job != nil && !metav1.IsControlledBy(job, b):
+		foreignJob(b, status, job)
 	case job != nil && (job.DeletionTimestamp == nil || ended):
 		err = r.follow(ctx, b, job, status)
 	case job != nil:
@@ -86,7 +89,7 @@ const startCheckInterval = 30 * time.Second
 // job is the backup's Job, from the informer, or nil.
 func (r *Reconciler) job(ctx context.Context, b *cachev1alpha1.CacheBackup) (*batchv1.Job, error) {
 	job := &batchv1.Job{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: jobName(b)}, job)
+	err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: resources.BackupJobName(b)}, job)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -129,7 +129,7 @@ func agentState(pod *corev1.Pod) corev1.ContainerState {
 // lost fails a Running backup whose Job is gone: deleted by someone before it ended. The
 // informer may not have seen a Job just created, so the API server is asked first.
 func (r *Reconciler) lost(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: jobName(b)}, &batchv1.Job{})
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: resources.BackupJobName(b)}, &batchv1.Job{})
 	if !apierrors.IsNotFound(err) {
 		return err // there after all (nil): its informer event comes next
 	}
@@ -140,5 +140,5 @@ func (r *Reconciler) lost(ctx context.Context, b *cachev1alpha1.CacheBackup, sta
 // setLost fails a backup whose Job was deleted before it ended.
 func setLost(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) {
 	setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonJobLost,
-		fmt.Sprintf("Job %s was deleted before it ended; the backup is not one to restore from: make another CacheBackup", jobName(b)))
+		fmt.Sprintf("Job %s was deleted before it ended; the backup is not one to restore from: make another CacheBackup", resources.BackupJobName(b)))
 }

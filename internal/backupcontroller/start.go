@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,7 +19,6 @@ import (
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
-	"example.com/cache-operator/internal/bucket"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -52,10 +52,10 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 		setPhase(b, status, cachev1alpha1.BackupPending, cachev1alpha1.ReasonCacheNotReady, err.Error()+"; the backup starts once it does")
 		return nil
 	}
+	location, backupPath := backup.PlaceOf(b)
 	plan := backup.Plan{
-		Location: bucket.Location{Endpoint: b.Spec.Storage.Endpoint, Insecure: b.Spec.Storage.Insecure,
-			Region: b.Spec.Storage.Region, Bucket: b.Spec.Storage.Bucket, Prefix: b.Spec.Storage.Prefix},
-		Path:          path.Join(b.Namespace, b.Spec.CacheName, b.Name),
+		Location:      location,
+		Path:          backupPath,
 		ValkeyVersion: cache.Spec.Version,
 		Cluster:       cache.Spec.Mode == cachev2.ModeCluster,
 		Shards:        shards,
@@ -65,13 +65,42 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 	if err := controllerutil.SetControllerReference(b, job, r.Scheme()); err != nil {
 		return err
 	}
-	// A Job that exists already was created by a pass whose status write did not land: the next
-	// pass follows it.
-	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.Create(ctx, job); apierrors.IsAlreadyExists(err) {
+		// Made by a pass whose status write did not land (the next pass follows it, from its
+		// own arguments), or someone else's.
+		return r.nameTaken(ctx, b, status)
+	} else if err != nil {
+		if apierrors.IsInvalid(err) {
+			setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed, "the backup's Job cannot be made: "+err.Error())
+			return nil
+		}
 		return err
 	}
 	recordRunning(b, status, plan)
 	return nil
+}
+
+// nameTaken fails the backup if the Job of its name is not its own; one that is goes on.
+func (r *Reconciler) nameTaken(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
+	job := &batchv1.Job{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: resources.BackupJobName(b)}, job); err != nil {
+		return client.IgnoreNotFound(err) // gone again: the next pass makes it
+	}
+	if !metav1.IsControlledBy(job, b) {
+		foreignJob(b, status, job)
+	}
+	return nil
+}
+
+// foreignJob deals with a Job of the backup's Job's name that is not the backup's. One of an
+// earlier backup of the same name is the garbage collector's to remove: the backup waits, and
+// that Job's deletion, whose owner has the backup's name, brings it back. Someone else's fails it.
+func foreignJob(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus, job *batchv1.Job) {
+	if owner := metav1.GetControllerOf(job); owner != nil && owner.Kind == "CacheBackup" && owner.Name == b.Name {
+		return
+	}
+	setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed, fmt.Sprintf(
+		"a Job named %s exists and is not this backup's: make the backup under another name, or remove that Job", job.Name))
 }
 
 // recordRunning records the backup Running, with the shards its Job copies and where to.
@@ -90,7 +119,7 @@ func recordRunning(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBack
 		status.Shards = append(status.Shards, cachev1alpha1.BackupShard{Name: s.Name, Source: s.Source})
 	}
 	setPhase(b, status, cachev1alpha1.BackupRunning, cachev1alpha1.ReasonSnapshotting,
-		fmt.Sprintf("Job %s streams %d snapshots to %s", jobName(b), len(plan.Shards), status.Location))
+		fmt.Sprintf("Job %s streams %d snapshots to %s", resources.BackupJobName(b), len(plan.Shards), status.Location))
 }
 
 // sources are the servers a backup of the Cache copies, one per shard: for a Cluster, a ready
@@ -153,5 +182,3 @@ func firstReady(names []string, pods map[string]*corev1.Pod) *corev1.Pod {
 	}
 	return nil
 }
-
-func jobName(b *cachev1alpha1.CacheBackup) string { return resources.BackupJobName(b) }

@@ -84,13 +84,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
 	}
 	if rs.waiting != nil {
-		status := *cache.Status.DeepCopy()
-		withRestore(&status, rs.waiting)
-		if err := r.writeStatus(ctx, cache, status); err != nil {
-			return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
-		}
-		// The Cache does not watch backups: it looks again for one that completes.
-		return ctrl.Result{RequeueAfter: restoreWaitRetryAfter}, nil
+		return r.waitForBackup(ctx, cache, rs.waiting)
 	}
 
 	// A Cluster Cache's servers are asked first: a scale-in removes no pod before its server has
@@ -143,12 +137,8 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
 	status := observedStatus(cache, made.sts, registered, made.hold, cluster)
-	if !rs.done {
-		restored, err := r.checkRestore(ctx, cache, rs, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		withRestore(&status, restored)
+	if err := r.gateOnRestore(ctx, cache, rs, &status); err != nil {
+		return ctrl.Result{}, err
 	}
 	if err := r.writeStatus(ctx, cache, status); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
@@ -159,9 +149,6 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	return ctrl.Result{RequeueAfter: pollAfter}, nil
 }
-
-// restoreWaitRetryAfter is how often a Cache whose restore waits for its backup looks again.
-const restoreWaitRetryAfter = 5 * time.Second
 
 // ControllerName names the controller in its metrics' controller label, which the alerts and the
 // dashboard select on: it is set, not derived from the kind, so that it stays put.

@@ -23,7 +23,8 @@ import (
 //     object first;
 //   - only the pods of Cluster Caches, whose addresses the reconciler needs to reach their
 //     servers, with little more than those addresses;
-//   - only the Jobs of backups (they carry the managed-by label too).
+//   - only the Jobs of backups and the ConfigMaps of restores (they carry the managed-by label
+//     too).
 //
 // A child whose label someone removed is invisible to the informer; its next create fails with
 // AlreadyExists, not as a duplicate, and the reconciler then reads it around the informer and
@@ -45,7 +46,8 @@ func InformerOptions() cache.Options {
 				}
 				return in, nil
 			}},
-			&batchv1.Job{}: {Label: managed},
+			&batchv1.Job{}:      {Label: managed},
+			&corev1.ConfigMap{}: {Label: managed},
 			&corev1.Pod{}: {
 				Label: labels.SelectorFromSet(labels.Set{
 					resources.LabelManagedBy: resources.ManagedBy,

@@ -4,26 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
-	"example.com/cache-operator/internal/bucket"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/valkey"
 )
 
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=cache.example.com,resources=cachebackups,verbs=get;list;watch
 
 // A Cache created with spec.restoreFrom goes through its restore once, with the restore
@@ -36,7 +37,7 @@ import (
 //     ConfigMap goes, so that a node made later starts empty;
 //   - Restored True: nothing more. Until then Ready is False with the restore's reason.
 //
-// The ConfigMap is read from the API server: the operator caches no ConfigMaps.
+// The operator's informer caches the ConfigMaps that carry its managed-by label: these only.
 
 // restoreRecord is the restore ConfigMap's content beside the plan: what the operator checks.
 type restoreRecord struct {
@@ -63,13 +64,22 @@ type restore struct {
 }
 
 // prepareRestore finds where the Cache's restore stands and, before it started, starts it when
-// its backup is ready and fits.
+// its backup is ready and fits. Once the restore is over (Restored True, stored), it removes the
+// ConfigMap, which the pass that checked the nodes kept until that was stored: removed first, a
+// failed status write would leave the next pass with no record of a restore under way.
 func (r *CacheReconciler) prepareRestore(ctx context.Context, cache *cachev2.Cache) (restore, error) {
-	if cache.Spec.RestoreFrom == nil || meta.IsStatusConditionTrue(cache.Status.Conditions, cachev2.ConditionRestored) {
+	if cache.Spec.RestoreFrom == nil {
 		return restore{done: true}, nil
 	}
 	cm := &corev1.ConfigMap{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: resources.RestoreConfigMapName(cache)}, cm)
+	key := client.ObjectKey{Namespace: cache.Namespace, Name: resources.RestoreConfigMapName(cache)}
+	err := r.Get(ctx, key, cm) // the informer's: ConfigMaps with the managed-by label only
+	if meta.IsStatusConditionTrue(cache.Status.Conditions, cachev2.ConditionRestored) {
+		if err == nil && cm.DeletionTimestamp == nil {
+			err = r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID})
+		}
+		return restore{done: true}, client.IgnoreNotFound(err)
+	}
 	switch {
 	case err == nil:
 		return restoreOf(cache, r.AgentImage, cm)
@@ -95,18 +105,19 @@ func (r *CacheReconciler) prepareRestore(ctx context.Context, cache *cachev2.Cac
 		record.Keys = append(record.Keys, s.Keys)
 		record.Slots = append(record.Slots, s.Slots)
 	}
-	storage := b.Spec.Storage
-	plan := backup.RestorePlan{
-		Location: bucket.Location{Endpoint: storage.Endpoint, Insecure: storage.Insecure, Region: storage.Region, Bucket: storage.Bucket, Prefix: storage.Prefix},
-		Path:     path.Join(b.Namespace, b.Spec.CacheName, b.Name),
-	}
-	cm = resources.RestoreConfigMap(cache, plan)
+	location, backupPath := backup.PlaceOf(b)
+	cm = resources.RestoreConfigMap(cache, backup.RestorePlan{Location: location, Path: backupPath})
 	encoded, _ := json.Marshal(record) // plain values: cannot fail
 	cm.Data[restoreRecordKey] = string(encoded)
 	if err := controllerutil.SetControllerReference(cache, cm, r.Scheme()); err != nil {
 		return restore{}, err
 	}
-	if err := r.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
+		// Made by a pass the informer has not caught up with: the stored one is the record.
+		if err := r.APIReader.Get(ctx, key, cm); err != nil {
+			return restore{}, err
+		}
+	} else if err != nil {
 		return restore{}, err
 	}
 	return restoreOf(cache, r.AgentImage, cm)
@@ -124,8 +135,26 @@ func unfit(cache *cachev2.Cache, b *cachev1alpha1.CacheBackup) string {
 	case len(b.Status.Shards) != int(cache.Spec.Shards):
 		return fmt.Sprintf("CacheBackup %s holds %d shards and this Cache has %d: a restore puts each shard on one node, as it was; create the Cache with %d shards (and scale it after)",
 			b.Name, len(b.Status.Shards), cache.Spec.Shards, len(b.Status.Shards))
+	case slices.ContainsFunc(b.Status.Shards, func(s cachev1alpha1.BackupShard) bool { return s.Object == "" }):
+		return fmt.Sprintf("CacheBackup %s does not list each shard's keys and slots (its Job's report left them out: too many shards), which a restore checks against", b.Name)
+	case olderVersion(cache.Spec.Version, b.Status.ValkeyVersion):
+		return fmt.Sprintf("CacheBackup %s was taken from Valkey %s, which Valkey %s cannot load: create the Cache with %s or later",
+			b.Name, b.Status.ValkeyVersion, cache.Spec.Version, b.Status.ValkeyVersion)
 	}
 	return ""
+}
+
+// olderVersion reports whether MAJOR.MINOR.PATCH version a is older than b.
+func olderVersion(a, b string) bool {
+	parse := func(v string) []int {
+		var parts []int
+		for p := range strings.SplitSeq(v, ".") {
+			n, _ := strconv.Atoi(p)
+			parts = append(parts, n)
+		}
+		return parts
+	}
+	return slices.Compare(parse(a), parse(b)) < 0
 }
 
 func phaseOrPending(p cachev1alpha1.BackupPhase) cachev1alpha1.BackupPhase {
@@ -209,10 +238,7 @@ func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache
 		}
 		total += want
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cache.Namespace, Name: resources.RestoreConfigMapName(cache)}}
-	if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
-		return nil, err
-	}
+	// The ConfigMap goes in the next pass, once this is stored (prepareRestore).
 	return restoreCondition(cache, cachev2.ReasonRestoreVerified, fmt.Sprintf("every node loaded its shard of CacheBackup %s: %d keys", rs.record.Backup, total)), nil
 }
 
@@ -243,8 +269,10 @@ func loadedAtStart(ctx context.Context, ip string) (int64, error) {
 }
 
 // withRestore puts the restore's state into the status: the Restored condition, and, until it is
-// True, Ready False with its reason and message.
-func withRestore(status *cachev2.CacheStatus, restored *metav1.Condition) {
+// True, Ready False with its reason and message. stored are the conditions as stored: Ready,
+// which the status may have turned True before the restore's gate, keeps its stored transition
+// time while it stays False.
+func withRestore(status *cachev2.CacheStatus, stored []metav1.Condition, restored *metav1.Condition) {
 	if restored == nil {
 		return
 	}
@@ -252,7 +280,38 @@ func withRestore(status *cachev2.CacheStatus, restored *metav1.Condition) {
 	if restored.Status == metav1.ConditionTrue {
 		return
 	}
+	if before := meta.FindStatusCondition(stored, cachev2.ConditionReady); before != nil {
+		meta.SetStatusCondition(&status.Conditions, *before)
+	}
 	ready := *restored
 	ready.Type = cachev2.ConditionReady
 	meta.SetStatusCondition(&status.Conditions, ready)
+}
+
+// restoreWaitRetryAfter is how often a Cache whose restore waits for its backup looks again.
+const restoreWaitRetryAfter = 5 * time.Second
+
+// waitForBackup records why the Cache's pods are not made yet: its restore waits for, or
+// refuses, its backup. The Cache does not watch backups: it looks again after a while.
+func (r *CacheReconciler) waitForBackup(ctx context.Context, cache *cachev2.Cache, waiting *metav1.Condition) (ctrl.Result, error) {
+	status := *cache.Status.DeepCopy()
+	withRestore(&status, cache.Status.Conditions, waiting)
+	if err := r.writeStatus(ctx, cache, status); err != nil {
+		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
+	}
+	return ctrl.Result{RequeueAfter: restoreWaitRetryAfter}, nil
+}
+
+// gateOnRestore holds a restoring Cache's Ready False until every node was checked against the
+// backup (checkRestore), and records the Restored condition.
+func (r *CacheReconciler) gateOnRestore(ctx context.Context, cache *cachev2.Cache, rs restore, status *cachev2.CacheStatus) error {
+	if rs.done {
+		return nil
+	}
+	restored, err := r.checkRestore(ctx, cache, rs, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
+	if err != nil {
+		return err
+	}
+	withRestore(status, cache.Status.Conditions, restored)
+	return nil
 }

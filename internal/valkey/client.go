@@ -171,3 +171,20 @@ func (s *Server) LoadedAtStart(ctx context.Context) (keys int64, err error) {
 	expired, _ := strconv.ParseInt(InfoField(reply, "rdb_last_load_keys_expired"), 10, 64)
 	return loaded + expired, nil
 }
+
+// Databases are the numbers of the databases that hold keys (INFO keyspace).
+func (s *Server) Databases(ctx context.Context) ([]int, error) {
+	reply, err := s.text(ctx, s.client.B().Info().Section("keyspace").Build())
+	if err != nil {
+		return nil, s.wrap("INFO keyspace", err)
+	}
+	var dbs []int
+	for line := range strings.Lines(reply) {
+		if name, _, ok := strings.Cut(line, ":"); ok && strings.HasPrefix(name, "db") {
+			if n, err := strconv.Atoi(strings.TrimPrefix(name, "db")); err == nil {
+				dbs = append(dbs, n)
+			}
+		}
+	}
+	return dbs, nil
+}
