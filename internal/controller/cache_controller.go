@@ -137,8 +137,14 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
 	status := observedStatus(cache, made.sts, registered, made.hold, cluster)
-	if err := r.gateOnRestore(ctx, cache, rs, &status); err != nil {
+	verified, err := r.gateOnRestore(ctx, cache, rs, &status)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if verified {
+		// The next pass removes the restore's ConfigMap; the echo of this status write would
+		// bring none (ownWrites).
+		pollAfter = restoreCleanupAfter
 	}
 	if err := r.writeStatus(ctx, cache, status); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)

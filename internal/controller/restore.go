@@ -288,8 +288,12 @@ func withRestore(status *cachev2.CacheStatus, stored []metav1.Condition, restore
 	meta.SetStatusCondition(&status.Conditions, ready)
 }
 
-// restoreWaitRetryAfter is how often a Cache whose restore waits for its backup looks again.
-const restoreWaitRetryAfter = 5 * time.Second
+// restoreWaitRetryAfter is how often a Cache whose restore waits for its backup looks again;
+// restoreCleanupAfter, how soon after its nodes were checked the restore's ConfigMap goes.
+const (
+	restoreWaitRetryAfter = 5 * time.Second
+	restoreCleanupAfter   = time.Second
+)
 
 // waitForBackup records why the Cache's pods are not made yet: its restore waits for, or
 // refuses, its backup. The Cache does not watch backups: it looks again after a while.
@@ -303,15 +307,16 @@ func (r *CacheReconciler) waitForBackup(ctx context.Context, cache *cachev2.Cach
 }
 
 // gateOnRestore holds a restoring Cache's Ready False until every node was checked against the
-// backup (checkRestore), and records the Restored condition.
-func (r *CacheReconciler) gateOnRestore(ctx context.Context, cache *cachev2.Cache, rs restore, status *cachev2.CacheStatus) error {
+// backup (checkRestore), and records the Restored condition. It reports whether the check passed
+// in this pass.
+func (r *CacheReconciler) gateOnRestore(ctx context.Context, cache *cachev2.Cache, rs restore, status *cachev2.CacheStatus) (verified bool, err error) {
 	if rs.done {
-		return nil
+		return false, nil
 	}
 	restored, err := r.checkRestore(ctx, cache, rs, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
 	if err != nil {
-		return err
+		return false, err
 	}
 	withRestore(status, cache.Status.Conditions, restored)
-	return nil
+	return restored.Status == metav1.ConditionTrue, nil
 }

@@ -341,10 +341,10 @@ func assertRestored(t *testing.T, c *cachev2.Cache, keys int) {
 		!strings.Contains(restored.Message, fmt.Sprintf(" %d keys", keys)) {
 		t.Errorf("the restored Cache's Restored condition is %+v, want True %s with %d keys", restored, cachev2.ReasonRestoreVerified, keys)
 	}
-	err := admin.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: resources.RestoreConfigMapName(c)}, &corev1.ConfigMap{})
-	if !isNotFound(err) {
-		t.Errorf("the restore's ConfigMap is still there (%v)", err)
-	}
+	testenv.WaitFor(t, time.Minute, "the restore's ConfigMap removed", func() (bool, string) {
+		err := admin.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: resources.RestoreConfigMapName(c)}, &corev1.ConfigMap{})
+		return isNotFound(err), fmt.Sprint(err)
+	})
 }
 
 // A backup that cannot complete fails with the reason, never stays Running, and leaves nothing

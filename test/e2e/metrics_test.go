@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/test/harness/testenv"
 )
@@ -52,6 +53,12 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 	newCache(t, ns, "orders-cache")
 	newClusterCache(t, ns, "sessions-cache", 1, 0) // the Cluster metrics exist for Cluster Caches
 	waitSettled(t, ns, 2*time.Minute)
+	// The backup metrics exist with a backup that completed and one that failed.
+	store := newBackupStore(t, ns)
+	completed := newBackup(t, ns, "orders-nightly", "orders-cache", store.location)
+	failed := newBackup(t, ns, "gone-nightly", "no-such-cache", store.location)
+	waitBackup(t, completed, cachev1alpha1.BackupCompleted, 2*time.Minute)
+	waitBackup(t, failed, cachev1alpha1.BackupFailed, time.Minute)
 	families := o.Metrics(t)
 	// The API server's metrics of conversion appear with its first conversion.
 	testenv.WaitFor(t, time.Minute, "a read of the Cache through v1", func() (bool, string) {
