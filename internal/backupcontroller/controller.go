@@ -58,7 +58,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if b.Status.Phase.Finished() {
-		return ctrl.Result{}, r.removeJob(ctx, job)
+		return ctrl.Result{}, r.removeJob(ctx, b, job)
 	}
 	status := b.Status.DeepCopy()
 	switch ended, _ := jobEnded(job); {
@@ -97,9 +97,10 @@ func (r *Reconciler) job(ctx context.Context, b *cachev1alpha1.CacheBackup) (*ba
 }
 
 // removeJob deletes a finished backup's Job and its pod: what the backup is, is in its status
-// by then, and a fleet's finished Jobs would otherwise pile up.
-func (r *Reconciler) removeJob(ctx context.Context, job *batchv1.Job) error {
-	if job == nil || job.DeletionTimestamp != nil {
+// by then, and a fleet's finished Jobs would otherwise pile up. A Job of its name that is not its
+// own is left alone.
+func (r *Reconciler) removeJob(ctx context.Context, b *cachev1alpha1.CacheBackup, job *batchv1.Job) error {
+	if job == nil || job.DeletionTimestamp != nil || !metav1.IsControlledBy(job, b) {
 		return nil
 	}
 	err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &job.UID})

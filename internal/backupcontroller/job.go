@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
@@ -129,8 +130,13 @@ func agentState(pod *corev1.Pod) corev1.ContainerState {
 // lost fails a Running backup whose Job is gone: deleted by someone before it ended. The
 // informer may not have seen a Job just created, so the API server is asked first.
 func (r *Reconciler) lost(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: resources.BackupJobName(b)}, &batchv1.Job{})
-	if !apierrors.IsNotFound(err) {
+	job := &batchv1.Job{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: resources.BackupJobName(b)}, job)
+	switch {
+	case err == nil && !metav1.IsControlledBy(job, b):
+		foreignJob(b, status, job) // one the informer does not show: without the label
+		return nil
+	case !apierrors.IsNotFound(err):
 		return err // there after all (nil): its informer event comes next
 	}
 	setLost(b, status)
