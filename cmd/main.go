@@ -212,6 +212,9 @@ func main() {
 	if err := backups.SetupWithManager(ctx, mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the CacheBackup controller")
 	}
+	if err := backupcontroller.SetupAdmission(mgr); err != nil {
+		fail(log, err, "Unable to set up the CacheBackup admission webhook")
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		fail(log, err, "Unable to add health check")
 	}

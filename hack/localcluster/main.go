@@ -79,7 +79,7 @@ func run(ctx context.Context, command string) error {
 		if err := c.InstallOperatorAccess(ctx, root); err != nil {
 			return err
 		}
-		if err := c.ServeConversionAt(ctx, root, webhookPort); err != nil {
+		if err := c.ServeWebhooksAt(ctx, root, webhookPort); err != nil {
 			return err
 		}
 		fmt.Println(c.Kubeconfig())

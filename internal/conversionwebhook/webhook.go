@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -70,6 +71,7 @@ type Config struct {
 
 // +kubebuilder:rbac:groups="",namespace=cache-operator-system,resources=secrets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;patch,resourceNames=caches.cache.example.com
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;patch,resourceNames=cache-operator
 
 // Setup registers the conversion webhook with the manager's webhook server, whose TLS comes from
 // cert (see ServingCert.Configure), the certificate's issue and rotation (cert-controller), and
@@ -275,6 +277,10 @@ func (l *certificateLoader) load(ctx context.Context, obj any) {
 		logger.Error(err, "Cannot inject the webhook's CA into the CRD; trying again")
 		return
 	}
+	if err := l.injectValidatingCA(ctx, secret.Data[caKey]); err != nil {
+		logger.Error(err, "Cannot inject the webhook's CA into the validating webhook configuration; trying again")
+		return
+	}
 	l.cert.caInjected.Store(true)
 }
 
@@ -297,6 +303,39 @@ func (l *certificateLoader) injectCA(ctx context.Context, ca []byte) error {
 		return fmt.Errorf("injecting the webhook's CA into the CRD: %w", err)
 	}
 	log.FromContext(ctx).Info("Injected the webhook's CA into the CRD", "crd", CRDName)
+	return nil
+}
+
+// ValidatingWebhookName is the install's ValidatingWebhookConfiguration, whose webhooks the same
+// server answers with the same certificate (the admission of CacheBackups).
+const ValidatingWebhookName = "cache-operator"
+
+// injectValidatingCA makes ca the CA bundle of every webhook of ValidatingWebhookName. An install
+// without it has nothing to inject.
+func (l *certificateLoader) injectValidatingCA(ctx context.Context, ca []byte) error {
+	config := &unstructured.Unstructured{}
+	config.SetGroupVersionKind(schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"})
+	if err := l.crdReader.Get(ctx, types.NamespacedName{Name: ValidatingWebhookName}, config); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("reading the validating webhook configuration to inject the webhook's CA: %w", err)
+	}
+	want := base64.StdEncoding.EncodeToString(ca)
+	webhooks, _, _ := unstructured.NestedSlice(config.Object, "webhooks")
+	var patch []map[string]any
+	for i, w := range webhooks {
+		if have, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "caBundle"); have != want {
+			patch = append(patch, map[string]any{"op": "add", "path": fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), "value": want})
+		}
+	}
+	if len(patch) == 0 {
+		return nil
+	}
+	encoded, _ := json.Marshal(patch) // strings and numbers: cannot fail
+	if err := l.client.Patch(ctx, config, client.RawPatch(types.JSONPatchType, encoded), client.FieldOwner("cache-operator")); err != nil {
+		return fmt.Errorf("injecting the webhook's CA into the validating webhook configuration: %w", err)
+	}
+	log.FromContext(ctx).Info("Injected the webhook's CA into the validating webhook configuration", "name", ValidatingWebhookName)
 	return nil
 }
 

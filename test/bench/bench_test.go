@@ -221,7 +221,7 @@ func setUp(t *testing.T, r *Result) *bench {
 	// fill and lists every Cache from etcd again each second: at 10,000 the API server's heap
 	// grew past 14 GiB. So the webhook is served on loopback and the CRD points there.
 	webhookPort := testenv.FreePort(t)
-	if err := b.cluster.ServeConversionAt(ctx, testenv.Root(), webhookPort); err != nil {
+	if err := b.cluster.ServeWebhooksAt(ctx, testenv.Root(), webhookPort); err != nil {
 		t.Fatal(err)
 	}
 	b.args = append(b.args, localcluster.OperatorWebhookArgs(webhookPort)...)

@@ -375,7 +375,7 @@ func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
 		reason      string
 		says        string
 	}{
-		{"no-cache", "gone", store.location, cachev1alpha1.ReasonCacheNotFound, "does not exist"},
+		{"no-cache", "doomed", store.location, cachev1alpha1.ReasonCacheNotFound, "does not exist"},
 		{"wrong-secret", cache.Name, at(func(l *cachev1alpha1.BucketLocation) { l.CredentialsSecret = wrongKey.Name }),
 			cachev1alpha1.ReasonBackupFailed, "SignatureDoesNotMatch"},
 		{"no-secret", cache.Name, at(func(l *cachev1alpha1.BucketLocation) { l.CredentialsSecret = "missing" }),
@@ -383,8 +383,19 @@ func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
 		{"no-bucket", cache.Name, at(func(l *cachev1alpha1.BucketLocation) { l.Bucket = "no-such-bucket" }),
 			cachev1alpha1.ReasonBackupFailed, "NoSuchBucket"},
 	}
+	// A backup naming no Cache is refused at admission; one whose Cache goes after it was made
+	// fails.
+	typo := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "typo"},
+		Spec: cachev1alpha1.CacheBackupSpec{CacheName: "pagse", Storage: store.location}}
+	if err := admin.Create(ctx, typo); err == nil || !strings.Contains(err.Error(), "Cache pagse does not exist in namespace "+namespace) {
+		t.Errorf("a backup of no Cache was admitted (%v); want it refused, naming the Cache", err)
+	}
+	doomed := newCache(t, namespace, "doomed")
 	for _, c := range cases {
 		newBackup(t, namespace, c.name, c.cache, c.location)
+	}
+	if err := admin.Delete(ctx, doomed); err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range cases {
 		b := waitBackup(t, client.ObjectKey{Namespace: namespace, Name: c.name}, cachev1alpha1.BackupFailed, 2*time.Minute)

@@ -40,7 +40,7 @@ func TestDefaultInstallIsAcceptedAndPodsAreRestricted(t *testing.T) {
 		_ = cluster.Kubectl(ctx, "delete", "deployment/cache-operator", "--namespace", localcluster.OperatorNamespace)
 		// The install pointed the conversion webhook at its Service, which kwok's pods do not
 		// serve; the tests' operators serve it behind the balancer.
-		if err := cluster.ServeConversionAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
+		if err := cluster.ServeWebhooksAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
 			t.Error(err)
 		}
 	})
@@ -228,7 +228,7 @@ func compareInstalls(t *testing.T, overlay, rendered string) {
 	if err := os.WriteFile(chart, []byte(rendered), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Forced: the tests have pointed the CRD's conversion webhook elsewhere (ServeConversionAt).
+	// Forced: the tests have pointed the CRD's conversion webhook elsewhere (ServeWebhooksAt).
 	if err := cluster.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", chart); err != nil {
 		t.Errorf("the API server refuses the rendered chart: %v", err)
 	}

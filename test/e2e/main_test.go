@@ -84,7 +84,7 @@ func run(m *testing.M) int {
 		return fail(err)
 	}
 	defer webhooks.Close() //nolint:errcheck
-	if err := cluster.ServeConversionAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
+	if err := cluster.ServeWebhooksAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
 		return fail(err)
 	}
 	operatorKubeconfig = filepath.Join(workdir, "operator.kubeconfig")

@@ -233,7 +233,7 @@ func installCurrent(t *testing.T) {
 	if err := cluster.InstallOperatorAccess(ctx, testenv.Root()); err != nil {
 		t.Fatalf("installing the current CRDs and RBAC: %v", err)
 	}
-	if err := cluster.ServeConversionAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
+	if err := cluster.ServeWebhooksAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
 		t.Fatal(err)
 	}
 }

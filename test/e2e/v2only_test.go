@@ -36,7 +36,7 @@ func TestServingV2OnlyKeepsEveryCacheWorking(t *testing.T) {
 	}
 	key := client.ObjectKeyFromObject(madeThroughV1)
 
-	serveV1 := func() error { return cluster.ServeConversionAt(ctx, testenv.Root(), webhooks.Port()) }
+	serveV1 := func() error { return cluster.ServeWebhooksAt(ctx, testenv.Root(), webhooks.Port()) }
 	// The tests after this one need v1 served, however this one ends.
 	t.Cleanup(func() {
 		if err := serveV1(); err != nil {

@@ -211,12 +211,13 @@ func (c *Cluster) InstallOperatorAccess(ctx context.Context, root string) error 
 	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/"+conversionwebhook.CRDName, "crd/cachebackups.cache.example.com", "--timeout=60s")
 }
 
-// ServeConversionAt applies the Cache CRD of the repository at root with its conversion webhook
-// at https://localhost:port instead of the webhook Service: a local cluster has no kube-proxy to
-// reach a Service, so the operators, which run beside it rather than in it, serve the webhook on
-// loopback (see OperatorWebhookArgs). It is applied as kubectl applies the install, so that
-// applying the install again points the webhook back at the Service.
-func (c *Cluster) ServeConversionAt(ctx context.Context, root string, port int) error {
+// ServeWebhooksAt applies the Cache CRD and the validating webhook configuration of the
+// repository at root with their webhooks at https://localhost:port instead of the webhook
+// Service: a local cluster has no kube-proxy to reach a Service, so the operators, which run
+// beside it rather than in it, serve the webhooks on loopback (see OperatorWebhookArgs). They are
+// applied as kubectl applies the install, so that applying the install again points the webhooks
+// back at the Service.
+func (c *Cluster) ServeWebhooksAt(ctx context.Context, root string, port int) error {
 	manifest, err := c.KubectlOutput(ctx, "kustomize", filepath.Join(root, "config", "crd"))
 	if err != nil {
 		return err
@@ -242,11 +243,40 @@ func (c *Cluster) ServeConversionAt(ctx context.Context, root string, port int) 
 	if err != nil {
 		return err
 	}
+	if err := c.kubectlStdin(ctx, string(local), "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+		return err
+	}
+	return c.serveValidationAt(ctx, root, port)
+}
+
+// serveValidationAt applies the validating webhook configuration of the repository at root with
+// each webhook's path at https://localhost:port.
+func (c *Cluster) serveValidationAt(ctx context.Context, root string, port int) error {
+	manifest, err := os.ReadFile(filepath.Join(root, "config", "webhook", "validating.yaml"))
+	if err != nil {
+		return err
+	}
+	var config map[string]any
+	if err := yaml.Unmarshal(manifest, &config); err != nil {
+		return fmt.Errorf("reading the validating webhook configuration: %w", err)
+	}
+	webhooks, _, _ := unstructured.NestedSlice(config, "webhooks")
+	for _, w := range webhooks {
+		path, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "service", "path")
+		w.(map[string]any)["clientConfig"] = map[string]any{"url": fmt.Sprintf("https://localhost:%d%s", port, path)}
+	}
+	if err := unstructured.SetNestedSlice(config, webhooks, "webhooks"); err != nil {
+		return err
+	}
+	local, err := yaml.Marshal(config)
+	if err != nil {
+		return err
+	}
 	return c.kubectlStdin(ctx, string(local), "apply", "--server-side", "--force-conflicts", "-f", "-")
 }
 
 // ServeV2Only stops serving the deprecated v1 of the Cache CRD, with the patch that the install
-// of the repository at root makes for it (config/v2-only). ServeConversionAt serves v1 again.
+// of the repository at root makes for it (config/v2-only). ServeWebhooksAt serves v1 again.
 func (c *Cluster) ServeV2Only(ctx context.Context, root string) error {
 	return c.Kubectl(ctx, "patch", "customresourcedefinition", conversionwebhook.CRDName, "--type=json",
 		"--patch-file", filepath.Join(root, "config", "v2-only", "crd", "unserve-v1.yaml"))
