@@ -225,7 +225,7 @@ func connect(addr string) (*valkey.Server, error) {
 func onlyDatabase0(ctx context.Context, s Shard) error {
 	server, err := connect(s.Addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, err)
 	}
 	defer server.Close()
 	dbs, err := server.Databases(ctx)

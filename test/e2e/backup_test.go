@@ -515,8 +515,9 @@ func TestABackupNeverHoldsAWorker(t *testing.T) {
 
 	key := newBackup(t, namespace, "stalled", cache.Name, store.location)
 	source := waitBackup(t, key, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0].Source
-	// The server waits repl-diskless-sync-delay (5 s) before it sends a snapshot: stopped now,
-	// it never sends this one.
+	// The server waits repl-diskless-sync-delay (5 s) before it sends a snapshot: stopped once
+	// the agent has asked for it, it never sends this one.
+	waitSnapshotAsked(t, client.ObjectKeyFromObject(cache), source)
 	if err := runner.Signal(namespace, source, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -539,6 +540,21 @@ func TestABackupNeverHoldsAWorker(t *testing.T) {
 	}
 }
 
+// waitSnapshotAsked waits until the backup's agent has asked the pod's server for its snapshot:
+// the server counts it as a replica.
+func waitSnapshotAsked(t *testing.T, key client.ObjectKey, source string) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, "the snapshot of "+source+" asked for", func() (bool, string) {
+		pods := cachePods(t, key)
+		i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == source })
+		if i < 0 {
+			return false, "no source pod"
+		}
+		replicas := testenv.ValkeyInfo(t, node(t, &pods[i]), "replication", "connected_slaves")
+		return replicas == "1", "connected_slaves:" + replicas
+	})
+}
+
 // A backup whose source pod is deleted while its snapshot is under way (the server waits
 // repl-diskless-sync-delay, 5 s, before it sends) fails, naming the shard, and leaves nothing in
 // the bucket; a backup taken once the pod is replaced completes.
@@ -552,16 +568,7 @@ func TestABackupWhoseSourceIsReplacedFails(t *testing.T) {
 
 	first := newBackup(t, namespace, "replaced", cache.Name, store.location)
 	source := waitBackup(t, first, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0]
-	// The agent's pod has started and asked for the snapshot once its server has a replica.
-	testenv.WaitFor(t, time.Minute, "the snapshot under way", func() (bool, string) {
-		pods := cachePods(t, key)
-		i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == source.Source })
-		if i < 0 {
-			return false, "no source pod"
-		}
-		replicas := testenv.ValkeyInfo(t, node(t, &pods[i]), "replication", "connected_slaves")
-		return replicas == "1", "connected_slaves:" + replicas
-	})
+	waitSnapshotAsked(t, key, source.Source)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: source.Source}}
 	if err := admin.Delete(context.Background(), pod); err != nil {
 		t.Fatal(err)

@@ -56,7 +56,11 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 	// The backup metrics exist with a backup that completed and one that failed.
 	store := newBackupStore(t, ns)
 	completed := newBackup(t, ns, "orders-nightly", "orders-cache", store.location)
-	failed := newBackup(t, ns, "gone-nightly", "no-such-cache", store.location)
+	doomed := newCache(t, ns, "doomed-cache")
+	failed := newBackup(t, ns, "doomed-nightly", doomed.Name, store.location)
+	if err := admin.Delete(context.Background(), doomed); err != nil {
+		t.Fatal(err)
+	}
 	waitBackup(t, completed, cachev1alpha1.BackupCompleted, 2*time.Minute)
 	waitBackup(t, failed, cachev1alpha1.BackupFailed, time.Minute)
 	families := o.Metrics(t)
