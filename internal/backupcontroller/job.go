@@ -62,11 +62,12 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 		return nil
 	}
 	status.Bytes, status.Keys = result.Bytes, result.Keys
+	location, backupPath := backup.PlaceOf(b)
 	for _, s := range result.Shards {
 		for i := range status.Shards {
 			if status.Shards[i].Name == s.Name {
 				status.Shards[i].Bytes, status.Shards[i].Keys, status.Shards[i].Slots = s.Bytes, s.Keys, s.Slots
-				status.Shards[i].Object = path.Join(strings.TrimPrefix(status.Location, "s3://"+b.Spec.Storage.Bucket+"/"), s.Name+".rdb")
+				status.Shards[i].Object = path.Join(location.Prefix, backupPath, s.Name+".rdb")
 			}
 		}
 	}

@@ -33,9 +33,9 @@ import (
 //     then written with the plan the nodes' init steps read and the keys each shard had, and
 //     only then are the Cache's pods made, with the init step;
 //   - with the ConfigMap: once the Cache would be Ready, each node that took a shard is asked
-//     how many keys it loaded at start; when every one matches, Restored turns True and the
-//     ConfigMap goes, so that a node made later starts empty;
-//   - Restored True: nothing more. Until then Ready is False with the restore's reason.
+//     how many keys it loaded at start; when every one matches, Restored turns True;
+//   - Restored True, stored: the next pass removes the ConfigMap, so that a node made later
+//     starts empty; then nothing more. Until then Ready is False with the restore's reason.
 //
 // The operator's informer caches the ConfigMaps that carry its managed-by label: these only.
 
