@@ -16,8 +16,8 @@ func TestAPlanReadsBackAsWritten(t *testing.T) {
 		Location: bucket.Location{Endpoint: "s3.example.internal:9000", Insecure: true, Region: "eu-1", Bucket: "caches", Prefix: "prod"},
 		Path:     "shop/orders/nightly", ValkeyVersion: "8.0.1", Cluster: true, Stall: 45 * time.Second,
 		ResultFile: "/dev/termination-log",
-		Shards: []Shard{{Name: "shard-0", Source: "orders-1", Addr: "10.0.0.7:6379"},
-			{Name: "shard-1", Source: "orders-3", Addr: "[fd00::3]:6379"}},
+		Shards: []Shard{{Name: "shard-0", Source: "orders-1", Addr: "127.64.0.7:6379"},
+			{Name: "shard-1", Source: "orders-3", Addr: "127.64.0.9:6379"}},
 	}
 	got, err := ParsePlan(plan.Args())
 	if err != nil || !reflect.DeepEqual(got, plan) {

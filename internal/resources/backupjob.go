@@ -65,31 +65,40 @@ func BackupJob(b *cachev1alpha1.CacheBackup, plan backup.Plan, agentImage string
 						RunAsGroup:     ptr.To[int64](agentUID),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
-					Containers: []corev1.Container{{
-						Name:    BackupContainerName,
-						Image:   agentImage,
-						Command: []string{"/cache-operator", backup.AgentCommand},
-						Args:    plan.Args(),
-						Env: []corev1.EnvVar{
+					Containers: []corev1.Container{agentContainer(BackupContainerName, agentImage, backup.AgentCommand, plan.Args(),
+						[]corev1.EnvVar{
 							secretKey(backup.EnvAccessKeyID, secret, cachev1alpha1.SecretKeyAccessKeyID, false),
 							secretKey(backup.EnvSecretAccessKey, secret, cachev1alpha1.SecretKeySecretAccessKey, false),
 							secretKey(backup.EnvCABundle, secret, cachev1alpha1.SecretKeyCABundle, true),
 						},
 						// Each shard's upload holds one part in memory (backup.MaxParallelShards at once).
-						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
-							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
-						},
-						TerminationMessagePath:   terminationMessagePath,
-						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-						SecurityContext: &corev1.SecurityContext{
-							AllowPrivilegeEscalation: ptr.To(false),
-							ReadOnlyRootFilesystem:   ptr.To(true),
-							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-						},
-					}},
+						"128Mi", "256Mi")},
 				},
 			},
+		},
+	}
+}
+
+// agentContainer is a container of the operator's own image in one of its agent modes (command),
+// with the memory given: the restricted security context, and its result or failure written to
+// the termination message file, which the kubelet reports in the pod's status.
+func agentContainer(name, image, command string, args []string, env []corev1.EnvVar, memoryRequest, memoryLimit string) corev1.Container {
+	return corev1.Container{
+		Name:    name,
+		Image:   image,
+		Command: []string{"/cache-operator", command},
+		Args:    args,
+		Env:     env,
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse(memoryRequest)},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(memoryLimit)},
+		},
+		TerminationMessagePath:   terminationMessagePath,
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
 }

@@ -2,7 +2,6 @@ package resources
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -38,13 +37,9 @@ func RestoreConfigMap(cache *cachev2.Cache, plan backup.RestorePlan) *corev1.Con
 // ConfigMap and the bucket's credentials from the backup's Secret (secret), all optional: once the
 // restore is over, and the ConfigMap gone, it does nothing, and a pod made then needs neither.
 func RestoreInitContainer(cache *cachev2.Cache, agentImage, secret string) corev1.Container {
-	return corev1.Container{
-		Name:       RestoreContainerName,
-		Image:      agentImage,
-		Command:    []string{"/cache-operator", backup.RestoreCommand},
-		Args:       []string{"--dir=.", "--pod=$(POD_NAME)", "--result-file=" + terminationMessagePath},
-		WorkingDir: dataPath,
-		Env: []corev1.EnvVar{
+	c := agentContainer(RestoreContainerName, agentImage, backup.RestoreCommand,
+		[]string{"--dir=.", "--pod=$(POD_NAME)", "--result-file=" + terminationMessagePath},
+		[]corev1.EnvVar{
 			podField("POD_NAME", "metadata.name"),
 			{Name: backup.EnvRestorePlan, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: RestoreConfigMapName(cache)}, Key: restorePlanKey, Optional: ptr.To(true)}}},
@@ -53,17 +48,8 @@ func RestoreInitContainer(cache *cachev2.Cache, agentImage, secret string) corev
 			secretKey(backup.EnvCABundle, secret, cachev1alpha1.SecretKeyCABundle, true),
 		},
 		// The download streams to the data directory: memory stays flat whatever its size.
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
-		},
-		TerminationMessagePath:   terminationMessagePath,
-		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
-		VolumeMounts: []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}},
-	}
+		"64Mi", "128Mi")
+	c.WorkingDir = dataPath
+	c.VolumeMounts = []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}}
+	return c
 }
