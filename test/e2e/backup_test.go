@@ -243,11 +243,8 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 	})
 
 	t.Run("Standalone 3", func(t *testing.T) {
-		namespace := newNamespace(t)
-		store := newBackupStore(t, namespace)
-		cache := newCache(t, namespace, "pages")
+		namespace, store, cache := readyPagesWithStore(t)
 		key := client.ObjectKeyFromObject(cache)
-		waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
 		for i, pod := range cachePods(t, key) {
 			c := node(t, &pod)
 			cmds := make(valkeygo.Commands, 0, 100*(i+1))
@@ -311,6 +308,17 @@ func assertBackupMetrics(t *testing.T, operator *testenv.Operator, b *cachev1alp
 	}
 }
 
+// readyPagesWithStore makes a namespace with a backup store and a Ready Standalone Cache of 3
+// nodes, "pages": what most backup tests start from.
+func readyPagesWithStore(t *testing.T) (string, *backupStore, *cachev2.Cache) {
+	t.Helper()
+	namespace := newNamespace(t)
+	store := newBackupStore(t, namespace)
+	cache := newCache(t, namespace, "pages")
+	waitReadyAs(t, client.ObjectKeyFromObject(cache), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	return namespace, store, cache
+}
+
 // recreateFromBackup deletes the Cache, waits until its pods are gone, and creates it again with
 // the same name, restored from the backup, with the spec edit gives it.
 func recreateFromBackup(t *testing.T, key client.ObjectKey, backupName string, edit func(*cachev2.Cache)) {
@@ -354,10 +362,7 @@ func assertRestored(t *testing.T, c *cachev2.Cache, keys int) {
 // is killed completes under the next one.
 func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
 	operator := startOperator(t, "a", "")
-	namespace := newNamespace(t)
-	store := newBackupStore(t, namespace)
-	cache := newCache(t, namespace, "pages")
-	waitReadyAs(t, client.ObjectKeyFromObject(cache), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	namespace, store, cache := readyPagesWithStore(t)
 	ctx := context.Background()
 	wrongKey := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "wrong-credentials", Namespace: namespace},
 		StringData: map[string]string{cachev1alpha1.SecretKeyAccessKeyID: store.s3.AccessKey, cachev1alpha1.SecretKeySecretAccessKey: "not-the-secret"}}
@@ -442,11 +447,8 @@ func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
 // why, and the Cache is not Ready.
 func TestARestoreThatCannotBeWholeIsNeverReady(t *testing.T) {
 	startOperator(t, "a", "")
-	namespace := newNamespace(t)
-	store := newBackupStore(t, namespace)
-	cache := newCache(t, namespace, "pages")
+	namespace, store, cache := readyPagesWithStore(t)
 	key := client.ObjectKeyFromObject(cache)
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
 	for _, pod := range cachePods(t, key) {
 		c := node(t, &pod)
 		if err := c.Do(context.Background(), c.B().Set().Key("page").Value(pod.Name).Build()).Error(); err != nil {
@@ -508,10 +510,7 @@ func TestARestoreThatCannotBeWholeIsNeverReady(t *testing.T) {
 // stalled backup then fails, saying so, and leaves nothing in the bucket.
 func TestABackupNeverHoldsAWorker(t *testing.T) {
 	startOperator(t, "a", "", "--max-concurrent-reconciles=1", "--backup-stall-timeout=60s")
-	namespace := newNamespace(t)
-	store := newBackupStore(t, namespace)
-	cache := newCache(t, namespace, "pages")
-	waitReadyAs(t, client.ObjectKeyFromObject(cache), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	namespace, store, cache := readyPagesWithStore(t)
 
 	key := newBackup(t, namespace, "stalled", cache.Name, store.location)
 	source := waitBackup(t, key, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0].Source
@@ -560,11 +559,8 @@ func waitSnapshotAsked(t *testing.T, key client.ObjectKey, source string) {
 // the bucket; a backup taken once the pod is replaced completes.
 func TestABackupWhoseSourceIsReplacedFails(t *testing.T) {
 	startOperator(t, "a", "")
-	namespace := newNamespace(t)
-	store := newBackupStore(t, namespace)
-	cache := newCache(t, namespace, "pages")
+	namespace, store, cache := readyPagesWithStore(t)
 	key := client.ObjectKeyFromObject(cache)
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
 
 	first := newBackup(t, namespace, "replaced", cache.Name, store.location)
 	source := waitBackup(t, first, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0]
