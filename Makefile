@@ -72,7 +72,7 @@ verify: ## Regenerate everything and fail if that changed anything, if code is u
 	if [[ -n $$harness ]]; then echo "the operator's binary links test code: $$harness" >&2; exit 1; fi
 
 # A checksum over every generated file, names included, so that an added or removed one counts.
-GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/templates/crd.yaml charts/cache-operator/templates/crd-cachebackup.yaml charts/cache-operator/templates/manager-role.yaml go.mod go.sum -type f | sort | xargs sha256sum | sha256sum
+GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/templates/crd.yaml charts/cache-operator/templates/crd-cachebackup.yaml charts/cache-operator/templates/crd-cachebackupschedule.yaml charts/cache-operator/templates/manager-role.yaml go.mod go.sum -type f | sort | xargs sha256sum | sha256sum
 
 .PHONY: local-cluster-down
 local-cluster-down: ## Delete the local cluster that make run started.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -32,6 +33,7 @@ import (
 	"example.com/cache-operator/internal/gcpacing"
 	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/schedulecontroller"
 	"example.com/cache-operator/internal/snapshot"
 )
 
@@ -212,6 +214,10 @@ func main() {
 	if err := backups.SetupWithManager(ctx, mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the CacheBackup controller")
 	}
+	schedules := &schedulecontroller.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}}
+	if err := schedules.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
+		fail(log, err, "Unable to set up the CacheBackupSchedule controller")
+	}
 	if err := backupcontroller.SetupAdmission(mgr); err != nil {
 		fail(log, err, "Unable to set up the CacheBackup admission webhook")
 	}
@@ -256,6 +262,7 @@ func metricsOptions(addr string, secure bool, certDir string) metricsserver.Opti
 var agents = map[string]func(context.Context, []string) int{
 	backup.AgentCommand:   backup.RunAgent,
 	backup.RestoreCommand: backup.RunRestore,
+	backup.DeleteCommand:  backup.RunDelete,
 }
 
 // defaultAgentImage is the operator's image of this release, for the backup Jobs: the install sets

@@ -21,7 +21,29 @@ type CacheBackupSpec struct {
 	//
 	// +required
 	Storage BucketLocation `json:"storage"`
+
+	// DeletionPolicy says what happens to the backup's objects in the bucket when the
+	// CacheBackup is deleted: Retain leaves them (the default for a backup made by hand, so that
+	// deleting a namespace never deletes data), Delete removes them first, through a Job that
+	// reads the bucket's credentials as the backup's own did. A schedule's backups are Delete:
+	// its retention is what removes them.
+	//
+	// +kubebuilder:default=Retain
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
 }
+
+// DeletionPolicy is what happens to a backup's objects when the CacheBackup is deleted.
+//
+// +kubebuilder:validation:Enum=Retain;Delete
+type DeletionPolicy string
+
+const (
+	// DeletionRetain leaves a deleted backup's objects in the bucket.
+	DeletionRetain DeletionPolicy = "Retain"
+	// DeletionDelete removes a backup's objects from the bucket before the CacheBackup goes.
+	DeletionDelete DeletionPolicy = "Delete"
+)
 
 // BucketLocation is a place in an S3-compatible bucket, and the credentials that reach it. A
 // backup's objects are written under <prefix>/<namespace>/<cache>/<backup>/: one RDB per shard

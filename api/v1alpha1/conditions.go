@@ -28,3 +28,42 @@ const (
 	// ReasonJobLost means the backup's Job was deleted before it ended: the backup failed.
 	ReasonJobLost = "JobLost"
 )
+
+// While a CacheBackup whose deletion policy is Delete is being deleted, ObjectsDeleted says how
+// the removal of its objects goes. The CacheBackup goes once they are gone.
+const (
+	// ConditionObjectsDeleted is the type of the ObjectsDeleted condition.
+	ConditionObjectsDeleted = "ObjectsDeleted"
+
+	// ReasonDeletingObjects means a Job removes the backup's objects from the bucket.
+	ReasonDeletingObjects = "DeletingObjects"
+
+	// ReasonDeletionFailed means the Job could not remove the objects (the message says why:
+	// the bucket unreachable, the credentials refused or their Secret gone); it is tried again.
+	// Removing the finalizer cache.example.com/backup-objects gives up, leaving the objects.
+	ReasonDeletionFailed = "DeletionFailed"
+)
+
+// Scheduling reports whether a CacheBackupSchedule makes backups, with the reason when it does not.
+const (
+	// ConditionScheduling is the type of the Scheduling condition.
+	ConditionScheduling = "Scheduling"
+
+	// ReasonScheduled means backups are made as the schedule says; the message says when next.
+	ReasonScheduled = "Scheduled"
+
+	// ReasonInvalidSchedule means the schedule cannot be read as a cron schedule: the message
+	// says why. Nothing is made until the spec is fixed.
+	ReasonInvalidSchedule = "InvalidSchedule"
+
+	// ReasonSuspended means spec.suspend is set.
+	ReasonSuspended = "Suspended"
+
+	// ReasonPreviousBackupRunning means a backup was due while the schedule's previous one had
+	// not finished: it is made once that one ends, for the latest time that was due.
+	ReasonPreviousBackupRunning = "PreviousBackupRunning"
+)
+
+// BackupObjectsFinalizer, on a CacheBackup whose deletion policy is Delete, holds it until its
+// objects are removed from the bucket.
+const BackupObjectsFinalizer = "cache.example.com/backup-objects"

@@ -1,5 +1,6 @@
 // Package v1alpha1 contains the v1alpha1 API of the cache.example.com group: CacheBackup, a
-// snapshot of a Cache's data in an S3-compatible bucket. It has a version of its own, apart from
+// snapshot of a Cache's data in an S3-compatible bucket, and CacheBackupSchedule, which makes
+// them on a cron schedule and keeps the newest few. It has a version of its own, apart from
 // the Cache's, so that it can change while it is young without touching the Cache's API.
 //
 // +kubebuilder:object:generate=true
@@ -24,7 +25,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &CacheBackup{}, &CacheBackupList{})
+	scheme.AddKnownTypes(GroupVersion, &CacheBackup{}, &CacheBackupList{}, &CacheBackupSchedule{}, &CacheBackupScheduleList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

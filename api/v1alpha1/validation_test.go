@@ -76,3 +76,70 @@ func TestSchemaChecksABackupAndKeepsItAsMade(t *testing.T) {
 		}
 	}
 }
+
+// A backup made by hand keeps its objects when deleted unless it says otherwise.
+func TestABackupRetainsItsObjectsByDefault(t *testing.T) {
+	ctx := context.Background()
+	u := backupObject("by-hand", map[string]any{"cacheName": "orders", "storage": storage(nil)})
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+	if policy, _, _ := unstructured.NestedString(u.Object, "spec", "deletionPolicy"); policy != "Retain" {
+		t.Errorf("deletionPolicy defaults to %q, want Retain", policy)
+	}
+	if err := k8s.Create(ctx, backupObject("odd-policy", map[string]any{"cacheName": "orders", "storage": storage(nil), "deletionPolicy": "Archive"})); !apierrors.IsInvalid(err) {
+		t.Errorf("deletionPolicy Archive: got %v, want invalid", err)
+	}
+}
+
+func scheduleObject(name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "cache.example.com", Version: "v1alpha1", Kind: "CacheBackupSchedule"})
+	u.SetNamespace("default")
+	u.SetName(name)
+	return u
+}
+
+// A schedule's spec is checked at admission: a cron schedule's shape (the operator reports a
+// value out of range), a retention of at least one, and a name its backups' names can extend.
+func TestSchemaChecksASchedule(t *testing.T) {
+	ctx := context.Background()
+	spec := func(edit func(map[string]any)) map[string]any {
+		s := map[string]any{"cacheName": "orders", "schedule": "0 3 * * *", "storage": storage(nil)}
+		if edit != nil {
+			edit(s)
+		}
+		return s
+	}
+	long := "a-schedule-whose-name-its-backups-cannot-carry"
+	if err := k8s.Create(ctx, scheduleObject(long, spec(nil))); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at most 43 characters") {
+		t.Errorf("a %d-character name: got %v, want invalid: at most 43 characters", len(long), err)
+	}
+	for name, s := range map[string]map[string]any{
+		"four-fields":  spec(func(s map[string]any) { s["schedule"] = "0 3 * *" }),
+		"every":        spec(func(s map[string]any) { s["schedule"] = "@every 1m" }),
+		"time-zone":    spec(func(s map[string]any) { s["schedule"] = "CRON_TZ=Europe/Paris 0 3 * * *" }),
+		"keep-none":    spec(func(s map[string]any) { s["keep"] = int64(0) }),
+		"no-cache":     spec(func(s map[string]any) { delete(s, "cacheName") }),
+		"no-storage":   spec(func(s map[string]any) { delete(s, "storage") }),
+		"bad-endpoint": spec(func(s map[string]any) { s["storage"] = storage(func(s map[string]any) { s["endpoint"] = "https://s3" }) }),
+	} {
+		if err := k8s.Create(ctx, scheduleObject(name, s)); !apierrors.IsInvalid(err) {
+			t.Errorf("%s: got %v, want invalid", name, err)
+		}
+	}
+	for _, schedule := range []string{"0 3 * * *", "*/15 * * * *", "0 9 * * MON-FRI", "@daily"} {
+		u := scheduleObject("nightly", spec(func(s map[string]any) { s["schedule"] = schedule }))
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Errorf("%q: %v", schedule, err)
+			continue
+		}
+		if keep, _, _ := unstructured.NestedInt64(u.Object, "spec", "keep"); keep != 7 {
+			t.Errorf("keep defaults to %d, want 7", keep)
+		}
+		if err := k8s.Delete(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

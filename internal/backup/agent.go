@@ -53,18 +53,11 @@ type Plan struct {
 
 // Args is the plan as the agent's arguments, after AgentCommand.
 func (p Plan) Args() []string {
-	args := []string{
-		"--endpoint=" + p.Location.Endpoint,
-		"--insecure=" + strconv.FormatBool(p.Location.Insecure),
-		"--region=" + p.Location.Region,
-		"--bucket=" + p.Location.Bucket,
-		"--prefix=" + p.Location.Prefix,
-		"--path=" + p.Path,
-		"--valkey-version=" + p.ValkeyVersion,
-		"--cluster=" + strconv.FormatBool(p.Cluster),
-		"--stall=" + p.Stall.String(),
-		"--result-file=" + p.ResultFile,
-	}
+	args := append(locationArgs(p.Location, p.Path, p.ResultFile),
+		"--valkey-version="+p.ValkeyVersion,
+		"--cluster="+strconv.FormatBool(p.Cluster),
+		"--stall="+p.Stall.String(),
+	)
 	for _, s := range p.Shards {
 		args = append(args, "--shard="+strings.Join([]string{s.Name, s.Source, s.Addr}, ","))
 	}
@@ -75,16 +68,10 @@ func (p Plan) Args() []string {
 func ParsePlan(args []string) (Plan, error) {
 	var p Plan
 	flags := flag.NewFlagSet(AgentCommand, flag.ContinueOnError)
-	flags.StringVar(&p.Location.Endpoint, "endpoint", "", "The S3 server's host[:port].")
-	flags.BoolVar(&p.Location.Insecure, "insecure", false, "Plain HTTP.")
-	flags.StringVar(&p.Location.Region, "region", "", "The bucket's region.")
-	flags.StringVar(&p.Location.Bucket, "bucket", "", "The bucket.")
-	flags.StringVar(&p.Location.Prefix, "prefix", "", "The prefix of every object's name.")
-	flags.StringVar(&p.Path, "path", "", "The backup's path under the prefix.")
+	locationFlags(flags, &p.Location, &p.Path, &p.ResultFile)
 	flags.StringVar(&p.ValkeyVersion, "valkey-version", "", "The servers' Valkey version.")
 	flags.BoolVar(&p.Cluster, "cluster", false, "The servers are Valkey Cluster nodes.")
 	flags.DurationVar(&p.Stall, "stall", snapshot.DefaultStall, "How long a snapshot waits for the next byte.")
-	flags.StringVar(&p.ResultFile, "result-file", "/dev/termination-log", "Where the result is written.")
 	flags.Func("shard", "A shard: name,pod,host:port (repeated).", func(v string) error {
 		parts := strings.Split(v, ",")
 		if len(parts) != 3 {
@@ -103,6 +90,31 @@ func ParsePlan(args []string) (Plan, error) {
 		return p, errors.New("--endpoint, --bucket, --path and at least one --shard are required")
 	}
 	return p, nil
+}
+
+// locationArgs are the arguments that say where a backup is (the bucket, without its
+// credentials, and the backup's path in it) and where an agent writes its result.
+func locationArgs(loc bucket.Location, backupPath, resultFile string) []string {
+	return []string{
+		"--endpoint=" + loc.Endpoint,
+		"--insecure=" + strconv.FormatBool(loc.Insecure),
+		"--region=" + loc.Region,
+		"--bucket=" + loc.Bucket,
+		"--prefix=" + loc.Prefix,
+		"--path=" + backupPath,
+		"--result-file=" + resultFile,
+	}
+}
+
+// locationFlags reads back what locationArgs wrote.
+func locationFlags(flags *flag.FlagSet, loc *bucket.Location, backupPath, resultFile *string) {
+	flags.StringVar(&loc.Endpoint, "endpoint", "", "The S3 server's host[:port].")
+	flags.BoolVar(&loc.Insecure, "insecure", false, "Plain HTTP.")
+	flags.StringVar(&loc.Region, "region", "", "The bucket's region.")
+	flags.StringVar(&loc.Bucket, "bucket", "", "The bucket.")
+	flags.StringVar(&loc.Prefix, "prefix", "", "The prefix of every object's name.")
+	flags.StringVar(backupPath, "path", "", "The backup's path under the prefix.")
+	flags.StringVar(resultFile, "result-file", "/dev/termination-log", "Where the result is written.")
 }
 
 // Result is what a backup's agent reports when it ends well: the sizes, whole and per shard.
@@ -143,15 +155,22 @@ func RunAgent(ctx context.Context, args []string) int {
 	if err == nil {
 		message, err = result.message()
 	}
+	return report(AgentCommand, plan.ResultFile, message, err)
+}
+
+// report ends an agent's run: it writes what was done (message), or why it failed (err), to the
+// result file, the container's termination message that the operator reads, and to the log; and
+// returns the process's exit code, non-zero on failure, so that the kubelet and the Job see it.
+func report(command, resultFile, message string, err error) int {
 	if err != nil {
 		message = err.Error()
 	}
-	fmt.Fprintln(os.Stderr, "backup:", message)
+	fmt.Fprintln(os.Stderr, command+":", message)
 	if len(message) > MaxResultBytes {
 		message = message[:MaxResultBytes]
 	}
-	if werr := os.WriteFile(plan.ResultFile, []byte(message), 0o600); werr != nil {
-		fmt.Fprintln(os.Stderr, "backup: writing the result:", werr)
+	if werr := os.WriteFile(resultFile, []byte(message), 0o600); werr != nil {
+		fmt.Fprintln(os.Stderr, command+": writing the result:", werr)
 	}
 	if err != nil {
 		return 1

@@ -31,6 +31,19 @@ func TestAPlanReadsBackAsWritten(t *testing.T) {
 	}
 }
 
+// A deletion's plan reads back as written too, and names a backup.
+func TestADeletePlanReadsBackAsWritten(t *testing.T) {
+	plan := DeletePlan{Location: bucket.Location{Endpoint: "s3.example.internal:9000", Region: "eu-1", Bucket: "caches", Prefix: "prod"},
+		Path: "shop/orders/nightly", ResultFile: "/dev/termination-log"}
+	got, err := ParseDeletePlan(plan.Args())
+	if err != nil || !reflect.DeepEqual(got, plan) {
+		t.Errorf("read back %+v, %v; want %+v", got, err, plan)
+	}
+	if _, err := ParseDeletePlan([]string{"--endpoint=s3:9000", "--bucket=b"}); err == nil {
+		t.Error("a deletion with no backup path was read")
+	}
+}
+
 // A result always fits in a termination message: the shards are left out when they would not.
 func TestAResultFitsInATerminationMessage(t *testing.T) {
 	r := Result{Bytes: 3, Keys: 3}

@@ -131,3 +131,25 @@ func TestAFailedBackupLeavesNothing(t *testing.T) {
 		t.Errorf("after the failed backup the bucket lists %q, %v; want nothing", names, err)
 	}
 }
+
+// Deleting a backup removes its objects, and only its: another backup under the same Cache's
+// path (whose name starts like it) stays whole. A backup already gone is no error.
+func TestDeletingABackupRemovesItsObjectsOnly(t *testing.T) {
+	b, shards, _ := setUp(t, 1)
+	ctx := context.Background()
+	for _, name := range []string{"nightly", "nightly-2"} {
+		if _, err := Take(ctx, b, "default/orders/"+name, "8.0.1", shards, 10*time.Second, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := Delete(ctx, b, "default/orders/nightly"); err != nil || n != 2 {
+		t.Fatalf("deleted %d objects (%v), want the manifest and one RDB", n, err)
+	}
+	names, err := b.List(ctx, "")
+	if err != nil || !slices.Equal(names, []string{"default/orders/nightly-2/manifest.json", "default/orders/nightly-2/shard-0.rdb"}) {
+		t.Errorf("after the deletion the bucket lists %q, %v; want the other backup whole", names, err)
+	}
+	if n, err := Delete(ctx, b, "default/orders/nightly"); err != nil || n != 0 {
+		t.Errorf("deleting it again: %d objects, %v; want none and no error", n, err)
+	}
+}

@@ -99,15 +99,7 @@ func RunRestore(ctx context.Context, args []string) int {
 		return 2
 	}
 	message, err := restore(ctx, *dir, *pod)
-	if err != nil {
-		message = err.Error()
-	}
-	fmt.Fprintln(os.Stderr, "restore:", message)
-	_ = os.WriteFile(*resultFile, []byte(message[:min(len(message), MaxResultBytes)]), 0o600)
-	if err != nil {
-		return 1
-	}
-	return 0
+	return report(RestoreCommand, *resultFile, message, err)
 }
 
 func restore(ctx context.Context, dir, pod string) (string, error) {

@@ -1,7 +1,8 @@
 // Package backupcontroller takes the backups of Caches. For each CacheBackup it waits until the
 // Cache is Ready, then starts a Job that streams a snapshot of each shard into the bucket
 // (package backup, in the operator's own image), follows the Job through its informer and
-// records how it ended. Nothing slow runs in Reconcile: a pass reads, makes at most one write
+// records how it ended; and when a backup whose deletion policy is Delete is deleted, another
+// Job removes its objects before it goes. Nothing slow runs in Reconcile: a pass reads, makes at most one write
 // besides the status, and returns, so a backup of any size never holds a worker; and the Job
 // goes on while the operator restarts.
 package backupcontroller
@@ -18,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -41,17 +43,29 @@ type Reconciler struct {
 	Stall time.Duration
 }
 
-// +kubebuilder:rbac:groups=cache.example.com,resources=cachebackups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cache.example.com,resources=cachebackups,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=cache.example.com,resources=cachebackups/status,verbs=update
+// The Jobs it makes block their backup's deletion (their owner reference), which some API servers
+// allow only to who may update the backup's finalizers.
+// +kubebuilder:rbac:groups=cache.example.com,resources=cachebackups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile moves a backup one step along its life: Pending until its Cache is Ready, Running
-// while its Job runs, Completed or Failed once the Job ended; then the Job is removed.
+// while its Job runs, Completed or Failed once the Job ended; then the Job is removed. A backup
+// whose deletion policy is Delete is held by a finalizer from its first pass, and once deleted,
+// its objects are removed before it goes.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &cachev1alpha1.CacheBackup{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if b.DeletionTimestamp != nil {
+		return r.removeObjects(ctx, b)
+	}
+	if b.Spec.DeletionPolicy == cachev1alpha1.DeletionDelete && controllerutil.AddFinalizer(b, cachev1alpha1.BackupObjectsFinalizer) {
+		// Before the Job writes anything: from now on, the backup's deletion removes its objects.
+		return ctrl.Result{}, r.Update(ctx, b)
 	}
 	job, err := r.job(ctx, b)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	"example.com/cache-operator/internal/cronschedule"
 )
 
 var (
@@ -21,6 +22,12 @@ var (
 		"How long the latest completed backup of the Cache took, from its start to its end.", []string{"namespace", "cache"}, nil)
 	lastBackupBytesDesc = prometheus.NewDesc("cache_operator_backup_last_bytes",
 		"The size of the latest completed backup of the Cache: its RDBs' bytes.", []string{"namespace", "cache"}, nil)
+	scheduleLastSuccessDesc = prometheus.NewDesc("cache_operator_backup_schedule_last_success_timestamp_seconds",
+		"When the schedule's latest backup to complete completed, or, before its first, when the schedule was made (Unix time).",
+		[]string{"namespace", "schedule", "cache"}, nil)
+	schedulePeriodDesc = prometheus.NewDesc("cache_operator_backup_schedule_period_seconds",
+		"The gap between the schedule's latest time and its next; absent while it makes no backups (suspended, or unreadable).",
+		[]string{"namespace", "schedule", "cache"}, nil)
 )
 
 // NewBackupsCollector exports metrics about the CacheBackups in reader (the manager's informer
@@ -37,6 +44,8 @@ func (c *backupsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lastBackupFailureDesc
 	ch <- lastBackupDurationDesc
 	ch <- lastBackupBytesDesc
+	ch <- scheduleLastSuccessDesc
+	ch <- schedulePeriodDesc
 }
 
 func (c *backupsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -87,5 +96,28 @@ func (c *backupsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for key, end := range failed {
 		ch <- prometheus.MustNewConstMetric(lastBackupFailureDesc, prometheus.GaugeValue, float64(end.Unix()), key.namespace, key.name)
+	}
+	c.collectSchedules(ctx, ch)
+}
+
+// collectSchedules exports, for each schedule, what the alert CacheBackupScheduleMissed compares:
+// the time since its latest success and its period.
+func (c *backupsCollector) collectSchedules(ctx context.Context, ch chan<- prometheus.Metric) {
+	var schedules cachev1alpha1.CacheBackupScheduleList
+	if err := c.reader.List(ctx, &schedules, client.UnsafeDisableDeepCopy); err != nil {
+		ch <- prometheus.NewInvalidMetric(scheduleLastSuccessDesc, err)
+		return
+	}
+	now := time.Now()
+	for _, s := range schedules.Items {
+		labels := []string{s.Namespace, s.Name, s.Spec.CacheName}
+		since := s.CreationTimestamp.Time
+		if last := s.Status.LastSuccessfulTime; last != nil {
+			since = last.Time
+		}
+		ch <- prometheus.MustNewConstMetric(scheduleLastSuccessDesc, prometheus.GaugeValue, float64(since.Unix()), labels...)
+		if cron, err := cronschedule.Parse(s.Spec.Schedule); err == nil && !s.Spec.Suspend {
+			ch <- prometheus.MustNewConstMetric(schedulePeriodDesc, prometheus.GaugeValue, cronschedule.Period(cron, now).Seconds(), labels...)
+		}
 	}
 }

@@ -47,12 +47,34 @@ func BackupLabels(b *cachev1alpha1.CacheBackup) map[string]string {
 // CacheBackup, which takes a new, whole snapshot. The plan's result file is set here.
 func BackupJob(b *cachev1alpha1.CacheBackup, plan backup.Plan, agentImage string) *batchv1.Job {
 	plan.ResultFile = terminationMessagePath
-	secret := b.Spec.Storage.CredentialsSecret
+	// Each shard's upload holds one part in memory (backup.MaxParallelShards at once).
+	return agentJob(b, BackupJobName(b), BackupDeadline, agentContainer(BackupContainerName, agentImage, backup.AgentCommand,
+		plan.Args(), bucketCredentials(b), "128Mi", "256Mi"))
+}
+
+// BackupDeletionJobName is the name of the Job that removes a deleted backup's objects.
+func BackupDeletionJobName(b *cachev1alpha1.CacheBackup) string { return b.Name + "-delete" }
+
+// BackupDeletionDeadline bounds a deletion's Job: it lists and deletes a few objects.
+const BackupDeletionDeadline = 10 * 60
+
+// BackupDeletionJob is the Job that removes a deleted backup's objects from the bucket
+// (backup.RunDelete), with the backup's own credentials, as BackupJob takes it. The operator
+// retries one that fails; it runs once.
+func BackupDeletionJob(b *cachev1alpha1.CacheBackup, plan backup.DeletePlan, agentImage string) *batchv1.Job {
+	plan.ResultFile = terminationMessagePath
+	return agentJob(b, BackupDeletionJobName(b), BackupDeletionDeadline, agentContainer(BackupContainerName, agentImage, backup.DeleteCommand,
+		plan.Args(), bucketCredentials(b), "32Mi", "64Mi"))
+}
+
+// agentJob is a Job of a backup that runs one agent container once, with no access to the API
+// server, within the deadline (seconds).
+func agentJob(b *cachev1alpha1.CacheBackup, name string, deadline int64, agent corev1.Container) *batchv1.Job {
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: BackupJobName(b), Namespace: b.Namespace, Labels: BackupLabels(b)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.Namespace, Labels: BackupLabels(b)},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](0),
-			ActiveDeadlineSeconds: ptr.To[int64](BackupDeadline),
+			ActiveDeadlineSeconds: ptr.To(deadline),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: BackupLabels(b)},
 				Spec: corev1.PodSpec{
@@ -65,17 +87,21 @@ func BackupJob(b *cachev1alpha1.CacheBackup, plan backup.Plan, agentImage string
 						RunAsGroup:     ptr.To[int64](agentUID),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
-					Containers: []corev1.Container{agentContainer(BackupContainerName, agentImage, backup.AgentCommand, plan.Args(),
-						[]corev1.EnvVar{
-							secretKey(backup.EnvAccessKeyID, secret, cachev1alpha1.SecretKeyAccessKeyID, false),
-							secretKey(backup.EnvSecretAccessKey, secret, cachev1alpha1.SecretKeySecretAccessKey, false),
-							secretKey(backup.EnvCABundle, secret, cachev1alpha1.SecretKeyCABundle, true),
-						},
-						// Each shard's upload holds one part in memory (backup.MaxParallelShards at once).
-						"128Mi", "256Mi")},
+					Containers: []corev1.Container{agent},
 				},
 			},
 		},
+	}
+}
+
+// bucketCredentials are the variables an agent reads the backup's bucket credentials from,
+// taken from the user's Secret.
+func bucketCredentials(b *cachev1alpha1.CacheBackup) []corev1.EnvVar {
+	secret := b.Spec.Storage.CredentialsSecret
+	return []corev1.EnvVar{
+		secretKey(backup.EnvAccessKeyID, secret, cachev1alpha1.SecretKeyAccessKeyID, false),
+		secretKey(backup.EnvSecretAccessKey, secret, cachev1alpha1.SecretKeySecretAccessKey, false),
+		secretKey(backup.EnvCABundle, secret, cachev1alpha1.SecretKeyCABundle, true),
 	}
 }
 

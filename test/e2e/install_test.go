@@ -206,7 +206,7 @@ func compareInstalls(t *testing.T, overlay, rendered string) {
 	k, h := byIdentity(objects(t, kustomized)), byIdentity(objects(t, rendered))
 	// Only the chart needs to say that uninstalling keeps the CRDs, and every Cache and backup
 	// with them.
-	for _, name := range []string{"caches.cache.example.com", "cachebackups.cache.example.com"} {
+	for _, name := range []string{"caches.cache.example.com", "cachebackups.cache.example.com", "cachebackupschedules.cache.example.com"} {
 		if crd, ok := h["CustomResourceDefinition /"+name]; ok {
 			annotations := crd.GetAnnotations()
 			if annotations["helm.sh/resource-policy"] != "keep" {

@@ -208,7 +208,7 @@ func (c *Cluster) InstallOperatorAccess(ctx context.Context, root string) error 
 			return err
 		}
 	}
-	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/"+conversionwebhook.CRDName, "crd/cachebackups.cache.example.com", "--timeout=60s")
+	return c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/"+conversionwebhook.CRDName, "crd/cachebackups.cache.example.com", "crd/cachebackupschedules.cache.example.com", "--timeout=60s")
 }
 
 // ServeWebhooksAt applies the Cache CRD and the validating webhook configuration of the
