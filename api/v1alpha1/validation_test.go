@@ -117,13 +117,15 @@ func TestSchemaChecksASchedule(t *testing.T) {
 		t.Errorf("a %d-character name: got %v, want invalid: at most 43 characters", len(long), err)
 	}
 	for name, s := range map[string]map[string]any{
-		"four-fields":  spec(func(s map[string]any) { s["schedule"] = "0 3 * *" }),
-		"every":        spec(func(s map[string]any) { s["schedule"] = "@every 1m" }),
-		"time-zone":    spec(func(s map[string]any) { s["schedule"] = "CRON_TZ=Europe/Paris 0 3 * * *" }),
-		"keep-none":    spec(func(s map[string]any) { s["keep"] = int64(0) }),
-		"no-cache":     spec(func(s map[string]any) { delete(s, "cacheName") }),
-		"no-storage":   spec(func(s map[string]any) { delete(s, "storage") }),
-		"bad-endpoint": spec(func(s map[string]any) { s["storage"] = storage(func(s map[string]any) { s["endpoint"] = "https://s3" }) }),
+		"four-fields": spec(func(s map[string]any) { s["schedule"] = "0 3 * *" }),
+		"every":       spec(func(s map[string]any) { s["schedule"] = "@every 1m" }),
+		"time-zone":   spec(func(s map[string]any) { s["schedule"] = "CRON_TZ=Europe/Paris 0 3 * * *" }),
+		"keep-none":   spec(func(s map[string]any) { s["keep"] = int64(0) }),
+		"no-cache":    spec(func(s map[string]any) { delete(s, "cacheName") }),
+		"no-storage":  spec(func(s map[string]any) { delete(s, "storage") }),
+		"bad-endpoint": spec(func(s map[string]any) {
+			s["storage"] = storage(func(s map[string]any) { s["endpoint"] = "https://s3" })
+		}),
 	} {
 		if err := k8s.Create(ctx, scheduleObject(name, s)); !apierrors.IsInvalid(err) {
 			t.Errorf("%s: got %v, want invalid", name, err)
