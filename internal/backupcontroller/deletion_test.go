@@ -1,0 +1,167 @@
+package backupcontroller
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/controller"
+	"example.com/cache-operator/internal/resources"
+)
+
+// deletionWorld is a completed backup whose policy is Delete, and a reconciler, pass by pass:
+// each pass is one step, and a pass run again after any of them (a crash, a lost write) finds
+// its way on from what is stored.
+type deletionWorld struct {
+	t *testing.T
+	c client.Client
+	r *Reconciler
+	b *cachev1alpha1.CacheBackup
+}
+
+func newDeletionWorld(t *testing.T, status cachev1alpha1.CacheBackupStatus, objects ...client.Object) *deletionWorld {
+	b := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly", UID: "this-one"},
+		Spec: cachev1alpha1.CacheBackupSpec{CacheName: "orders", DeletionPolicy: cachev1alpha1.DeletionDelete,
+			Storage: cachev1alpha1.BucketLocation{Endpoint: "s3:9000", Bucket: "caches", CredentialsSecret: "creds"}},
+		Status: status}
+	c := fake.NewClientBuilder().WithScheme(controller.NewScheme()).WithObjects(append(objects, b)...).
+		WithStatusSubresource(&cachev1alpha1.CacheBackup{}).Build()
+	return &deletionWorld{t: t, c: c, b: b, r: &Reconciler{Client: c, APIReader: c, AgentImage: "example.com/cache-operator:test"}}
+}
+
+func (w *deletionWorld) pass() ctrl.Result {
+	w.t.Helper()
+	res, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(w.b)})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return res
+}
+
+// backup is the backup as stored, or nil once it is gone.
+func (w *deletionWorld) backup() *cachev1alpha1.CacheBackup {
+	w.t.Helper()
+	b := &cachev1alpha1.CacheBackup{}
+	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(w.b), b); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		w.t.Fatal(err)
+	}
+	return b
+}
+
+func (w *deletionWorld) job(name string) *batchv1.Job {
+	w.t.Helper()
+	job := &batchv1.Job{}
+	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: name}, job); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		w.t.Fatal(err)
+	}
+	return job
+}
+
+func (w *deletionWorld) endJob(job *batchv1.Job, kind batchv1.JobConditionType, at time.Time) {
+	w.t.Helper()
+	job.Status.Conditions = []batchv1.JobCondition{{Type: kind, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)}}
+	if err := w.c.Status().Update(context.Background(), job); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func reasonOf(b *cachev1alpha1.CacheBackup) string {
+	if c := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionObjectsDeleted); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// A deleted backup whose policy is Delete goes only once a Job has removed its objects: its own
+// Job is stopped first, a failed removal is retried after deletionRetryInterval, and the
+// CacheBackup goes when a removal succeeds.
+func TestADeletedBackupGoesOnlyOnceItsObjectsAre(t *testing.T) {
+	ctx := context.Background()
+	running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly-backup"}}
+	w := newDeletionWorld(t, cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupRunning, Location: "s3://caches/shop/orders/nightly/"})
+	if err := controllerutil.SetControllerReference(w.b, running, w.c.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Create(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+
+	w.pass()
+	if b := w.backup(); !slices.Contains(b.Finalizers, cachev1alpha1.BackupObjectsFinalizer) {
+		t.Fatalf("after the first pass the finalizers are %v, want %s", b.Finalizers, cachev1alpha1.BackupObjectsFinalizer)
+	}
+	if err := w.c.Delete(ctx, w.backup()); err != nil {
+		t.Fatal(err)
+	}
+	w.pass()
+	if w.job(resources.BackupJobName(w.b)) != nil || w.job(resources.BackupDeletionJobName(w.b)) != nil {
+		t.Fatal("the pass after the deletion did not stop the backup's Job first, alone")
+	}
+	w.pass()
+	removal := w.job(resources.BackupDeletionJobName(w.b))
+	if removal == nil || w.backup() == nil || reasonOf(w.backup()) != cachev1alpha1.ReasonDeletingObjects {
+		t.Fatalf("after the backup's Job went: removal Job %v, backup %+v", removal != nil, w.backup())
+	}
+	plan, err := backup.ParseDeletePlan(removal.Spec.Template.Spec.Containers[0].Args)
+	if err != nil || plan.Path != "shop/orders/nightly" || plan.Location.Bucket != "caches" ||
+		removal.Spec.Template.Spec.Containers[0].Command[1] != backup.DeleteCommand {
+		t.Errorf("the removal Job runs %v %+v (%v)", removal.Spec.Template.Spec.Containers[0].Command, plan, err)
+	}
+	w.pass() // nothing new while it runs
+	if w.backup() == nil || w.job(resources.BackupDeletionJobName(w.b)).UID != removal.UID {
+		t.Fatal("a pass while the removal runs changed something")
+	}
+
+	w.endJob(removal, batchv1.JobFailed, time.Now())
+	if res := w.pass(); res.RequeueAfter <= 0 || res.RequeueAfter > deletionRetryInterval || reasonOf(w.backup()) != cachev1alpha1.ReasonDeletionFailed {
+		t.Fatalf("after a failed removal: back in %v, reason %q; want DeletionFailed and a retry within %v", res.RequeueAfter, reasonOf(w.backup()), deletionRetryInterval)
+	}
+	if w.job(resources.BackupDeletionJobName(w.b)) == nil {
+		t.Fatal("the failed removal's Job was deleted before the retry interval")
+	}
+	w.endJob(w.job(resources.BackupDeletionJobName(w.b)), batchv1.JobFailed, time.Now().Add(-deletionRetryInterval))
+	w.pass()
+	if w.job(resources.BackupDeletionJobName(w.b)) != nil {
+		t.Fatal("the failed removal's Job was kept past the retry interval")
+	}
+	w.pass()
+	retry := w.job(resources.BackupDeletionJobName(w.b))
+	if retry == nil {
+		t.Fatal("no new removal Job after the failed one went")
+	}
+	w.endJob(retry, batchv1.JobComplete, time.Now())
+	w.pass()
+	if b := w.backup(); b != nil {
+		t.Fatalf("the backup stays once its objects are removed: %+v", b)
+	}
+}
+
+// A backup that never started wrote nothing: deleted, it goes at once, with no Job.
+func TestADeletedBackupThatNeverStartedGoesAtOnce(t *testing.T) {
+	w := newDeletionWorld(t, cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupPending})
+	w.pass()
+	if err := w.c.Delete(context.Background(), w.backup()); err != nil {
+		t.Fatal(err)
+	}
+	w.pass()
+	if w.backup() != nil || w.job(resources.BackupDeletionJobName(w.b)) != nil {
+		t.Error("a backup that never started waited for a removal of objects")
+	}
+}
