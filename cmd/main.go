@@ -263,6 +263,7 @@ var agents = map[string]func(context.Context, []string) int{
 	backup.AgentCommand:   backup.RunAgent,
 	backup.RestoreCommand: backup.RunRestore,
 	backup.DeleteCommand:  backup.RunDelete,
+	backup.InspectCommand: backup.RunInspect,
 }
 
 // defaultAgentImage is the operator's image of this release, for the backup Jobs: the install sets

@@ -4,27 +4,41 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// CacheBackupSpec says which Cache to back up and where to. Both are fixed once the backup is
-// made: a backup is one snapshot, and another one is another CacheBackup.
+// CacheBackupSpec says which Cache to back up and where to, or, for a backup made elsewhere,
+// where it is. Both are fixed once the backup is made: a backup is one snapshot, and another one
+// is another CacheBackup.
 //
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: a backup is one snapshot; make another CacheBackup for another"
+// +kubebuilder:validation:XValidation:rule="has(self.cacheName) != has(self.importPath)",message="exactly one of cacheName (take a backup) and importPath (stand for one made elsewhere) is set"
 type CacheBackupSpec struct {
 	// CacheName is the Cache, in the backup's namespace, whose data the backup holds.
 	//
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=52
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
-	// +required
-	CacheName string `json:"cacheName"`
+	// +optional
+	CacheName string `json:"cacheName,omitempty"`
 
-	// Storage is the bucket the backup is written to.
+	// ImportPath, instead of cacheName, makes the CacheBackup stand for a backup already in the
+	// bucket, made in another cluster or namespace, so that a Cache here can restore from it: the
+	// backup's path under storage.prefix, where its manifest is. For a backup made by this
+	// operator, <namespace>/<cache>/<backup>: its status.location without s3://<bucket>/<prefix>/.
+	// Nothing is copied: a Job reads the manifest, and the backup is Completed with what it lists.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$`
+	// +optional
+	ImportPath string `json:"importPath,omitempty"`
+
+	// Storage is the bucket the backup is written to, or, imported, read from.
 	//
 	// +required
 	Storage BucketLocation `json:"storage"`
 
 	// DeletionPolicy says what happens to the backup's objects in the bucket when the
-	// CacheBackup is deleted: Retain leaves them (the default for a backup made by hand, so that
-	// deleting a namespace never deletes data), Delete removes them first, through a Job that
+	// CacheBackup is deleted: Retain leaves them (the default for a backup made or imported by
+	// hand, so that deleting a namespace never deletes data), Delete removes them first, through a Job that
 	// reads the bucket's credentials as the backup's own did. A schedule's backups are Delete:
 	// its retention is what removes them.
 	//
@@ -209,6 +223,7 @@ type BackupShard struct {
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 56",message="metadata.name must be at most 56 characters: the backup's Job's name extends it"
 // +kubebuilder:resource:shortName=cbk,categories=all
 // +kubebuilder:printcolumn:name="Cache",type=string,JSONPath=`.spec.cacheName`
+// +kubebuilder:printcolumn:name="Imported",type=string,JSONPath=`.spec.importPath`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Keys",type=integer,JSONPath=`.status.keys`
 // +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.bytes`,priority=1

@@ -19,6 +19,13 @@ const (
 	// ReasonSnapshotsStored means every shard's RDB and the manifest are in the bucket.
 	ReasonSnapshotsStored = "SnapshotsStored"
 
+	// ReasonReadingManifest means an imported backup's Job reads its manifest from the bucket.
+	ReasonReadingManifest = "ReadingManifest"
+
+	// ReasonManifestRead means an imported backup's manifest was read: what it lists is in the
+	// status, for a restore.
+	ReasonManifestRead = "ManifestRead"
+
 	// ReasonBackupFailed means the backup's Job failed; the message has its reason (a server
 	// that stopped sending, a bucket unreachable or refusing the credentials). Whatever it wrote
 	// is deleted, and no manifest was written: it is never a backup to restore from. Make another

@@ -53,11 +53,14 @@ func TestSchemaChecksABackupAndKeepsItAsMade(t *testing.T) {
 	}
 	for name, spec := range map[string]map[string]any{
 		"bad-cache-name": {"cacheName": "Orders", "storage": storage(nil)},
-		"no-cache":       {"storage": storage(nil)},
+		"no-cache":       {"storage": storage(nil)}, // nor importPath
 		"no-storage":     {"cacheName": "orders"},
 		"url-endpoint":   {"cacheName": "orders", "storage": storage(func(s map[string]any) { s["endpoint"] = "https://s3.example.internal" })},
 		"upper-bucket":   {"cacheName": "orders", "storage": storage(func(s map[string]any) { s["bucket"] = "Caches" })},
 		"no-credentials": {"cacheName": "orders", "storage": storage(func(s map[string]any) { delete(s, "credentialsSecret") })},
+		"both":           {"cacheName": "orders", "importPath": "shop/orders/nightly", "storage": storage(nil)},
+		"import-url":     {"importPath": "s3://caches/shop/orders/nightly", "storage": storage(nil)},
+		"import-slashes": {"importPath": "/shop//orders/", "storage": storage(nil)},
 	} {
 		if err := k8s.Create(ctx, backupObject(name, spec)); !apierrors.IsInvalid(err) {
 			t.Errorf("%s: got %v, want invalid", name, err)
@@ -77,16 +80,20 @@ func TestSchemaChecksABackupAndKeepsItAsMade(t *testing.T) {
 	}
 }
 
-// A backup made by hand keeps its objects when deleted unless it says otherwise.
+// A backup made or imported by hand keeps its objects when deleted unless it says otherwise.
 func TestABackupRetainsItsObjectsByDefault(t *testing.T) {
 	ctx := context.Background()
-	u := backupObject("by-hand", map[string]any{"cacheName": "orders", "storage": storage(nil)})
-	if err := k8s.Create(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
-	if policy, _, _ := unstructured.NestedString(u.Object, "spec", "deletionPolicy"); policy != "Retain" {
-		t.Errorf("deletionPolicy defaults to %q, want Retain", policy)
+	for _, u := range []*unstructured.Unstructured{
+		backupObject("by-hand", map[string]any{"cacheName": "orders", "storage": storage(nil)}),
+		backupObject("imported", map[string]any{"importPath": "shop/orders/nightly", "storage": storage(nil)}),
+	} {
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+		if policy, _, _ := unstructured.NestedString(u.Object, "spec", "deletionPolicy"); policy != "Retain" {
+			t.Errorf("%s: deletionPolicy defaults to %q, want Retain", u.GetName(), policy)
+		}
 	}
 	if err := k8s.Create(ctx, backupObject("odd-policy", map[string]any{"cacheName": "orders", "storage": storage(nil), "deletionPolicy": "Archive"})); !apierrors.IsInvalid(err) {
 		t.Errorf("deletionPolicy Archive: got %v, want invalid", err)

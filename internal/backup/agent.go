@@ -117,21 +117,37 @@ func locationFlags(flags *flag.FlagSet, loc *bucket.Location, backupPath, result
 	flags.StringVar(resultFile, "result-file", "/dev/termination-log", "Where the result is written.")
 }
 
-// Result is what a backup's agent reports when it ends well: the sizes, whole and per shard.
-// It must fit in a termination message: the shards are left out when they would not.
+// Result is what a backup's agent reports when it ends well: the sizes, whole and per shard,
+// and what the snapshots were taken of. An imported backup's agent reports the same, from its
+// manifest. It must fit in a termination message: the shards are left out when they would not.
 type Result struct {
-	Bytes  int64         `json:"bytes"`
-	Keys   int64         `json:"keys"`
-	Shards []ShardResult `json:"shards,omitempty"`
+	Bytes         int64         `json:"bytes"`
+	Keys          int64         `json:"keys"`
+	ValkeyVersion string        `json:"valkeyVersion,omitempty"`
+	Cluster       bool          `json:"cluster,omitempty"`
+	Shards        []ShardResult `json:"shards,omitempty"`
 }
 
 // ShardResult is one shard's part of a Result; its object is the plan's path and its name.
 type ShardResult struct {
-	Name  string `json:"name"`
-	Bytes int64  `json:"bytes"`
-	Keys  int64  `json:"keys"`
+	Name   string `json:"name"`
+	Source string `json:"source,omitempty"`
+	Bytes  int64  `json:"bytes"`
+	Keys   int64  `json:"keys"`
 	// Slots are a Cluster shard's slots (valkey.FormatSlots).
 	Slots string `json:"slots,omitempty"`
+}
+
+// resultOf is what a backup's manifest says, as a Result. A Cluster's shards have slots.
+func resultOf(m Manifest) Result {
+	r := Result{ValkeyVersion: m.ValkeyVersion}
+	for _, s := range m.Shards {
+		r.Bytes += s.Bytes
+		r.Keys += s.Keys
+		r.Cluster = r.Cluster || len(s.Slots) > 0
+		r.Shards = append(r.Shards, ShardResult{Name: s.Name, Source: s.Source, Bytes: s.Bytes, Keys: s.Keys, Slots: valkey.FormatSlots(s.Slots)})
+	}
+	return r
 }
 
 // ParseResult reads the Result a backup's agent reported.
@@ -207,13 +223,7 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	var r Result
-	for _, s := range m.Shards {
-		r.Bytes += s.Bytes
-		r.Keys += s.Keys
-		r.Shards = append(r.Shards, ShardResult{Name: s.Name, Bytes: s.Bytes, Keys: s.Keys, Slots: valkey.FormatSlots(s.Slots)})
-	}
-	return r, nil
+	return resultOf(m), nil
 }
 
 // message is the result as a termination message, without the shards if they do not fit.

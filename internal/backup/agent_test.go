@@ -32,14 +32,14 @@ func TestAPlanReadsBackAsWritten(t *testing.T) {
 }
 
 // A deletion's plan reads back as written too, and names a backup.
-func TestADeletePlanReadsBackAsWritten(t *testing.T) {
-	plan := DeletePlan{Location: bucket.Location{Endpoint: "s3.example.internal:9000", Region: "eu-1", Bucket: "caches", Prefix: "prod"},
+func TestAPlaceReadsBackAsWritten(t *testing.T) {
+	plan := Place{Location: bucket.Location{Endpoint: "s3.example.internal:9000", Region: "eu-1", Bucket: "caches", Prefix: "prod"},
 		Path: "shop/orders/nightly", ResultFile: "/dev/termination-log"}
-	got, err := ParseDeletePlan(plan.Args())
+	got, err := ParsePlace(DeleteCommand, plan.Args())
 	if err != nil || !reflect.DeepEqual(got, plan) {
 		t.Errorf("read back %+v, %v; want %+v", got, err, plan)
 	}
-	if _, err := ParseDeletePlan([]string{"--endpoint=s3:9000", "--bucket=b"}); err == nil {
+	if _, err := ParsePlace(DeleteCommand, []string{"--endpoint=s3:9000", "--bucket=b"}); err == nil {
 		t.Error("a deletion with no backup path was read")
 	}
 }
@@ -87,5 +87,23 @@ func TestAClusterBackupHoldsEverySlotOnce(t *testing.T) {
 		if err := wholeCluster(shards); err == nil {
 			t.Errorf("%s: taken as whole", name)
 		}
+	}
+}
+
+// What a manifest lists is what an imported backup reports: a Cluster's shards have slots.
+func TestAManifestReadsAsAResult(t *testing.T) {
+	m := Manifest{ValkeyVersion: "8.0.1", Shards: []ShardCopy{
+		{Shard: Shard{Name: "shard-0", Source: "orders-1", Slots: []valkey.SlotRange{{Start: 0, End: 8191}}}, Bytes: 10, Keys: 3},
+		{Shard: Shard{Name: "shard-1", Source: "orders-3", Slots: []valkey.SlotRange{{Start: 8192, End: 16383}}}, Bytes: 20, Keys: 4},
+	}}
+	want := Result{Bytes: 30, Keys: 7, ValkeyVersion: "8.0.1", Cluster: true, Shards: []ShardResult{
+		{Name: "shard-0", Source: "orders-1", Bytes: 10, Keys: 3, Slots: "0-8191"},
+		{Name: "shard-1", Source: "orders-3", Bytes: 20, Keys: 4, Slots: "8192-16383"}}}
+	if got := resultOf(m); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	m.Shards = []ShardCopy{{Shard: Shard{Name: "shard-0", Source: "pages-0"}, Bytes: 5, Keys: 1}}
+	if got := resultOf(m); got.Cluster {
+		t.Error("a Standalone node's manifest reads as a Cluster's")
 	}
 }

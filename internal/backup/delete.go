@@ -12,27 +12,30 @@ import (
 	"example.com/cache-operator/internal/bucket"
 )
 
-// DeleteCommand is the operator binary's first argument that runs it as the agent that removes
-// a deleted backup's objects from the bucket, in a Job, rather than as the operator.
-const DeleteCommand = "delete-backup"
+// The operator binary's first arguments that run it, in a Job, as the agent that removes a
+// deleted backup's objects from the bucket, or that reads an imported backup's manifest.
+const (
+	DeleteCommand  = "delete-backup"
+	InspectCommand = "inspect-backup"
+)
 
-// DeletePlan is which backup's objects a deletion agent removes. The operator writes it as the
-// Job's arguments (Args) and the agent reads them back (ParseDeletePlan).
-type DeletePlan struct {
+// Place is a backup in a bucket, as an agent that deletes or inspects it is given it. The
+// operator writes it as the Job's arguments (Args) and the agent reads them back (ParsePlace).
+type Place struct {
 	// Location is the bucket, without its credentials; Path is the backup's place in it.
 	Location bucket.Location
 	Path     string
-	// ResultFile is where the agent writes what it removed, or why it failed.
+	// ResultFile is where the agent writes what it did, or why it failed.
 	ResultFile string
 }
 
-// Args is the plan as the agent's arguments, after DeleteCommand.
-func (p DeletePlan) Args() []string { return locationArgs(p.Location, p.Path, p.ResultFile) }
+// Args is the place as the agent's arguments, after its command.
+func (p Place) Args() []string { return locationArgs(p.Location, p.Path, p.ResultFile) }
 
-// ParseDeletePlan reads a plan from the agent's arguments.
-func ParseDeletePlan(args []string) (DeletePlan, error) {
-	var p DeletePlan
-	flags := flag.NewFlagSet(DeleteCommand, flag.ContinueOnError)
+// ParsePlace reads a place from the arguments of the agent of the command.
+func ParsePlace(command string, args []string) (Place, error) {
+	var p Place
+	flags := flag.NewFlagSet(command, flag.ContinueOnError)
 	locationFlags(flags, &p.Location, &p.Path, &p.ResultFile)
 	if err := flags.Parse(args); err != nil {
 		return p, err
@@ -43,24 +46,42 @@ func ParseDeletePlan(args []string) (DeletePlan, error) {
 	return p, nil
 }
 
-// RunDelete removes the objects of the backup the arguments name, with the credentials from
-// the environment, and reports what it removed. It returns the process's exit code.
-func RunDelete(ctx context.Context, args []string) int {
-	plan, err := ParseDeletePlan(args)
+// runOnPlace runs an agent that works on the backup its arguments place, in its bucket opened
+// with the credentials from the environment, and reports what do says it did.
+func runOnPlace(ctx context.Context, command string, args []string, do func(context.Context, *bucket.Bucket, string) (string, error)) int {
+	p, err := ParsePlace(command, args)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, DeleteCommand+":", err)
+		fmt.Fprintln(os.Stderr, command+":", err)
 		return 2
 	}
-	loc := plan.Location
+	loc := p.Location
 	loc.CABundle = []byte(os.Getenv(EnvCABundle))
 	b, err := bucket.Open(loc, credentialsFromEnv())
 	message := ""
 	if err == nil {
-		var n int
-		n, err = Delete(ctx, b, plan.Path)
-		message = fmt.Sprintf("deleted %d objects under %s/", n, plan.Path)
+		message, err = do(ctx, b, p.Path)
 	}
-	return report(DeleteCommand, plan.ResultFile, message, err)
+	return report(command, p.ResultFile, message, err)
+}
+
+// RunDelete removes the objects of the backup the arguments place, and reports how many.
+func RunDelete(ctx context.Context, args []string) int {
+	return runOnPlace(ctx, DeleteCommand, args, func(ctx context.Context, b *bucket.Bucket, backupPath string) (string, error) {
+		n, err := Delete(ctx, b, backupPath)
+		return fmt.Sprintf("deleted %d objects under %s/", n, backupPath), err
+	})
+}
+
+// RunInspect reads the manifest of the backup the arguments place, and reports what it lists as
+// a Result: an imported backup's status.
+func RunInspect(ctx context.Context, args []string) int {
+	return runOnPlace(ctx, InspectCommand, args, func(ctx context.Context, b *bucket.Bucket, backupPath string) (string, error) {
+		m, err := ReadManifest(ctx, b, backupPath)
+		if err != nil {
+			return "", err
+		}
+		return resultOf(m).message()
+	})
 }
 
 // Delete removes every object under a backup's path (those of a backup that never completed

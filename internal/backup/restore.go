@@ -158,9 +158,13 @@ func ReadManifest(ctx context.Context, b *bucket.Bucket, backupPath string) (Man
 	return m, nil
 }
 
-// PlaceOf is where a backup's objects are: its bucket, and its path under the bucket's prefix.
+// PlaceOf is where a backup's objects are: its bucket, and its path under the bucket's prefix,
+// <namespace>/<cache>/<backup> for one taken here, or the path of an imported one.
 func PlaceOf(b *cachev1alpha1.CacheBackup) (bucket.Location, string) {
 	s := b.Spec.Storage
-	return bucket.Location{Endpoint: s.Endpoint, Insecure: s.Insecure, Region: s.Region, Bucket: s.Bucket, Prefix: s.Prefix},
-		path.Join(b.Namespace, b.Spec.CacheName, b.Name)
+	backupPath := b.Spec.ImportPath
+	if backupPath == "" {
+		backupPath = path.Join(b.Namespace, b.Spec.CacheName, b.Name)
+	}
+	return bucket.Location{Endpoint: s.Endpoint, Insecure: s.Insecure, Region: s.Region, Bucket: s.Bucket, Prefix: s.Prefix}, backupPath
 }

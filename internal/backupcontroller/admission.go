@@ -20,6 +20,9 @@ import (
 type admissionCheck struct{ reader client.Reader }
 
 func (a admissionCheck) ValidateCreate(ctx context.Context, b *cachev1alpha1.CacheBackup) (admission.Warnings, error) {
+	if b.Spec.CacheName == "" {
+		return nil, nil // an imported backup: of no Cache here
+	}
 	err := a.reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.CacheName}, &cachev2.Cache{})
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("spec.cacheName: Cache %s does not exist in namespace %s", b.Spec.CacheName, b.Namespace)

@@ -82,7 +82,7 @@ func (r *Reconciler) removeObjects(ctx context.Context, b *cachev1alpha1.CacheBa
 // startDeletion starts the Job that removes the backup's objects, and says so in the status.
 func (r *Reconciler) startDeletion(ctx context.Context, b *cachev1alpha1.CacheBackup) error {
 	location, backupPath := backup.PlaceOf(b)
-	job := resources.BackupDeletionJob(b, backup.DeletePlan{Location: location, Path: backupPath}, r.AgentImage)
+	job := resources.BackupDeletionJob(b, backup.Place{Location: location, Path: backupPath}, r.AgentImage)
 	if err := controllerutil.SetControllerReference(b, job, r.Scheme()); err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func TestADeletedBackupGoesOnlyOnceItsObjectsAre(t *testing.T) {
 	if removal == nil || w.backup() == nil || reasonOf(w.backup()) != cachev1alpha1.ReasonDeletingObjects {
 		t.Fatalf("after the backup's Job went: removal Job %v, backup %+v", removal != nil, w.backup())
 	}
-	plan, err := backup.ParseDeletePlan(removal.Spec.Template.Spec.Containers[0].Args)
+	plan, err := backup.ParsePlace(backup.DeleteCommand, removal.Spec.Template.Spec.Containers[0].Args)
 	if err != nil || plan.Path != "shop/orders/nightly" || plan.Location.Bucket != "caches" ||
 		removal.Spec.Template.Spec.Containers[0].Command[1] != backup.DeleteCommand {
 		t.Errorf("the removal Job runs %v %+v (%v)", removal.Spec.Template.Spec.Containers[0].Command, plan, err)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
 	"example.com/cache-operator/internal/resources"
 )
@@ -23,11 +24,9 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 	ended, failed := jobEnded(job)
 	if status.Phase != cachev1alpha1.BackupRunning {
 		// The pass that created the Job did not record it: the Job's arguments say what it does.
-		plan, err := backup.ParsePlan(job.Spec.Template.Spec.Containers[0].Args)
-		if err != nil {
-			return fmt.Errorf("reading the plan of Job %s: %w", job.Name, err)
+		if err := recordFromJob(b, status, job); err != nil {
+			return err
 		}
-		recordRunning(b, status, plan)
 	}
 	pod, err := r.agentPod(ctx, job)
 	if err != nil {
@@ -62,6 +61,19 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 		return nil
 	}
 	status.Bytes, status.Keys = result.Bytes, result.Keys
+	reason, done := cachev1alpha1.ReasonSnapshotsStored, "stored"
+	if b.Spec.ImportPath != "" {
+		// What the manifest lists is the backup: the mode and version it was taken of, its shards.
+		reason, done = cachev1alpha1.ReasonManifestRead, "imported from the manifest"
+		status.ValkeyVersion, status.CacheMode = result.ValkeyVersion, string(cachev2.ModeStandalone)
+		if result.Cluster {
+			status.CacheMode = string(cachev2.ModeCluster)
+		}
+		status.Shards = nil
+		for _, s := range result.Shards {
+			status.Shards = append(status.Shards, cachev1alpha1.BackupShard{Name: s.Name, Source: s.Source})
+		}
+	}
 	location, backupPath := backup.PlaceOf(b)
 	for _, s := range result.Shards {
 		for i := range status.Shards {
@@ -71,8 +83,27 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 			}
 		}
 	}
-	setPhase(b, status, cachev1alpha1.BackupCompleted, cachev1alpha1.ReasonSnapshotsStored,
-		fmt.Sprintf("%d shards, %d keys, %d bytes, stored at %s", len(status.Shards), result.Keys, result.Bytes, status.Location))
+	setPhase(b, status, cachev1alpha1.BackupCompleted, reason,
+		fmt.Sprintf("%d shards, %d keys, %d bytes, %s at %s", len(status.Shards), result.Keys, result.Bytes, done, status.Location))
+	return nil
+}
+
+// recordFromJob records the backup Running from what its Job's arguments say it does.
+func recordFromJob(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus, job *batchv1.Job) error {
+	container := job.Spec.Template.Spec.Containers[0]
+	if b.Spec.ImportPath != "" {
+		place, err := backup.ParsePlace(backup.InspectCommand, container.Args)
+		if err != nil {
+			return fmt.Errorf("reading the place of Job %s: %w", job.Name, err)
+		}
+		recordImporting(b, status, place)
+		return nil
+	}
+	plan, err := backup.ParsePlan(container.Args)
+	if err != nil {
+		return fmt.Errorf("reading the plan of Job %s: %w", job.Name, err)
+	}
+	recordRunning(b, status, plan)
 	return nil
 }
 

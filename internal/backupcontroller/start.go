@@ -19,6 +19,7 @@ import (
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/bucket"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -26,6 +27,9 @@ import (
 // it copies; until then the backup is Pending, with the reason. A backup whose Cache does not
 // exist fails.
 func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
+	if b.Spec.ImportPath != "" {
+		return r.startImport(ctx, b, status)
+	}
 	cache := &cachev2.Cache{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.CacheName}, cache); apierrors.IsNotFound(err) {
 		setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonCacheNotFound,
@@ -61,23 +65,40 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 		Shards:        shards,
 		Stall:         r.Stall,
 	}
-	job := resources.BackupJob(b, plan, r.AgentImage)
-	if err := controllerutil.SetControllerReference(b, job, r.Scheme()); err != nil {
-		return err
-	}
-	if err := r.Create(ctx, job); apierrors.IsAlreadyExists(err) {
-		// Made by a pass whose status write did not land (the next pass follows it, from its
-		// own arguments), or someone else's.
-		return r.nameTaken(ctx, b, status)
-	} else if err != nil {
-		if apierrors.IsInvalid(err) {
-			setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed, "the backup's Job cannot be made: "+err.Error())
-			return nil
-		}
+	if made, err := r.createJob(ctx, b, status, resources.BackupJob(b, plan, r.AgentImage)); err != nil || !made {
 		return err
 	}
 	recordRunning(b, status, plan)
 	return nil
+}
+
+// startImport starts the Job that reads an imported backup's manifest, and records it Running.
+func (r *Reconciler) startImport(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
+	location, backupPath := backup.PlaceOf(b)
+	place := backup.Place{Location: location, Path: backupPath}
+	if made, err := r.createJob(ctx, b, status, resources.BackupImportJob(b, place, r.AgentImage)); err != nil || !made {
+		return err
+	}
+	recordImporting(b, status, place)
+	return nil
+}
+
+// createJob creates the backup's Job and reports whether it did. One of its name that exists
+// was made by a pass whose status write did not land (the next pass follows it, from its own
+// arguments), or is someone else's; one the API server refuses fails the backup.
+func (r *Reconciler) createJob(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus, job *batchv1.Job) (bool, error) {
+	if err := controllerutil.SetControllerReference(b, job, r.Scheme()); err != nil {
+		return false, err
+	}
+	err := r.Create(ctx, job)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, r.nameTaken(ctx, b, status)
+	case apierrors.IsInvalid(err):
+		setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed, "the backup's Job cannot be made: "+err.Error())
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // nameTaken fails the backup if the Job of its name is not its own; one that is goes on.
@@ -108,7 +129,7 @@ func recordRunning(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBack
 	if status.StartTime == nil {
 		status.StartTime = ptrNow()
 	}
-	status.Location = "s3://" + path.Join(plan.Location.Bucket, plan.Location.Prefix, plan.Path) + "/"
+	status.Location = locationURL(plan.Location, plan.Path)
 	status.ValkeyVersion = plan.ValkeyVersion
 	status.CacheMode = string(cachev2.ModeStandalone)
 	if plan.Cluster {
@@ -120,6 +141,21 @@ func recordRunning(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBack
 	}
 	setPhase(b, status, cachev1alpha1.BackupRunning, cachev1alpha1.ReasonSnapshotting,
 		fmt.Sprintf("Job %s streams %d snapshots to %s", resources.BackupJobName(b), len(plan.Shards), status.Location))
+}
+
+// locationURL is where a backup's objects are, as status.location says it: s3://<bucket>/<path>/.
+func locationURL(loc bucket.Location, backupPath string) string {
+	return "s3://" + path.Join(loc.Bucket, loc.Prefix, backupPath) + "/"
+}
+
+// recordImporting records an imported backup Running while its Job reads the manifest.
+func recordImporting(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus, place backup.Place) {
+	if status.StartTime == nil {
+		status.StartTime = ptrNow()
+	}
+	status.Location = locationURL(place.Location, place.Path)
+	setPhase(b, status, cachev1alpha1.BackupRunning, cachev1alpha1.ReasonReadingManifest,
+		fmt.Sprintf("Job %s reads the manifest at %s", resources.BackupJobName(b), status.Location))
 }
 
 // sources are the servers a backup of the Cache copies, one per shard: for a Cluster, a ready

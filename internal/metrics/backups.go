@@ -68,8 +68,8 @@ func (c *backupsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		phases[phase]++
 		key := cacheKey{b.Namespace, b.Spec.CacheName}
-		if b.Status.CompletionTime == nil {
-			continue
+		if b.Status.CompletionTime == nil || b.Spec.ImportPath != "" {
+			continue // an imported backup was taken of no Cache here
 		}
 		switch end := b.Status.CompletionTime.Time; phase {
 		case cachev1alpha1.BackupCompleted:

@@ -55,16 +55,28 @@ func BackupJob(b *cachev1alpha1.CacheBackup, plan backup.Plan, agentImage string
 // BackupDeletionJobName is the name of the Job that removes a deleted backup's objects.
 func BackupDeletionJobName(b *cachev1alpha1.CacheBackup) string { return b.Name + "-delete" }
 
-// BackupDeletionDeadline bounds a deletion's Job: it lists and deletes a few objects.
-const BackupDeletionDeadline = 10 * 60
-
 // BackupDeletionJob is the Job that removes a deleted backup's objects from the bucket
 // (backup.RunDelete), with the backup's own credentials, as BackupJob takes it. The operator
 // retries one that fails; it runs once.
-func BackupDeletionJob(b *cachev1alpha1.CacheBackup, plan backup.DeletePlan, agentImage string) *batchv1.Job {
-	plan.ResultFile = terminationMessagePath
-	return agentJob(b, BackupDeletionJobName(b), BackupDeletionDeadline, agentContainer(BackupContainerName, agentImage, backup.DeleteCommand,
-		plan.Args(), bucketCredentials(b), "32Mi", "64Mi"))
+func BackupDeletionJob(b *cachev1alpha1.CacheBackup, place backup.Place, agentImage string) *batchv1.Job {
+	return placeJob(b, BackupDeletionJobName(b), backup.DeleteCommand, place, agentImage)
+}
+
+// BackupImportJob is the Job that reads an imported backup's manifest (backup.RunInspect): its
+// report is the backup's status. It takes the name of a backup's Job, which an imported backup
+// has none of.
+func BackupImportJob(b *cachev1alpha1.CacheBackup, place backup.Place, agentImage string) *batchv1.Job {
+	return placeJob(b, BackupJobName(b), backup.InspectCommand, place, agentImage)
+}
+
+// placeJobDeadline bounds a Job that lists, reads or deletes a few objects.
+const placeJobDeadline = 10 * 60
+
+// placeJob is a Job that runs the agent of the command on a backup's place in the bucket.
+func placeJob(b *cachev1alpha1.CacheBackup, name, command string, place backup.Place, agentImage string) *batchv1.Job {
+	place.ResultFile = terminationMessagePath
+	return agentJob(b, name, placeJobDeadline, agentContainer(BackupContainerName, agentImage, command,
+		place.Args(), bucketCredentials(b), "32Mi", "64Mi"))
 }
 
 // agentJob is a Job of a backup that runs one agent container once, with no access to the API

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -620,5 +621,75 @@ func TestMeasureBackupAndRestore(t *testing.T) {
 	if len(backups) == runs && len(restores) == runs {
 		t.Logf("backup: median %s, worst %s; restore: median %s, worst %s (%d runs)", backups[runs/2].Round(100*time.Millisecond),
 			backups[runs-1].Round(100*time.Millisecond), restores[runs/2].Round(100*time.Millisecond), restores[runs-1].Round(100*time.Millisecond), runs)
+	}
+}
+
+// A backup made elsewhere (here another namespace, whose backup and Cache are gone by then:
+// deleting a backup whose policy is Retain leaves its objects) is imported by its path: a Job
+// reads its manifest, and the imported backup is Completed with its shards, for a new Cache to
+// restore from, every key back. A path with no manifest fails, saying so.
+func TestARestoreFromABackupMadeElsewhere(t *testing.T) {
+	startOperator(t, "a", "")
+	ctx := context.Background()
+	origin, store, cache := readyPagesWithStore(t)
+	key := client.ObjectKeyFromObject(cache)
+	for _, pod := range cachePods(t, key) {
+		c := node(t, &pod)
+		if err := c.Do(ctx, c.B().Set().Key("page-of").Value(pod.Name).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	made := waitBackup(t, newBackup(t, origin, "pages-weekly", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+	if err := admin.Delete(ctx, made); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(ctx, cache); err != nil {
+		t.Fatal(err)
+	}
+	backupPath := path.Join(origin, key.Name, made.Name)
+	testenv.WaitFor(t, time.Minute, "the backup deleted, its objects kept", func() (bool, string) {
+		err := admin.Get(ctx, client.ObjectKeyFromObject(made), &cachev1alpha1.CacheBackup{})
+		names := store.objects(t, path.Join(store.location.Prefix, backupPath)+"/")
+		return isNotFound(err) && len(names) == backupShards+1, fmt.Sprintf("%v, objects %q", err, names)
+	})
+
+	elsewhere := newNamespace(t)
+	if err := admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: store.location.CredentialsSecret, Namespace: elsewhere},
+		StringData: map[string]string{cachev1alpha1.SecretKeyAccessKeyID: store.s3.AccessKey, cachev1alpha1.SecretKeySecretAccessKey: store.s3.SecretKey}}); err != nil {
+		t.Fatal(err)
+	}
+	importBackup := func(name, importPath string) client.ObjectKey {
+		b := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: elsewhere},
+			Spec: cachev1alpha1.CacheBackupSpec{ImportPath: importPath, Storage: store.location}}
+		if err := admin.Create(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		return client.ObjectKeyFromObject(b)
+	}
+	missing := importBackup("no-such-backup", path.Join(origin, key.Name, "never-made"))
+	imported := waitBackup(t, importBackup("from-origin", backupPath), cachev1alpha1.BackupCompleted, time.Minute)
+	if imported.Status.CacheMode != string(cachev2.ModeStandalone) || imported.Status.ValkeyVersion != made.Status.ValkeyVersion ||
+		imported.Status.Keys != made.Status.Keys || len(imported.Status.Shards) != backupShards || imported.Status.Shards[2].Object != made.Status.Shards[2].Object ||
+		imported.Status.Shards[2].Keys != made.Status.Shards[2].Keys {
+		t.Fatalf("imported: %+v\nmade: %+v", imported.Status, made.Status)
+	}
+	failed := waitBackup(t, missing, cachev1alpha1.BackupFailed, time.Minute)
+	if complete := meta.FindStatusCondition(failed.Status.Conditions, cachev1alpha1.ConditionComplete); complete == nil ||
+		!strings.Contains(complete.Message, "manifest") {
+		t.Errorf("importing a path with no backup: %s; want Failed, naming the manifest", describeBackup(failed))
+	}
+
+	restored := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: elsewhere, Name: "pages"}, Spec: cache.Spec}
+	restored.Spec.RestoreFrom = &cachev2.RestoreSource{Backup: imported.Name}
+	if err := admin.Create(ctx, restored); err != nil {
+		t.Fatal(err)
+	}
+	restored = waitReadyAs(t, client.ObjectKeyFromObject(restored), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	assertRestored(t, restored, backupShards)
+	for _, pod := range cachePods(t, client.ObjectKeyFromObject(restored)) {
+		c := node(t, &pod)
+		if v, err := c.Do(ctx, c.B().Get().Key("page-of").Build()).ToString(); err != nil || v != pod.Name {
+			t.Errorf("restored %s's page-of = %q (%v), want %s", pod.Name, v, err, pod.Name)
+		}
 	}
 }
