@@ -174,25 +174,8 @@ func (m *operatorSampler) peaks() map[string]Memory {
 // resident reads the resident set size of process pid and its anonymous part, in MiB; an
 // error once it has exited.
 func resident(pid int) (Memory, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return Memory{}, err
-	}
-	var m Memory
-	fields := map[string]*float64{"VmRSS": &m.RSSMiB, "RssAnon": &m.AnonMiB}
-	for line := range strings.Lines(string(status)) {
-		field, value, _ := strings.Cut(line, ":")
-		mib, ok := fields[field]
-		if !ok {
-			continue
-		}
-		var kib float64
-		if _, err := fmt.Sscanf(strings.TrimSpace(value), "%g kB", &kib); err != nil {
-			return Memory{}, fmt.Errorf("/proc/%d/status: %s: %w", pid, field, err)
-		}
-		*mib = kib / 1024
-	}
-	return m, nil
+	sizes, err := testenv.MemoryMiB(pid, "VmRSS", "RssAnon")
+	return Memory{RSSMiB: sizes["VmRSS"], AnonMiB: sizes["RssAnon"]}, err
 }
 
 func cpuAndMemory() (model string, memGiB float64) {

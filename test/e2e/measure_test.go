@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -18,11 +19,14 @@ import (
 	"time"
 
 	valkeygo "github.com/valkey-io/valkey-go"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/test/harness/testenv"
 )
@@ -342,4 +346,149 @@ func TestMeasurePrimaryLoss(t *testing.T) {
 			})
 		}
 	}
+}
+
+// throughputKeys and throughputValueBytes are the data of the backup throughput measurement:
+// 1,000,000 keys of 1,000 random bytes (1 GB that no compression shrinks), over 3 shards: the
+// largest that loads, copies and restores here in a few minutes a run.
+const (
+	throughputKeys       = 1_000_000
+	throughputValueBytes = 1000
+)
+
+// loadRandomKeys writes n keys of size random bytes each through the cluster client.
+func loadRandomKeys(t *testing.T, c valkeygo.Client, n, size int) {
+	t.Helper()
+	const chunk = 5_000
+	random := rand.New(rand.NewChaCha8([32]byte{7}))
+	value := make([]byte, size*chunk)
+	for from := 0; from < n; from += chunk {
+		for i := range value {
+			value[i] = byte(random.Uint32())
+		}
+		cmds := make(valkeygo.Commands, 0, chunk)
+		for i := from; i < min(from+chunk, n); i++ {
+			off := (i - from) * size
+			cmds = append(cmds, c.B().Set().Key("bench-"+strconv.Itoa(i)).Value(valkeygo.BinaryString(value[off:off+size])).Build())
+		}
+		for _, res := range c.DoMulti(context.Background(), cmds...) {
+			if err := res.Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// peakMemory samples, until stop, the memory of the operator (resident) and of the pod of a
+// backup's Job (its high-water mark) as the kubelet's cAdvisor would, in MiB.
+type peakMemory struct {
+	mu              sync.Mutex
+	operator, agent float64
+}
+
+func samplePeakMemory(ctx context.Context, operator *testenv.Operator, namespace, job string) *peakMemory {
+	peak := &peakMemory{}
+	go func() {
+		for ctx.Err() == nil {
+			if sizes, err := testenv.MemoryMiB(operator.PID(), "VmRSS"); err == nil {
+				peak.mu.Lock()
+				peak.operator = max(peak.operator, sizes["VmRSS"])
+				peak.mu.Unlock()
+			}
+			var pods corev1.PodList
+			if err := admin.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{batchv1.JobNameLabel: job}); err == nil {
+				for _, pod := range pods.Items {
+					if pid, err := runner.PID(namespace, pod.Name); err == nil {
+						if sizes, err := testenv.MemoryMiB(pid, "VmHWM"); err == nil {
+							peak.mu.Lock()
+							peak.agent = max(peak.agent, sizes["VmHWM"])
+							peak.mu.Unlock()
+						}
+					}
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // a sampling period, not a wait on a condition
+		}
+	}()
+	return peak
+}
+
+func (p *peakMemory) read() (operator, agent float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.operator, p.agent
+}
+
+// The throughput of a backup and a restore of data that does not compress, as a client sees it
+// (from the object's creation to Completed, from the Cache's to Ready), in MB/s and keys/s, and
+// the memory of the operator and of the backup's agent meanwhile.
+func TestMeasureBackupThroughput(t *testing.T) {
+	runs := measureRuns(t)
+	operator := startOperator(t, "a", "", clusterCheckInterval)
+	type sample struct{ backupMBs, backupKeys, restoreMBs, restoreKeys, operatorMiB, agentMiB float64 }
+	var samples []sample
+	for run := 1; run <= runs; run++ {
+		t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
+			namespace := newNamespace(t)
+			store := newBackupStore(t, namespace)
+			replicas := int32(1)
+			cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "sessions", Namespace: namespace},
+				Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3, ReplicasPerShard: &replicas, Version: "8.1.1", Memory: resource.MustParse("1Gi")}}
+			if err := admin.Create(context.Background(), cache); err != nil {
+				t.Fatal(err)
+			}
+			key := client.ObjectKeyFromObject(cache)
+			waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+			loadRandomKeys(t, clusterClient(t, key), throughputKeys, throughputValueBytes)
+
+			ctx, stop := context.WithCancel(context.Background())
+			peak := samplePeakMemory(ctx, operator, namespace, "bench-backup")
+			start := time.Now()
+			b := waitBackup(t, newBackup(t, namespace, "bench", key.Name, store.location), cachev1alpha1.BackupCompleted, 10*time.Minute)
+			backup := time.Since(start)
+			stop()
+			if b.Status.Keys != throughputKeys {
+				t.Fatalf("the backup holds %d keys, want %d", b.Status.Keys, throughputKeys)
+			}
+
+			recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec = cache.Spec })
+			start = time.Now()
+			restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 10*time.Minute)
+			restore := time.Since(start)
+			assertRestored(t, restored, throughputKeys)
+			operatorMiB, agentMiB := peak.read()
+			s := sample{
+				backupMBs: float64(b.Status.Bytes) / 1e6 / backup.Seconds(), backupKeys: float64(b.Status.Keys) / backup.Seconds(),
+				restoreMBs: float64(b.Status.Bytes) / 1e6 / restore.Seconds(), restoreKeys: float64(b.Status.Keys) / restore.Seconds(),
+				operatorMiB: operatorMiB, agentMiB: agentMiB,
+			}
+			samples = append(samples, s)
+			t.Logf("run %d: %d keys, %d bytes of RDB; backup %s (%.0f MB/s, %.0f keys/s), restore to Ready %s (%.0f MB/s, %.0f keys/s); peak memory: operator %.0f MiB, backup agent %.0f MiB",
+				run, b.Status.Keys, b.Status.Bytes, backup.Round(100*time.Millisecond), s.backupMBs, s.backupKeys,
+				restore.Round(100*time.Millisecond), s.restoreMBs, s.restoreKeys, operatorMiB, agentMiB)
+		})
+	}
+	if len(samples) != runs {
+		return
+	}
+	// The median, and the worst: the lowest throughput, the highest memory.
+	spread := func(name string, worstIsHigh bool, of func(sample) float64) string {
+		values := make([]float64, 0, runs)
+		for _, s := range samples {
+			values = append(values, of(s))
+		}
+		slices.Sort(values)
+		worst := values[0]
+		if worstIsHigh {
+			worst = values[runs-1]
+		}
+		return fmt.Sprintf("%s median %.0f, worst %.0f", name, values[runs/2], worst)
+	}
+	t.Logf("%d runs: %s; %s; %s; %s; %s; %s", runs,
+		spread("backup MB/s", false, func(s sample) float64 { return s.backupMBs }),
+		spread("backup keys/s", false, func(s sample) float64 { return s.backupKeys }),
+		spread("restore MB/s", false, func(s sample) float64 { return s.restoreMBs }),
+		spread("restore keys/s", false, func(s sample) float64 { return s.restoreKeys }),
+		spread("operator MiB", true, func(s sample) float64 { return s.operatorMiB }),
+		spread("agent MiB", true, func(s sample) float64 { return s.agentMiB }))
 }

@@ -153,14 +153,35 @@ func (r *Runner) Crash(namespace, name string) error {
 func (r *Runner) Signal(namespace, name string, sig syscall.Signal) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	p, err := r.serverProcess(namespace, name)
+	if err != nil {
+		return err
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// PID is the process ID of the named pod's first container while it runs: a measurement reads
+// its memory from /proc, as the kubelet's cAdvisor would.
+func (r *Runner) PID(namespace, name string) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, err := r.serverProcess(namespace, name)
+	if err != nil {
+		return 0, err
+	}
+	return p.cmd.Process.Pid, nil
+}
+
+// serverProcess is the running process of the named pod's first container. r.mu is held.
+func (r *Runner) serverProcess(namespace, name string) (*process, error) {
 	for _, b := range r.pods {
 		if b.pod.Namespace == namespace && b.pod.Name == name && len(b.main) > 0 {
 			if p := b.serverContainer().proc; p != nil && p.running() {
-				return p.cmd.Process.Signal(sig)
+				return p, nil
 			}
 		}
 	}
-	return fmt.Errorf("no server runs for pod %s/%s", namespace, name)
+	return nil, fmt.Errorf("no server runs for pod %s/%s", namespace, name)
 }
 
 // StartupSummary says what starting a pod has cost so far: the time from starting its server
