@@ -2,9 +2,10 @@
 // Cache is Ready, then starts a Job that streams a snapshot of each shard into the bucket
 // (package backup, in the operator's own image), follows the Job through its informer and
 // records how it ended; and when a backup whose deletion policy is Delete is deleted, another
-// Job removes its objects before it goes. Nothing slow runs in Reconcile: a pass reads, makes at most one write
-// besides the status, and returns, so a backup of any size never holds a worker; and the Job
-// goes on while the operator restarts.
+// Job removes its objects before it goes. An imported backup's Job reads its manifest instead.
+// Nothing slow runs in Reconcile: a pass reads, makes at most one write besides the status, and
+// returns, so a backup of any size never holds a worker; and the Jobs go on while the operator
+// restarts.
 package backupcontroller
 
 import (

@@ -590,7 +590,7 @@ func TestABackupWhoseSourceIsReplacedFails(t *testing.T) {
 // Cache's Ready. Each run's numbers are logged; CACHE_OPERATOR_MEASURE=N runs it N times.
 func TestMeasureBackupAndRestore(t *testing.T) {
 	runs := measureRuns(t)
-	startOperator(t, "a", "", clusterCheckInterval)
+	operator := startOperator(t, "a", "", clusterCheckInterval)
 	var backups, restores []time.Duration
 	for run := 1; run <= runs; run++ {
 		t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
@@ -600,9 +600,12 @@ func TestMeasureBackupAndRestore(t *testing.T) {
 			cache := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 			loadKeys100B(t, clusterClient(t, key))
 
+			ctx, stop := context.WithCancel(context.Background())
+			peak := samplePeakMemory(ctx, operator, namespace, "bench-backup")
 			start := time.Now()
 			b := waitBackup(t, newBackup(t, namespace, "bench", key.Name, store.location), cachev1alpha1.BackupCompleted, 5*time.Minute)
 			backups = append(backups, time.Since(start))
+			stop()
 			if b.Status.Keys != rebalanceKeys {
 				t.Fatalf("the backup holds %d keys, want %d", b.Status.Keys, rebalanceKeys)
 			}
@@ -612,8 +615,9 @@ func TestMeasureBackupAndRestore(t *testing.T) {
 			restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 5*time.Minute)
 			restores = append(restores, time.Since(start))
 			assertRestored(t, restored, rebalanceKeys)
-			t.Logf("run %d: backup of %d keys (%d bytes) %s; restore to Ready %s", run, b.Status.Keys, b.Status.Bytes,
-				backups[len(backups)-1].Round(100*time.Millisecond), restores[len(restores)-1].Round(100*time.Millisecond))
+			operatorMiB, agentMiB := peak.read()
+			t.Logf("run %d: backup of %d keys (%d bytes) %s; restore to Ready %s; peak memory: operator %.0f MiB, backup agent %.0f MiB", run, b.Status.Keys, b.Status.Bytes,
+				backups[len(backups)-1].Round(100*time.Millisecond), restores[len(restores)-1].Round(100*time.Millisecond), operatorMiB, agentMiB)
 		})
 	}
 	slices.Sort(backups)
