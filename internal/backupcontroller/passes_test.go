@@ -22,27 +22,27 @@ import (
 	"example.com/cache-operator/internal/resources"
 )
 
-// deletionWorld is a completed backup whose policy is Delete, and a reconciler, pass by pass:
-// each pass is one step, and a pass run again after any of them (a crash, a lost write) finds
-// its way on from what is stored.
-type deletionWorld struct {
+// backupWorld is a backup (whose policy is Delete unless a test says otherwise) and a
+// reconciler, pass by pass: each pass is one step, and a pass run again after any of them (a
+// crash, a lost write) finds its way on from what is stored.
+type backupWorld struct {
 	t *testing.T
 	c client.Client
 	r *Reconciler
 	b *cachev1alpha1.CacheBackup
 }
 
-func newDeletionWorld(t *testing.T, status cachev1alpha1.CacheBackupStatus, objects ...client.Object) *deletionWorld {
+func newBackupWorld(t *testing.T, status cachev1alpha1.CacheBackupStatus, objects ...client.Object) *backupWorld {
 	b := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly", UID: "this-one"},
 		Spec: cachev1alpha1.CacheBackupSpec{CacheName: "orders", DeletionPolicy: cachev1alpha1.DeletionDelete,
 			Storage: cachev1alpha1.BucketLocation{Endpoint: "s3:9000", Bucket: "caches", CredentialsSecret: "creds"}},
 		Status: status}
 	c := fake.NewClientBuilder().WithScheme(controller.NewScheme()).WithObjects(append(objects, b)...).
 		WithStatusSubresource(&cachev1alpha1.CacheBackup{}).Build()
-	return &deletionWorld{t: t, c: c, b: b, r: &Reconciler{Client: c, APIReader: c, AgentImage: "example.com/cache-operator:test"}}
+	return &backupWorld{t: t, c: c, b: b, r: &Reconciler{Client: c, APIReader: c, AgentImage: "example.com/cache-operator:test"}}
 }
 
-func (w *deletionWorld) pass() ctrl.Result {
+func (w *backupWorld) pass() ctrl.Result {
 	w.t.Helper()
 	res, err := w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(w.b)})
 	if err != nil {
@@ -52,7 +52,7 @@ func (w *deletionWorld) pass() ctrl.Result {
 }
 
 // backup is the backup as stored, or nil once it is gone.
-func (w *deletionWorld) backup() *cachev1alpha1.CacheBackup {
+func (w *backupWorld) backup() *cachev1alpha1.CacheBackup {
 	w.t.Helper()
 	b := &cachev1alpha1.CacheBackup{}
 	if err := w.c.Get(context.Background(), client.ObjectKeyFromObject(w.b), b); apierrors.IsNotFound(err) {
@@ -63,7 +63,7 @@ func (w *deletionWorld) backup() *cachev1alpha1.CacheBackup {
 	return b
 }
 
-func (w *deletionWorld) job(name string) *batchv1.Job {
+func (w *backupWorld) job(name string) *batchv1.Job {
 	w.t.Helper()
 	job := &batchv1.Job{}
 	if err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: name}, job); apierrors.IsNotFound(err) {
@@ -74,7 +74,7 @@ func (w *deletionWorld) job(name string) *batchv1.Job {
 	return job
 }
 
-func (w *deletionWorld) endJob(job *batchv1.Job, kind batchv1.JobConditionType, at time.Time) {
+func (w *backupWorld) endJob(job *batchv1.Job, kind batchv1.JobConditionType, at time.Time) {
 	w.t.Helper()
 	job.Status.Conditions = []batchv1.JobCondition{{Type: kind, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)}}
 	if err := w.c.Status().Update(context.Background(), job); err != nil {
@@ -95,7 +95,7 @@ func reasonOf(b *cachev1alpha1.CacheBackup) string {
 func TestADeletedBackupGoesOnlyOnceItsObjectsAre(t *testing.T) {
 	ctx := context.Background()
 	running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly-backup"}}
-	w := newDeletionWorld(t, cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupRunning, Location: "s3://caches/shop/orders/nightly/"})
+	w := newBackupWorld(t, cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupRunning, Location: "s3://caches/shop/orders/nightly/"})
 	if err := controllerutil.SetControllerReference(w.b, running, w.c.Scheme()); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestADeletedBackupGoesOnlyOnceItsObjectsAre(t *testing.T) {
 
 // A backup that never started wrote nothing: deleted, it goes at once, with no Job.
 func TestADeletedBackupThatNeverStartedGoesAtOnce(t *testing.T) {
-	w := newDeletionWorld(t, cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupPending})
+	w := newBackupWorld(t, cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupPending})
 	w.pass()
 	if err := w.c.Delete(context.Background(), w.backup()); err != nil {
 		t.Fatal(err)
@@ -163,5 +163,53 @@ func TestADeletedBackupThatNeverStartedGoesAtOnce(t *testing.T) {
 	w.pass()
 	if w.backup() != nil || w.job(resources.BackupDeletionJobName(w.b)) != nil {
 		t.Error("a backup that never started waited for a removal of objects")
+	}
+}
+
+// A pass that made a backup's Job and crashed before its status write: the next pass finds the
+// Job and records the backup Running from the Job's own arguments, a backup taken here with its
+// shards and an imported one with the place it reads; no second Job is made.
+func TestAJobWhoseStatusWriteWasLostIsFollowed(t *testing.T) {
+	ctx := context.Background()
+	for name, imported := range map[string]bool{"taken": false, "imported": true} {
+		t.Run(name, func(t *testing.T) {
+			w := newBackupWorld(t, cachev1alpha1.CacheBackupStatus{})
+			w.b.Spec.DeletionPolicy = cachev1alpha1.DeletionRetain
+			if err := w.c.Update(ctx, w.b); err != nil {
+				t.Fatal(err)
+			}
+			location, backupPath := backup.PlaceOf(w.b)
+			job := resources.BackupJob(w.b, backup.Plan{Location: location, Path: backupPath, ValkeyVersion: "8.1.1",
+				Shards: []backup.Shard{{Name: "shard-0", Source: "orders-0", Addr: "127.64.0.1:6379"}}}, "example.com/cache-operator:test")
+			if imported {
+				w.b.Spec.CacheName, w.b.Spec.ImportPath = "", "elsewhere/orders/nightly"
+				if err := w.c.Update(ctx, w.b); err != nil {
+					t.Fatal(err)
+				}
+				location, backupPath = backup.PlaceOf(w.b)
+				job = resources.BackupImportJob(w.b, backup.Place{Location: location, Path: backupPath}, "example.com/cache-operator:test")
+			}
+			if err := controllerutil.SetControllerReference(w.b, job, w.c.Scheme()); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.c.Create(ctx, job); err != nil {
+				t.Fatal(err)
+			}
+			w.pass()
+			b := w.backup()
+			complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete)
+			switch {
+			case b.Status.Phase != cachev1alpha1.BackupRunning || complete == nil:
+				t.Fatalf("status %+v; want Running", b.Status)
+			case !imported && (len(b.Status.Shards) != 1 || b.Status.Shards[0].Source != "orders-0" || complete.Reason != cachev1alpha1.ReasonSnapshotting):
+				t.Errorf("a backup taken here: %+v; want its Job's shard, Snapshotting", b.Status)
+			case imported && (b.Status.Location != "s3://caches/elsewhere/orders/nightly/" || complete.Reason != cachev1alpha1.ReasonReadingManifest):
+				t.Errorf("an imported backup: %+v; want its place, ReadingManifest", b.Status)
+			}
+			var jobs batchv1.JobList
+			if err := w.c.List(ctx, &jobs); err != nil || len(jobs.Items) != 1 {
+				t.Errorf("%d Jobs (%v), want the one made before the crash", len(jobs.Items), err)
+			}
+		})
 	}
 }
