@@ -195,9 +195,7 @@ func report(command, resultFile, message string, err error) int {
 }
 
 func (p Plan) run(ctx context.Context) (Result, error) {
-	loc := p.Location
-	loc.CABundle = []byte(os.Getenv(EnvCABundle))
-	b, err := bucket.Open(loc, credentialsFromEnv())
+	b, err := openBucket(p.Location)
 	if err != nil {
 		return Result{}, err
 	}

@@ -3,7 +3,8 @@
 // the manifest that says what the backup holds. The manifest is written last and only when every
 // shard's object is whole, so a backup without one is never complete; a backup that fails deletes
 // the objects it wrote. For a restore, Fetch brings a shard's copy back, checked against the
-// manifest, as the RDB its new server loads at start.
+// manifest, as the RDB its new server loads at start. For a backup already stored, Delete removes
+// its objects, and RunInspect reports what the manifest of one made elsewhere lists.
 package backup
 
 import (

@@ -49,9 +49,11 @@ func (p RestorePlan) Encode() string {
 	return string(out)
 }
 
-// credentialsFromEnv are the bucket's credentials, as the pod's Secret gives them.
-func credentialsFromEnv() bucket.Credentials {
-	return bucket.Credentials{AccessKeyID: os.Getenv(EnvAccessKeyID), SecretAccessKey: os.Getenv(EnvSecretAccessKey)}
+// openBucket opens the bucket at loc with the credentials, and the CA bundle if any, that the
+// agent's pod takes from the user's Secret.
+func openBucket(loc bucket.Location) (*bucket.Bucket, error) {
+	loc.CABundle = []byte(os.Getenv(EnvCABundle))
+	return bucket.Open(loc, bucket.Credentials{AccessKeyID: os.Getenv(EnvAccessKeyID), SecretAccessKey: os.Getenv(EnvSecretAccessKey)})
 }
 
 // Fetch downloads a shard's copy into dir as the RDB its server loads at start, as a restore's
@@ -118,8 +120,7 @@ func restore(ctx context.Context, dir, pod string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("pod %q does not end in an ordinal", pod)
 	}
-	plan.Location.CABundle = []byte(os.Getenv(EnvCABundle))
-	b, err := bucket.Open(plan.Location, credentialsFromEnv())
+	b, err := openBucket(plan.Location)
 	if err != nil {
 		return "", err
 	}

@@ -54,9 +54,7 @@ func runOnPlace(ctx context.Context, command string, args []string, do func(cont
 		fmt.Fprintln(os.Stderr, command+":", err)
 		return 2
 	}
-	loc := p.Location
-	loc.CABundle = []byte(os.Getenv(EnvCABundle))
-	b, err := bucket.Open(loc, credentialsFromEnv())
+	b, err := openBucket(p.Location)
 	message := ""
 	if err == nil {
 		message, err = do(ctx, b, p.Path)
