@@ -104,13 +104,18 @@ func (b *Bucket) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 }
 
 // List is the names of the objects under the given prefix (within the location's), in order.
+// A prefix that ends in "/" is a folder: "shop/nightly/" lists nothing of "shop/nightly-2/".
 func (b *Bucket) List(ctx context.Context, prefix string) ([]string, error) {
 	var names []string
 	base := b.key("")
 	if base != "" {
 		base += "/"
 	}
-	for obj := range b.client.ListObjects(ctx, b.loc.Bucket, minio.ListObjectsOptions{Prefix: b.key(prefix), Recursive: true}) {
+	under := b.key(prefix)
+	if strings.HasSuffix(prefix, "/") && under != "" {
+		under += "/" // path.Join dropped it
+	}
+	for obj := range b.client.ListObjects(ctx, b.loc.Bucket, minio.ListObjectsOptions{Prefix: under, Recursive: true}) {
 		if obj.Err != nil {
 			return nil, b.explain("listing", prefix, obj.Err)
 		}
