@@ -65,6 +65,7 @@ func main() {
 		catalogEndpoints                    string
 		layout                              catalog.Layout
 		catalogTimeout                      time.Duration
+		catalogSweepInterval                time.Duration
 		clusterDomain                       string
 		clusterCheckInterval                time.Duration
 		webhookHost                         string
@@ -95,6 +96,7 @@ func main() {
 	flag.StringVar(&clusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain, part of the node names listed in the catalogue.")
 	flag.DurationVar(&etcd.DialTimeout, "catalog-dial-timeout", 5*time.Second, "Timeout of connecting to the catalogue.")
 	flag.DurationVar(&catalogTimeout, "catalog-request-timeout", 5*time.Second, "Timeout of each catalogue operation.")
+	flag.DurationVar(&catalogSweepInterval, "catalog-sweep-interval", 10*time.Minute, "How often the catalogue is swept of the records of Caches that are gone; a Cache's go once it was missing at two sweeps.")
 	flag.StringVar(&etcd.CAFile, "catalog-ca-file", "", "CA bundle that verifies the catalogue's server certificate.")
 	flag.StringVar(&etcd.CertFile, "catalog-cert-file", "", "Client certificate for the catalogue (mutual TLS).")
 	flag.StringVar(&etcd.KeyFile, "catalog-key-file", "", "Key of the client certificate for the catalogue.")
@@ -184,7 +186,7 @@ func main() {
 	}
 	if catalogEndpoints != "" {
 		layout.Zone = strings.Trim(layout.Zone, ".")
-		if layout.Zone == "" || catalogTimeout <= 0 || etcd.DialTimeout <= 0 {
+		if layout.Zone == "" || catalogTimeout <= 0 || etcd.DialTimeout <= 0 || catalogSweepInterval <= 0 {
 			fail(log, errors.New("--catalog-zone must not be empty and the catalogue timeouts must be positive"),
 				"Invalid catalogue flags")
 		}
@@ -196,6 +198,10 @@ func main() {
 			fail(log, err, "Unable to set up the catalogue client")
 		}
 		r.Catalog = metrics.InstrumentCatalog(&catalog.Etcd{Client: etcdClient, Layout: layout, Timeout: catalogTimeout})
+		sweeper := &controller.CatalogSweeper{Catalog: r.Catalog, Reader: mgr.GetAPIReader(), Recorder: r.Recorder, Interval: catalogSweepInterval}
+		if err := mgr.Add(sweeper); err != nil {
+			fail(log, err, "Unable to set up the catalogue sweep")
+		}
 	}
 	if err := ctrlmetrics.Registry.Register(metrics.NewCachesCollector(mgr.GetCache(), servingCert.Serving)); err != nil {
 		fail(log, err, "Unable to register metrics")

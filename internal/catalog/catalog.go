@@ -22,6 +22,8 @@ type Catalog interface {
 	Sync(ctx context.Context, cache Key, nodes []Node) (changed bool, err error)
 	// Deregister removes every record of cache. A cache with no records is success.
 	Deregister(ctx context.Context, cache Key) error
+	// Listed is every Cache that has records, once each.
+	Listed(ctx context.Context) ([]Key, error)
 }
 
 // Key names a Cache.
@@ -57,9 +59,25 @@ func (l Layout) Name(cache Key) string {
 // Dir is the key prefix that holds all of a Cache's records, with a trailing slash so that it
 // never matches a sibling Cache whose name extends this one's ("orders" and "orders-eu").
 func (l Layout) Dir(cache Key) string {
-	labels := strings.Split(l.Name(cache), ".")
+	return l.ZoneDir() + cache.Namespace + "/" + cache.Name + "/"
+}
+
+// ZoneDir is the key prefix of the zone, under which every Cache's records are, as
+// <namespace>/<name>/<node>.
+func (l Layout) ZoneDir() string {
+	labels := strings.Split(l.Zone, ".")
 	slices.Reverse(labels)
 	return strings.TrimSuffix(l.Prefix, "/") + "/" + strings.Join(labels, "/") + "/"
+}
+
+// CacheOf is the Cache whose record a key is, and false for a key of no Cache's record.
+func (l Layout) CacheOf(key string) (Key, bool) {
+	rest, ok := strings.CutPrefix(key, l.ZoneDir())
+	parts := strings.Split(rest, "/")
+	if !ok || len(parts) != 3 || slices.Contains(parts, "") {
+		return Key{}, false
+	}
+	return Key{Namespace: parts[0], Name: parts[1]}, true
 }
 
 // record is the value CoreDNS's etcd plugin reads (msg.Service in its sources).

@@ -37,3 +37,19 @@ func TestDirNeverCoversASiblingCache(t *testing.T) {
 		t.Errorf("the records of orders (%s) would include those of orders-eu (%s)", short, long)
 	}
 }
+
+// A record's key names its Cache; a key of the zone that is no Cache's record names none.
+func TestCacheOfReadsARecordsKeyBack(t *testing.T) {
+	cache := Key{Namespace: "default", Name: "orders-cache"}
+	for key := range layout.Records(cache, StatefulSetNodes(cache, 2, "cluster.local", 6379)) {
+		if got, ok := layout.CacheOf(key); !ok || got != cache {
+			t.Errorf("CacheOf(%q) = %v, %v; want %v", key, got, ok, cache)
+		}
+	}
+	for _, key := range []string{"/skydns/internal/example/caches/default/orders-cache", "/skydns/internal/example/other/default/orders/node-0",
+		"/skydns/internal/example/caches/default//node-0", "/skydns/internal/example/caches/a/b/c/node-0"} {
+		if got, ok := layout.CacheOf(key); ok {
+			t.Errorf("CacheOf(%q) = %v; want none", key, got)
+		}
+	}
+}

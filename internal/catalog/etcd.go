@@ -76,3 +76,24 @@ func (e *Etcd) Deregister(ctx context.Context, cache Key) error {
 	}
 	return nil
 }
+
+// Listed reads the keys of every record in the zone (not their values) and returns the Caches
+// they belong to.
+func (e *Etcd) Listed(ctx context.Context) ([]Key, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.Timeout)
+	defer cancel()
+	dir := e.Layout.ZoneDir()
+	resp, err := e.Client.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	var keys []Key
+	seen := map[Key]bool{}
+	for _, kv := range resp.Kvs {
+		if key, ok := e.Layout.CacheOf(string(kv.Key)); ok && !seen[key] {
+			seen[key] = true
+			keys = append(keys, key)
+		}
+	}
+	return keys, nil
+}

@@ -27,7 +27,7 @@ var (
 func init() {
 	ctrlmetrics.Registry.MustRegister(catalogDuration, catalogErrors)
 	// Report zero errors from the start, so a rate() over them has a baseline.
-	for _, op := range []string{opSync, opDeregister} {
+	for _, op := range []string{opSync, opDeregister, opList} {
 		catalogErrors.WithLabelValues(op)
 		catalogDuration.WithLabelValues(op)
 	}
@@ -36,6 +36,7 @@ func init() {
 const (
 	opSync       = "sync"
 	opDeregister = "deregister"
+	opList       = "list"
 )
 
 // InstrumentCatalog wraps c so that every operation's latency and failure is measured.
@@ -57,6 +58,13 @@ func (i instrumented) Deregister(ctx context.Context, cache catalog.Key) error {
 	err := i.next.Deregister(ctx, cache)
 	countError(opDeregister, err)
 	return err
+}
+
+func (i instrumented) Listed(ctx context.Context) ([]catalog.Key, error) {
+	defer observe(opList, time.Now())
+	keys, err := i.next.Listed(ctx)
+	countError(opList, err)
+	return keys, err
 }
 
 func observe(op string, start time.Time) {
