@@ -179,6 +179,7 @@ func setOwnedContainerFields(dst, src *corev1.Container) {
 	dst.Resources = src.Resources
 	dst.ReadinessProbe = src.ReadinessProbe
 	dst.LivenessProbe = src.LivenessProbe
+	dst.Lifecycle = src.Lifecycle
 	dst.SecurityContext = src.SecurityContext
 	dst.VolumeMounts = src.VolumeMounts
 }
@@ -266,7 +267,27 @@ func clusterNode(c *corev1.Container) {
 	c.Args = append(c.Args, FenceRule...)
 	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
+	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOver}}}
 }
+
+// handOver is a Cluster node's preStop hook. A pod that goes of itself (deleted, evicted by a
+// node drain) would otherwise take its shard's primary with it: clients then fail until the
+// other nodes find it gone and its replica is elected, a few seconds. So a primary with a
+// replica in sync first asks a connected replica, at the address the cluster announces, to take
+// over (CLUSTER FAILOVER: the primary holds its clients while the replica catches up, then the
+// replica serves, and no acknowledged write is lost), and waits, at most 10 s, until it is a
+// replica itself; the server is stopped after. A replica, a primary with no replica in sync, or
+// a failover refused: nothing happens, as before. The operator's own restarts hand over first
+// already (topology.Roll), and find a replica here.
+var handOver = []string{"sh", "-c", `cli="valkey-cli -p ` + strconv.Itoa(Port) + `"
+[ "$($cli ROLE | head -n 1)" = master ] && $cli INFO replication | grep -q '^slave[0-9]*:.*state=online' || exit 0
+addr=$($cli CLUSTER REPLICAS "$($cli CLUSTER MYID)" | awk '$8 == "connected" && $3 !~ /fail/ { print $2; exit }')
+host=${addr%%:*} port=${addr#*:} port=${port%%@*}
+[ -n "$host" ] && $cli -h "$host" -p "$port" CLUSTER FAILOVER | grep -q OK || exit 0
+for i in $(seq 50); do
+  [ "$($cli ROLE | head -n 1)" = slave ] && exit 0
+  sleep 0.2
+done`}
 
 // podField is an environment variable that holds a field of the pod (the downward API).
 func podField(name, path string) corev1.EnvVar {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -334,8 +335,10 @@ func firstSlot(t *testing.T, pod *corev1.Pod) int {
 	return self.Slots[0].Start
 }
 
-// A pod replaced gets a new, empty node with a new ID and, usually, a new IP: with a primary
-// replaced, Valkey promotes its replica, and the operator has the others forget the old node and
+// A pod replaced gets a new, empty node with a new ID and, usually, a new IP: a primary whose
+// pod is deleted hands its shard to its replica first (its preStop hook asks the replica for a
+// CLUSTER FAILOVER, which the replica counts as an MFSTART sent: a handover, not an election
+// after the primary was found gone), and the operator has the others forget the old node and
 // brings the new one in as a replica, with no human. Then every pod replaced at once: every node
 // is new, and the cluster forms again by itself, and serves.
 func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
@@ -345,9 +348,24 @@ func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
 	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 
 	primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
+	replicaPod := replicaOf(t, c, primaryPod.Name)
+	handovers := func() (int, string) {
+		info, err := do(t, replicaPod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterInfo().Build() }).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		role, _ := do(t, replicaPod, func(b valkeygo.Builder) valkeygo.Completed { return b.Role().Build() }).ToArray()
+		name, _ := role[0].ToString()
+		return clusterInfoField(info, "cluster_stats_messages_mfstart_sent"), name
+	}
+	before, _ := handovers()
 	if err := admin.Delete(context.Background(), primaryPod); err != nil {
 		t.Fatal(err)
 	}
+	testenv.WaitFor(t, time.Minute, "the deleted primary's replica took over by a handover", func() (bool, string) {
+		sent, role := handovers()
+		return role == "master" && sent > before, fmt.Sprintf("%s is %s, MFSTART sent %d times (%d before)", replicaPod.Name, role, sent, before)
+	})
 	c = waitReadyWithNewNodes(t, key, 6, map[string]bool{primary.ID: true}, 3*time.Minute)
 	for _, pod := range cachePods(t, key) {
 		reply, err := do(t, &pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterNodes().Build() }).ToString()
@@ -377,4 +395,31 @@ func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
 	waitReadyWithNewNodes(t, key, 6, oldNodes, 3*time.Minute)
 	assertClusterStateOK(t, key)
 	assertClusterServesKeys(t, key, 1000)
+}
+
+// replicaOf is the pod of a replica of the primary on the named pod, in the Cache's status.
+func replicaOf(t *testing.T, c *cachev2.Cache, primaryPod string) *corev1.Pod {
+	t.Helper()
+	for _, n := range c.Status.Nodes {
+		if n.Role == cachev2.RoleReplica && n.PrimaryPod == primaryPod {
+			for _, pod := range cachePods(t, client.ObjectKeyFromObject(c)) {
+				if pod.Name == n.Pod {
+					return &pod
+				}
+			}
+		}
+	}
+	t.Fatalf("no replica of %s in %+v", primaryPod, c.Status.Nodes)
+	return nil
+}
+
+// clusterInfoField is a number of CLUSTER INFO's reply, 0 if it is not there.
+func clusterInfoField(info, field string) int {
+	for line := range strings.Lines(info) {
+		if value, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.Atoi(value)
+			return n
+		}
+	}
+	return 0
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
@@ -61,8 +62,18 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 	if err := admin.Delete(context.Background(), doomed); err != nil {
 		t.Fatal(err)
 	}
+	// The schedule metrics exist with a schedule (one that makes nothing this year, most likely).
+	schedule := &cachev1alpha1.CacheBackupSchedule{ObjectMeta: metav1.ObjectMeta{Name: "orders-yearly", Namespace: ns},
+		Spec: cachev1alpha1.CacheBackupScheduleSpec{CacheName: "orders-cache", Schedule: "@yearly", Storage: store.location, Keep: 1}}
+	if err := admin.Create(context.Background(), schedule); err != nil {
+		t.Fatal(err)
+	}
 	waitBackup(t, completed, cachev1alpha1.BackupCompleted, 2*time.Minute)
 	waitBackup(t, failed, cachev1alpha1.BackupFailed, time.Minute)
+	testenv.WaitFor(t, time.Minute, "the schedule reconciled", func() (bool, string) {
+		err := admin.Get(context.Background(), client.ObjectKeyFromObject(schedule), schedule)
+		return err == nil && len(schedule.Status.Conditions) > 0, fmt.Sprint(err, schedule.Status)
+	})
 	families := o.Metrics(t)
 	// The API server's metrics of conversion appear with its first conversion.
 	testenv.WaitFor(t, time.Minute, "a read of the Cache through v1", func() (bool, string) {

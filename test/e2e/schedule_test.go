@@ -30,6 +30,9 @@ func TestABackupScheduleKeepsTheNewestAndRemovesTheRestsObjects(t *testing.T) {
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ctx := context.Background()
 	namespace, store, cache := readyPagesWithStore(t)
+	// The schedule's backups hold their namespace's deletion until their objects are removed:
+	// they go while this test's operator and bucket are still there.
+	t.Cleanup(func() { deleteAllBackups(t, namespace) })
 
 	hourAgo := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
 	older := &cachev1alpha1.CacheBackup{
@@ -108,4 +111,28 @@ func TestABackupScheduleKeepsTheNewestAndRemovesTheRestsObjects(t *testing.T) {
 	if got := testenv.Sum(families, "cache_operator_backup_schedule_period_seconds", labels); got != 60 {
 		t.Errorf("period exported as %v, want 60", got)
 	}
+}
+
+// deleteAllBackups deletes the namespace's schedules, then its backups, and waits until the
+// backups are gone: those whose policy is Delete once their objects are.
+func deleteAllBackups(t *testing.T, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := admin.DeleteAllOf(ctx, &cachev1alpha1.CacheBackupSchedule{}, client.InNamespace(namespace)); err != nil {
+		t.Errorf("deleting the schedules of %s: %v", namespace, err)
+	}
+	if err := admin.DeleteAllOf(ctx, &cachev1alpha1.CacheBackup{}, client.InNamespace(namespace)); err != nil {
+		t.Errorf("deleting the backups of %s: %v", namespace, err)
+	}
+	testenv.WaitFor(t, 2*time.Minute, "the backups of "+namespace+" to be gone", func() (bool, string) {
+		var list cachev1alpha1.CacheBackupList
+		if err := admin.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return false, err.Error()
+		}
+		var left []string
+		for _, b := range list.Items {
+			left = append(left, b.Name+": "+describeBackup(&b))
+		}
+		return len(list.Items) == 0, fmt.Sprint(left)
+	})
 }

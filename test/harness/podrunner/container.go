@@ -39,6 +39,8 @@ type container struct {
 	terminationLog string
 
 	readiness, liveness *corev1.Probe
+	// preStop is the command the container's preStop hook execs before it is stopped, if any.
+	preStop []string
 
 	// Guarded by the runner's lock: the current process (nil for a container that has not
 	// started, or could not: startErr says why), how often it was restarted, how its last run
@@ -105,6 +107,16 @@ func (ct *container) prepare(r *Runner, pod *corev1.Pod, c *corev1.Container, so
 	if refused != nil {
 		return refused
 	}
+	if hook := c.Lifecycle; hook != nil {
+		switch {
+		case hook.PostStart != nil:
+			return errors.New("it has a postStart hook, which the runner does not run")
+		case hook.PreStop != nil && hook.PreStop.Exec == nil:
+			return errors.New("its preStop hook does not exec a command, the only kind the runner runs")
+		case hook.PreStop != nil:
+			ct.preStop = hook.PreStop.Exec.Command
+		}
+	}
 	if c.WorkingDir != "" && c.WorkingDir != dataMountPath {
 		return fmt.Errorf("it works in %s: the runner knows only the image's own %s", c.WorkingDir, dataMountPath)
 	}
@@ -123,7 +135,7 @@ func (ct *container) prepare(r *Runner, pod *corev1.Pod, c *corev1.Container, so
 			ct.args[i] = strings.ReplaceAll(arg, path, ct.terminationLog)
 		}
 	}
-	ct.env = r.processEnv()
+	ct.env = r.processEnv(ct.ip)
 	for name, value := range env {
 		ct.env = append(ct.env, name+"="+value)
 	}
@@ -187,9 +199,31 @@ func commandLine(c *corev1.Container) []string {
 	return append(append([]string(nil), c.Command...), c.Args...)
 }
 
-// processEnv is the environment every process the runner starts gets, before the container's
-// own: the runner's PATH, which the toolchain's wrappers need, behind the toolchain's directory,
-// where a container's shell finds the image's programs.
-func (r *Runner) processEnv() []string {
-	return []string{"PATH=" + r.BinDir + string(os.PathListSeparator) + os.Getenv("PATH")}
+// processEnv is the environment every process the runner starts for a pod whose IP is ip gets,
+// before the container's own: the runner's PATH, which the toolchain's wrappers need, behind the
+// toolchain's directory, where a container's shell finds the image's programs, and before that
+// the pods' own valkey-cli (writePodPrograms), which the pod's IP tells its default host.
+func (r *Runner) processEnv(ip string) []string {
+	return []string{
+		"PATH=" + strings.Join([]string{r.podPrograms(), r.BinDir, os.Getenv("PATH")}, string(os.PathListSeparator)),
+		podIPVariable + "=" + ip,
+	}
+}
+
+// podIPVariable is the environment variable in which the runner tells a pod's processes their
+// pod's IP, for the pods' own programs.
+const podIPVariable = "PODRUNNER_POD_IP"
+
+// podPrograms is the directory of the pods' own programs.
+func (r *Runner) podPrograms() string { return filepath.Join(r.Workdir, "pod-programs") }
+
+// writePodPrograms writes the pods' own programs: a valkey-cli whose default host is its pod's
+// IP, as 127.0.0.1 is in a pod's own network, for a container's or a hook's shell script that
+// calls valkey-cli with no host (a host given on its command line comes later and wins).
+func (r *Runner) writePodPrograms() error {
+	if err := os.MkdirAll(r.podPrograms(), 0o755); err != nil {
+		return err
+	}
+	cli := "#!/bin/sh\nexec " + filepath.Join(r.BinDir, "valkey-cli") + ` -h "$` + podIPVariable + `" "$@"` + "\n"
+	return os.WriteFile(filepath.Join(r.podPrograms(), "valkey-cli"), []byte(cli), 0o755) //nolint:gosec // a program
 }

@@ -307,12 +307,29 @@ func (r *Runner) probeLiveness(ctx context.Context, b *sandbox, c *container, p 
 			} else {
 				r.Log.Info("The liveness probe failed: stopping the container to restart it", "pod", b.pod, "container", c.name, "probe", errString(err))
 			}
-			stopProcess(ctx, p, b.grace)
+			r.stopContainer(ctx, b, c, p, b.grace)
 			return
 		}
 	})
 	return stop
 }
+
+// stopContainer stops a container's process as the kubelet kills a container, for a deletion or
+// a failed liveness probe: its preStop hook first, if it has one, then SIGTERM, and SIGKILL once
+// the grace period, which the hook's run counts against, is over (with the kubelet's two
+// seconds more for a hook that used it all).
+func (r *Runner) stopContainer(ctx context.Context, b *sandbox, c *container, p *process, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	if c.preStop != nil && p.running() {
+		out, err := r.execIn(ctx, c, c.preStop, grace)
+		r.Log.Info("Ran the preStop hook", "pod", b.pod, "container", c.name, "output", string(out), "error", errString(err))
+	}
+	stopProcess(ctx, p, max(time.Until(deadline), preStopExtension))
+}
+
+// preStopExtension is the time the kubelet still gives a container whose preStop hook took the
+// whole grace period, between SIGTERM and SIGKILL.
+const preStopExtension = 2 * time.Second
 
 // stopProcess stops a process as the kubelet stops a container: SIGTERM, then SIGKILL once the
 // grace period is over.
@@ -330,15 +347,18 @@ func stopProcess(ctx context.Context, p *process, grace time.Duration) {
 	}
 }
 
-// terminate stops a deleted pod's containers as the kubelet would, each with SIGTERM and then
-// SIGKILL after the grace period, and then completes the deletion.
+// terminate stops a deleted pod's containers as the kubelet would, all at once (stopContainer),
+// and then completes the deletion.
 func (r *Runner) terminate(ctx context.Context, b *sandbox, grace time.Duration) {
 	r.mu.Lock()
-	running := b.processes()
+	running := map[*process]*container{}
+	for _, c := range b.started() {
+		running[c.proc] = c
+	}
 	r.mu.Unlock()
 	var stopping sync.WaitGroup
-	for _, p := range running {
-		stopping.Go(func() { stopProcess(ctx, p, grace) })
+	for p, c := range running {
+		stopping.Go(func() { r.stopContainer(ctx, b, c, p, grace) })
 	}
 	stopping.Wait()
 	if ctx.Err() != nil {

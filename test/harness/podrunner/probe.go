@@ -52,19 +52,29 @@ func (r *Runner) probe(ctx context.Context, c *container, probe *corev1.Probe) (
 	case probe.Exec == nil:
 		return false, errors.New("the runner runs only probes that exec a command or open a TCP connection")
 	}
-	binary, args, err := r.command(c.image, c.ip, probe.Exec.Command)
-	if err != nil {
+	if _, err := r.execIn(ctx, c, probe.Exec.Command, timeout); err != nil {
 		return false, err
+	}
+	return true, nil
+}
+
+// execIn runs a command of the container's image, put on the pod's IP as the runner puts its
+// programs (images), as the kubelet execs a probe's or a hook's command in the container, and
+// returns its output.
+func (r *Runner) execIn(ctx context.Context, c *container, command []string, timeout time.Duration) ([]byte, error) {
+	binary, args, err := r.command(c.image, c.ip, command)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = r.processEnv()
+	cmd.Dir, cmd.Env = c.dir, c.env // the container's, as the kubelet execs a command in the container
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return false, fmt.Errorf("%w: %s", err, out)
+		return out, fmt.Errorf("%w: %s", err, out)
 	}
-	return true, nil
+	return out, nil
 }
 
 // portOf is the container's port that a probe names, by name or by number.

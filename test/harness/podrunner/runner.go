@@ -19,8 +19,9 @@
 //   - the readiness probe decides a container's readiness (one without a probe is ready while it
 //     runs), and the liveness probe, after its failure threshold, stops the container (SIGTERM,
 //     then SIGKILL after the grace period) and it restarts;
-//   - a deleted pod's containers get SIGTERM and the pod's grace period before SIGKILL, and then
-//     the deletion completes;
+//   - a deleted pod's containers run their preStop hook (a command exec'd in the container),
+//     then get SIGTERM, and SIGKILL once the pod's grace period, which the hook counts against,
+//     is over (2 s more for a hook that took it all); then the deletion completes;
 //   - environment variables from literal values, pod fields and keys of Secrets and ConfigMaps;
 //     a container whose Secret, ConfigMap or key is missing (and not optional) waits, reported
 //     as CreateContainerConfigError;
@@ -30,15 +31,17 @@
 // What still differs from a kubelet:
 //   - only containers of an image the runner knows (images: Valkey's, whose valkey-server and
 //     valkey-cli are the toolchain's and whose sh is the machine's, with the toolchain first in
-//     its PATH; the operator's, whose binary the runner is given), with probes that exec one of its programs or open a TCP connection; no init
+//     its PATH; the operator's, whose binary the runner is given), with probes that exec one of its programs or open a TCP connection,
+//     and preStop hooks that exec one (no postStart hooks, no HTTP or sleep hooks); no init
 //     containers that restart always (native sidecars: run a sidecar as one of the pod's
 //     containers). What it cannot run it refuses with the reason, as a container that cannot
 //     start (restarted with the back-off);
 //   - every pod shares the machine's loopback interface, so the runner puts each program on the
 //     pod's IP itself: it appends --bind and --bind-source-addr with the pod's IP to a server's
 //     command line (a shell entrypoint must pass its arguments on to the server), and makes the
-//     pod's IP valkey-cli's default host. A script that calls localhost, expecting its own pod,
-//     reaches the machine instead;
+//     pod's IP valkey-cli's default host, in a command line and in a container's or a hook's
+//     shell script alike. A script that calls localhost or 127.0.0.1 by name, expecting its
+//     own pod, reaches the machine instead;
 //   - a container's volumes are the pod's one data directory, its working directory, whatever
 //     the mounts say: a path under the mount (/data/...) must be given relative to it;
 //   - the first readiness probe runs as soon as the server accepts connections rather than at
@@ -105,6 +108,9 @@ var Apps = []string{resources.AppName, resources.BackupAppName}
 // Run runs Valkey pods until ctx is done, then kills every server it started, waits for them
 // to exit and removes their directories.
 func (r *Runner) Run(ctx context.Context) error {
+	if err := r.writePodPrograms(); err != nil {
+		return err
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(r.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = fmt.Sprintf("%s in (%s)", resources.LabelName, strings.Join(Apps, ","))

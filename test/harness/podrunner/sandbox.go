@@ -88,13 +88,23 @@ func (b *sandbox) stopTerminating() {
 	}
 }
 
+// started are the sandbox's containers whose process may still run. Call it with the runner's
+// lock held.
+func (b *sandbox) started() []*container {
+	var started []*container
+	for _, c := range append(b.init[:len(b.init):len(b.init)], b.main...) {
+		if c.proc != nil {
+			started = append(started, c)
+		}
+	}
+	return started
+}
+
 // processes are the sandbox's processes that may still run. Call it with the runner's lock held.
 func (b *sandbox) processes() []*process {
 	var running []*process
-	for _, c := range append(b.init[:len(b.init):len(b.init)], b.main...) {
-		if c.proc != nil {
-			running = append(running, c.proc)
-		}
+	for _, c := range b.started() {
+		running = append(running, c.proc)
 	}
 	return running
 }
