@@ -17,8 +17,8 @@
 //     none runs the pod ends, Succeeded if every container exited with 0, else Failed (so a Job's
 //     pod completes or fails, and the Job with it); a pod is replaced only when it is deleted;
 //   - the readiness probe decides a container's readiness (one without a probe is ready while it
-//     runs), and the liveness probe, after its failure threshold, stops the container (SIGTERM,
-//     then SIGKILL after the grace period) and it restarts;
+//     runs), and the liveness probe, after its failure threshold, stops the container (its
+//     preStop hook, SIGTERM, then SIGKILL after the grace period) and it restarts;
 //   - a deleted pod's containers run their preStop hook (a command exec'd in the container),
 //     then get SIGTERM, and SIGKILL once the pod's grace period, which the hook counts against,
 //     is over (2 s more for a hook that took it all); then the deletion completes;
