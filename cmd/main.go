@@ -198,7 +198,8 @@ func main() {
 			fail(log, err, "Unable to set up the catalogue client")
 		}
 		r.Catalog = metrics.InstrumentCatalog(&catalog.Etcd{Client: etcdClient, Layout: layout, Timeout: catalogTimeout})
-		sweeper := &controller.CatalogSweeper{Catalog: r.Catalog, Reader: mgr.GetAPIReader(), Recorder: r.Recorder, Interval: catalogSweepInterval}
+		sweeper := &controller.CatalogSweeper{Catalog: r.Catalog, Cached: mgr.GetClient(), Live: mgr.GetAPIReader(),
+			Recorder: r.Recorder, Interval: catalogSweepInterval}
 		if err := mgr.Add(sweeper); err != nil {
 			fail(log, err, "Unable to set up the catalogue sweep")
 		}

@@ -22,15 +22,15 @@ const EventCatalogRecordSwept = "CatalogRecordSwept"
 // CatalogSweeper removes the catalogue records of Caches that no longer exist: those the escape
 // hatch left behind (AnnotationAbandonCatalogRecord, when the catalogue was down), or that an
 // operator run without the catalogue, or gone, never removed. Only the leader sweeps. A Cache's
-// records go only once it was missing at two sweeps, an interval apart, each read from the API
-// server: a Cache created meanwhile, whose records were written before the informer showed it,
-// is found at the second.
+// records go only once it was missing at two sweeps, an interval apart, read from the API server
+// each time: a Cache created meanwhile, whose records were written before the informer showed
+// it, is found at the second. A Cache the informer shows costs no request.
 type CatalogSweeper struct {
 	Catalog catalog.Catalog
-	// Reader reads around the informer.
-	Reader   client.Reader
-	Recorder events.EventRecorder
-	Interval time.Duration
+	// Cached reads the informer's Caches; Live reads around it, for a Cache the informer lacks.
+	Cached, Live client.Reader
+	Recorder     events.EventRecorder
+	Interval     time.Duration
 
 	// missing are the Caches with records that were missing at the last sweep.
 	missing map[catalog.Key]bool
@@ -62,8 +62,12 @@ func (s *CatalogSweeper) sweep(ctx context.Context) {
 	}
 	missing := map[catalog.Key]bool{}
 	for _, key := range listed {
-		err := s.Reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, &metav1.PartialObjectMetadata{
-			TypeMeta: metav1.TypeMeta{APIVersion: cachev2.GroupVersion.String(), Kind: "Cache"}})
+		name := client.ObjectKey{Namespace: key.Namespace, Name: key.Name}
+		err := s.Cached.Get(ctx, name, &cachev2.Cache{})
+		if apierrors.IsNotFound(err) {
+			err = s.Live.Get(ctx, name, &metav1.PartialObjectMetadata{
+				TypeMeta: metav1.TypeMeta{APIVersion: cachev2.GroupVersion.String(), Kind: "Cache"}})
+		}
 		switch {
 		case !apierrors.IsNotFound(err):
 			continue // it exists, or cannot be read now: its records stay

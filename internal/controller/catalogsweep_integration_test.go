@@ -28,7 +28,7 @@ func TestTheSweepRemovesTheRecordsOfCachesThatAreGone(t *testing.T) {
 		}
 	}
 	recorder := events.NewFakeRecorder(10)
-	sweeper := &CatalogSweeper{Catalog: cat, Reader: k8s, Recorder: recorder}
+	sweeper := &CatalogSweeper{Catalog: cat, Cached: k8s, Live: k8s, Recorder: recorder}
 	admin := etcd.Client(t)
 	defer admin.Close() //nolint:errcheck
 	held := func(key catalog.Key) int { return len(testenv.KeyValues(t, admin, testLayout.Dir(key))) }
