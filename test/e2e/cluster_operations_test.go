@@ -132,6 +132,10 @@ func waitEvents(t *testing.T, key client.ObjectKey, want ...string) {
 	})
 }
 
+// scalingTimeout bounds a scaling of a 3 × 1 Cluster with 20,000 keys: about 100 s each way
+// on a quiet machine here, past 3 min once under a whole make test.
+const scalingTimeout = 6 * time.Minute
+
 // Scaling out moves slots onto the new shards until each serves its share; scaling in moves
 // them off the shards that go before their pods are removed; a scale-in that interrupts a
 // scale-out still ends balanced; fewer replicas removes replicas only. No key is lost on the way.
@@ -145,7 +149,7 @@ func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
 
 	began := time.Now()
 	patchCache(t, key, `{"spec":{"shards":5}}`)
-	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, scalingTimeout)
 	t.Logf("3 → 5 shards with %d keys: Ready again after %s", keys, time.Since(began).Round(100*time.Millisecond))
 	assertShape(t, key, 5, 1)
 	// 5462+5461+5461 slots to 3277,3277,3277,3277,3276: the three old primaries give 6553.
@@ -166,7 +170,7 @@ func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
 
 	began = time.Now()
 	patchCache(t, key, `{"spec":{"shards":3}}`)
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, scalingTimeout)
 	t.Logf("5 → 3 shards: Ready again after %s", time.Since(began).Round(100*time.Millisecond))
 	assertShape(t, key, 3, 1)
 	assertKeysRead(t, key, keys)
@@ -182,7 +186,7 @@ func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
 		return toMove > 0 && scalingOut >= 1, fmt.Sprintf("%v slots to move, %v Caches scaling out", toMove, scalingOut)
 	})
 	patchCache(t, key, `{"spec":{"shards":3}}`)
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, scalingTimeout)
 	assertShape(t, key, 3, 1)
 	assertKeysRead(t, key, keys)
 
