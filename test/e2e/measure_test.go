@@ -389,7 +389,10 @@ type peakMemory struct {
 func samplePeakMemory(ctx context.Context, operator *testenv.Operator, namespace, job string) *peakMemory {
 	peak := &peakMemory{}
 	go func() {
-		for ctx.Err() == nil {
+		// A sample every 50 ms until stopped: the kubelet's cAdvisor samples too.
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			if sizes, err := testenv.MemoryMiB(operator.PID(), "VmRSS"); err == nil {
 				peak.mu.Lock()
 				peak.operator = max(peak.operator, sizes["VmRSS"])
@@ -407,7 +410,11 @@ func samplePeakMemory(ctx context.Context, operator *testenv.Operator, namespace
 					}
 				}
 			}
-			time.Sleep(50 * time.Millisecond) // a sampling period, not a wait on a condition
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 	}()
 	return peak
