@@ -12,7 +12,7 @@ import (
 
 // AnnotationV2Fields holds, on a Cache read through v1, what its v2 form has that v1 cannot
 // express (a Cluster's mode, shards beyond v1's bound, replicas per shard, the backup a Cache was
-// restored from, the cluster's status), as JSON. Written back through v1, the object converts to the same v2 object it came
+// restored from, its auth, the cluster's status), as JSON. Written back through v1, the object converts to the same v2 object it came
 // from, as Cluster API carries its hub's fields. A v1 client never needs to touch it; a change
 // it makes to spec.replicas still takes effect, as the number of shards.
 const AnnotationV2Fields = "cache.example.com/v2-fields"
@@ -26,6 +26,7 @@ type v2Fields struct {
 	// can be told from the value conversion chose.
 	Replicas    int32                  `json:"replicas"`
 	RestoreFrom *cachev2.RestoreSource `json:"restoreFrom,omitempty"`
+	Auth        *cachev2.Auth          `json:"auth,omitempty"`
 
 	StatusShards      int32                 `json:"statusShards,omitempty"`
 	StatusReadyShards int32                 `json:"statusReadyShards,omitempty"`
@@ -55,6 +56,7 @@ func (src *Cache) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Spec.Mode = fields.Mode
 	dst.Spec.ReplicasPerShard = fields.ReplicasPerShard
 	dst.Spec.RestoreFrom = fields.RestoreFrom
+	dst.Spec.Auth = fields.Auth
 	if src.Spec.Replicas == fields.Replicas {
 		dst.Spec.Shards = fields.Shards
 	}
@@ -118,6 +120,7 @@ func (dst *Cache) ConvertFrom(srcRaw conversion.Hub) error {
 		ReplicasPerShard:  src.Spec.ReplicasPerShard,
 		Replicas:          dst.Spec.Replicas,
 		RestoreFrom:       src.Spec.RestoreFrom,
+		Auth:              src.Spec.Auth,
 		StatusShards:      src.Status.Shards,
 		StatusReadyShards: src.Status.ReadyShards,
 		SlotsAssigned:     src.Status.SlotsAssigned,

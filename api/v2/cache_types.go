@@ -36,6 +36,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || self.shards <= 9",message="a Standalone Cache has at most 9 shards (nodes)"
 // +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",message="restoreFrom is set when a Cache is created and cannot be changed or removed: the restore happens once, at the nodes' first start"
+// +kubebuilder:validation:XValidation:rule="has(self.auth) == has(oldSelf.auth)",message="auth is set when a Cache is created and cannot be added or removed: clients and nodes that speak with and without credentials cannot serve side by side; create a new Cache (restoreFrom a backup keeps the data)"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Cluster' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster mode only; a Standalone Cache has no replicas"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !self.version.matches('^[0-9]+[.]') || int(self.version.split('.')[0]) >= 8",message="a Cluster needs Valkey 8.0 or later: the operator relies on a primary passing slot migrations on to its replicas, so that a migration survives a failover of its target, which Valkey does from 8.0"
 type CacheSpec struct {
@@ -91,6 +92,59 @@ type CacheSpec struct {
 	// Cache is Ready only once every node holds the keys its shard had.
 	// +optional
 	RestoreFrom *RestoreSource `json:"restoreFrom,omitempty"`
+
+	// Auth, set when the Cache is created, makes its servers refuse clients without a user and
+	// password. Applications connect as the user and password in the Secret that auth names;
+	// the operator, replication and the metrics exporter each have a user of their own, with
+	// only the commands they need, and Valkey's default user is off. Unset, every client in
+	// reach of a node may read and write it without credentials (the behaviour before auth).
+	// It cannot be added to or removed from a Cache that exists.
+	// +optional
+	Auth *Auth `json:"auth,omitempty"`
+}
+
+// Auth is how clients authenticate to a Cache's servers.
+type Auth struct {
+	// SecretName names the Secret in the Cache's namespace that holds the application user's
+	// credentials: key username (always AppUser) and key password. Unset, the operator makes
+	// one named after the Cache (<name>-auth) with a random password, owned by the Cache. A
+	// Secret named here is the user's: it must exist, hold a password of at least 16
+	// characters, and carry the label LabelCredentialsOf (cache.example.com/credentials-of)
+	// with the Cache's name, so that the operator sees its changes. Changing the password in
+	// the Secret, or naming another Secret, rotates the password: the new one works on every
+	// node at once, and the old one keeps working for RotationGracePeriod.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="secretName must be the name of a Secret: lower-case letters, digits, '-' and '.'"
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
+	// RotationGracePeriod is how long the previous password of the application user keeps
+	// working after the password in the Secret changes, so that every client can pick up the
+	// new one first: sessions authenticated with the old one stay up, and new ones with it are
+	// refused after. 0s removes it at once. Defaults to 10m; at most 168h.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="rotationGracePeriod must be between 0s and 168h"
+	// +optional
+	RotationGracePeriod *metav1.Duration `json:"rotationGracePeriod,omitempty"`
+}
+
+// AppUser is the Valkey user applications connect as, in a Cache with auth.
+const AppUser = "app"
+
+// LabelCredentialsOf, on a Secret, names the Cache whose credentials it holds: the operator
+// watches the Secrets that carry it, and only those.
+const LabelCredentialsOf = "cache.example.com/credentials-of"
+
+// AuthSecretName is the name of the Secret with the application user's credentials: the one the
+// spec names, or the one the operator makes; empty for a Cache without auth.
+func (c *Cache) AuthSecretName() string {
+	switch {
+	case c.Spec.Auth == nil:
+		return ""
+	case c.Spec.Auth.SecretName != "":
+		return c.Spec.Auth.SecretName
+	}
+	return c.Name + "-auth"
 }
 
 // RestoreSource is the backup a Cache starts from.

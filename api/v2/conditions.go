@@ -138,3 +138,29 @@ const (
 	// ReasonRestoreVerified means every node held the keys its shard had when it was checked.
 	ReasonRestoreVerified = "RestoreVerified"
 )
+
+// CredentialsCurrent reports, on a Cache with spec.auth, whether its running servers take exactly
+// the application password in its Secret. It is absent on a Cache without auth.
+const (
+	// ConditionCredentialsCurrent is the type of the CredentialsCurrent condition.
+	ConditionCredentialsCurrent = "CredentialsCurrent"
+
+	// ReasonCredentialsApplied means every running node takes the Secret's password, and no
+	// other.
+	ReasonCredentialsApplied = "CredentialsApplied"
+
+	// ReasonApplyingCredentials means the operator is giving the running nodes the users'
+	// passwords as the ACL Secret now holds them; the message says which node it waits on.
+	ReasonApplyingCredentials = "ApplyingCredentials"
+
+	// ReasonPreviousPasswordValid means the password in the Secret changed and the previous one
+	// keeps working until the time in the message (spec.auth.rotationGracePeriod), for clients
+	// to pick up the new one.
+	ReasonPreviousPasswordValid = "PreviousPasswordValid"
+
+	// ReasonCredentialsInvalid means the application user's Secret cannot be used: it is
+	// missing, lacks the label cache.example.com/credentials-of, or its password is missing or
+	// too short. The message says which. The nodes keep the passwords they have; a Cache being
+	// created makes no pod until the Secret is usable.
+	ReasonCredentialsInvalid = "CredentialsInvalid"
+)

@@ -67,6 +67,9 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		{"tiny memory", "memory", "10Ki", "spec.memory", "at least 64Mi"},
 		{"huge memory", "memory", "100Gi", "spec.memory", "at most 64Gi"},
 		{"memory that is no quantity", "memory", "lots", "spec.memory", "should match"},
+		{"auth with a Secret name that is none", "auth", map[string]any{"secretName": "Not_A_Name"}, "spec.auth.secretName", "must be the name of a Secret"},
+		{"auth with a negative grace period", "auth", map[string]any{"rotationGracePeriod": "-1m"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
+		{"auth with a grace period of a month", "auth", map[string]any{"rotationGracePeriod": "720h"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := valid()
@@ -223,6 +226,39 @@ func TestSchemaKeepsRestoreFromAsCreated(t *testing.T) {
 	bad := cacheObject("restored-from-nothing", map[string]any{"version": "8.1.1", "restoreFrom": map[string]any{"backup": ""}})
 	if err := k8s.Create(ctx, bad); !apierrors.IsInvalid(err) {
 		t.Errorf("a restore from a backup with no name: got %v, want invalid", err)
+	}
+}
+
+// auth is the Cache's from its creation: it cannot be added or removed after; its Secret and
+// grace period may change, and its grace period defaults to 10m.
+func TestSchemaKeepsAuthAsCreated(t *testing.T) {
+	ctx := context.Background()
+	secured := cacheObject("secured", map[string]any{"shards": int64(1), "version": "8.1.1", "auth": map[string]any{}})
+	plain := cacheObject("unsecured", map[string]any{"shards": int64(1), "version": "8.1.1"})
+	for _, u := range []*unstructured.Unstructured{secured, plain} {
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+	}
+	if grace, _, _ := unstructured.NestedString(secured.Object, "spec", "auth", "rotationGracePeriod"); grace != "10m" {
+		t.Errorf("rotationGracePeriod defaulted to %q, want 10m", grace)
+	}
+	for _, c := range []struct {
+		u     *unstructured.Unstructured
+		patch string
+	}{
+		{secured, `{"spec":{"auth":null}}`},
+		{plain, `{"spec":{"auth":{}}}`},
+	} {
+		err := k8s.Patch(ctx, c.u, client.RawPatch(types.MergePatchType, []byte(c.patch)))
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "auth is set when a Cache is created") {
+			t.Errorf("%s on %s: got %v, want invalid: auth is set when a Cache is created", c.patch, c.u.GetName(), err)
+		}
+	}
+	if err := k8s.Patch(ctx, secured, client.RawPatch(types.MergePatchType,
+		[]byte(`{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s"}}}`))); err != nil {
+		t.Errorf("naming another Secret: %v", err)
 	}
 }
 

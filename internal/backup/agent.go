@@ -30,6 +30,18 @@ const (
 	EnvCABundle        = "BUCKET_CA_BUNDLE"
 )
 
+// The environment variables the agent reads the credentials it speaks to a Cache's servers with
+// from, when the Cache has auth: the Job's pod takes them from the Cache's ACL Secret.
+const (
+	EnvValkeyUser     = "VALKEY_USER"
+	EnvValkeyPassword = "VALKEY_PASSWORD"
+)
+
+// serverAuth is who the agent is to the Cache's servers, from the environment.
+func serverAuth() valkey.Auth {
+	return valkey.Auth{User: os.Getenv(EnvValkeyUser), Password: os.Getenv(EnvValkeyPassword)}
+}
+
 // MaxResultBytes is how much of a result the kubelet keeps as a container's termination message.
 const MaxResultBytes = 4096
 
@@ -217,7 +229,8 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 		}
 		unmoved = func(ctx context.Context) error { return slotsUnmoved(ctx, shards) }
 	}
-	m, err := Take(ctx, b, p.Path, p.ValkeyVersion, shards, p.Stall, unmoved)
+	auth := serverAuth()
+	m, err := Take(ctx, b, p.Path, p.ValkeyVersion, shards, snapshot.Source{Stall: p.Stall, User: auth.User, Password: auth.Password}, unmoved)
 	if err != nil {
 		return Result{}, err
 	}
@@ -234,7 +247,7 @@ func (r Result) message() (string, error) {
 	return string(out), err
 }
 
-// connect connects to the server at addr, host:port.
+// connect connects to the server at addr, host:port, with the credentials of the environment.
 func connect(addr string) (*valkey.Server, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -244,7 +257,7 @@ func connect(addr string) (*valkey.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return valkey.Connect(host, portNumber)
+	return valkey.Connect(host, portNumber, serverAuth())
 }
 
 // onlyDatabase0 fails for a server that holds keys in a database other than 0: a backup counts,

@@ -68,10 +68,11 @@ type Manifest struct {
 const MaxParallelShards = 4
 
 // Take takes a backup of the shards into the bucket, under the given prefix, and returns its
-// manifest. Each shard's snapshot streams into its object as the server sends it. unmoved, if
+// manifest. Each shard's snapshot streams into its object as the server sends it, taken as from
+// says (its Addr is each shard's). unmoved, if
 // set, is asked once every object is whole and before the manifest is written whether the
 // shards still are what the snapshots were taken of: an error fails the backup.
-func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, shards []Shard, stall time.Duration, unmoved func(context.Context) error) (Manifest, error) {
+func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, shards []Shard, from snapshot.Source, unmoved func(context.Context) error) (Manifest, error) {
 	m := Manifest{ValkeyVersion: valkeyVersion, Started: time.Now().UTC()}
 	copies := make([]ShardCopy, len(shards))
 	errs := make([]error, len(shards))
@@ -81,7 +82,7 @@ func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, s
 		wg.Go(func() {
 			turns <- struct{}{}
 			defer func() { <-turns }()
-			copies[i], errs[i] = copyShard(ctx, b, prefix, s, stall)
+			copies[i], errs[i] = copyShard(ctx, b, prefix, s, from)
 		})
 	}
 	wg.Wait()
@@ -105,7 +106,7 @@ func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, s
 
 // copyShard streams one shard's snapshot into its object, counting, hashing and reading its
 // key count on the way.
-func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, stall time.Duration) (ShardCopy, error) {
+func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, from snapshot.Source) (ShardCopy, error) {
 	c := ShardCopy{Shard: s, Object: path.Join(prefix, s.Name+".rdb")}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -117,7 +118,8 @@ func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, st
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		taken, takeErr = snapshot.Source{Addr: s.Addr, Stall: stall}.Take(ctx, io.MultiWriter(w, hash, counting))
+		from.Addr = s.Addr
+		taken, takeErr = from.Take(ctx, io.MultiWriter(w, hash, counting))
 		// A snapshot that failed fails the upload, which is then aborted: no object is left.
 		_ = w.CloseWithError(takeErr)
 	}()

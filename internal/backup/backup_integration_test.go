@@ -18,6 +18,7 @@ import (
 	valkeygo "github.com/valkey-io/valkey-go"
 
 	"example.com/cache-operator/internal/bucket"
+	"example.com/cache-operator/internal/snapshot"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
@@ -59,7 +60,7 @@ func setUp(t *testing.T, n int) (*bucket.Bucket, []Shard, []*os.Process) {
 func TestABackupHoldsEveryShardWholeAndARestoreFetchesItChecked(t *testing.T) {
 	b, shards, _ := setUp(t, 2)
 	ctx := context.Background()
-	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", "8.0.1", shards, 10*time.Second, nil)
+	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", "8.0.1", shards, snapshot.Source{Stall: 10 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestAFailedBackupLeavesNothing(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = servers[1].Signal(syscall.SIGCONT) })
 	ctx := context.Background()
-	if _, err := Take(ctx, b, "default/orders/failed", "8.0.1", shards, time.Second, nil); err == nil {
+	if _, err := Take(ctx, b, "default/orders/failed", "8.0.1", shards, snapshot.Source{Stall: time.Second}, nil); err == nil {
 		t.Fatal("a backup with a stopped server succeeded")
 	}
 	if names, err := b.List(ctx, ""); err != nil || len(names) != 0 {
@@ -138,7 +139,7 @@ func TestDeletingABackupRemovesItsObjectsOnly(t *testing.T) {
 	b, shards, _ := setUp(t, 1)
 	ctx := context.Background()
 	for _, name := range []string{"nightly", "nightly-2"} {
-		if _, err := Take(ctx, b, "default/orders/"+name, "8.0.1", shards, 10*time.Second, nil); err != nil {
+		if _, err := Take(ctx, b, "default/orders/"+name, "8.0.1", shards, snapshot.Source{Stall: 10 * time.Second}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

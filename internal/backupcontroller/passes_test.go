@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/internal/resources"
@@ -179,7 +180,7 @@ func TestAJobWhoseStatusWriteWasLostIsFollowed(t *testing.T) {
 				t.Fatal(err)
 			}
 			location, backupPath := backup.PlaceOf(w.b)
-			job := resources.BackupJob(w.b, backup.Plan{Location: location, Path: backupPath, ValkeyVersion: "8.1.1",
+			job := resources.BackupJob(w.b, &cachev2.Cache{}, backup.Plan{Location: location, Path: backupPath, ValkeyVersion: "8.1.1",
 				Shards: []backup.Shard{{Name: "shard-0", Source: "orders-0", Addr: "127.64.0.1:6379"}}}, "example.com/cache-operator:test")
 			if imported {
 				w.b.Spec.CacheName, w.b.Spec.ImportPath = "", "elsewhere/orders/nightly"

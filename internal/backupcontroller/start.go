@@ -65,7 +65,7 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 		Shards:        shards,
 		Stall:         r.Stall,
 	}
-	if made, err := r.createJob(ctx, b, status, resources.BackupJob(b, plan, r.AgentImage)); err != nil || !made {
+	if made, err := r.createJob(ctx, b, status, resources.BackupJob(b, cache, plan, r.AgentImage)); err != nil || !made {
 		return err
 	}
 	recordRunning(b, status, plan)

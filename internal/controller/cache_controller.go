@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
@@ -87,12 +88,23 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return r.waitForBackup(ctx, cache, rs.waiting)
 	}
 
+	// A Cache with auth has its credentials first: its pods load them at their start.
+	creds, err := r.ensureCredentials(ctx, cache)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
+	case creds.pending:
+		return ctrl.Result{RequeueAfter: staleReadRetryAfter}, nil
+	case creds.missing:
+		return r.waitForCredentials(ctx, cache, creds.condition)
+	}
+
 	// A Cluster Cache's servers are asked first: a scale-in removes no pod before its server has
 	// handed over its slots and left the cluster.
 	var members []clusterMember
 	nodes := cache.Spec.Nodes()
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		if members, err = r.observeCluster(ctx, cache); err != nil {
+		if members, err = r.observeCluster(ctx, cache, creds.auth); err != nil {
 			return ctrl.Result{}, err
 		}
 		nodes = nodesToRun(cache, members)
@@ -137,7 +149,10 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
 	status := observedStatus(cache, made.sts, registered, made.hold, cluster)
-	verified, err := r.gateOnRestore(ctx, cache, rs, &status)
+	if creds.condition != nil {
+		meta.SetStatusCondition(&status.Conditions, *creds.condition)
+	}
+	verified, err := r.gateOnRestore(ctx, cache, rs, creds.auth, &status)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -150,8 +165,12 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
 	r.announceOperation(cache, before, meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady))
-	if err := errors.Join(registerErr, clusterErr); err != nil {
+	if err := errors.Join(registerErr, clusterErr, creds.applyErr); err != nil {
 		return ctrl.Result{}, err // the queue's backoff decides when to look again
+	}
+	if !creds.due.IsZero() && (pollAfter == 0 || time.Until(creds.due) < pollAfter) {
+		// A rotation's grace period ends: the previous password goes.
+		pollAfter = max(time.Until(creds.due), time.Second)
 	}
 	return ctrl.Result{RequeueAfter: pollAfter}, nil
 }
@@ -171,6 +190,7 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconc
 		Watches(&cachev2.Cache{}, pendingFirst{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(cacheOfCredentials)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Complete(routineConflicts{r})
 }

@@ -38,6 +38,8 @@ const clusterPollWhileMoving = 200 * time.Millisecond
 type clusterMember struct {
 	topology.Member
 	pod *corev1.Pod
+	// auth is who the operator is to the member's server.
+	auth valkey.Auth
 }
 
 func topologyMembers(members []clusterMember) []topology.Member {
@@ -114,7 +116,7 @@ const (
 // the cluster. A server that cannot be asked is a member without a view, which Form waits on.
 // A pod beyond the nodes the spec asks for is Leaving: the StatefulSet removes the highest
 // ordinals when it shrinks.
-func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cache) ([]clusterMember, error) {
+func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cache, auth valkey.Auth) ([]clusterMember, error) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return nil, fmt.Errorf("listing the Cache's pods: %w", err)
@@ -123,7 +125,7 @@ func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cac
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if pod.DeletionTimestamp == nil && pod.Status.PodIP != "" && pod.Status.Phase == corev1.PodRunning {
-			m := clusterMember{pod: pod, Member: topology.Member{
+			m := clusterMember{pod: pod, auth: auth, Member: topology.Member{
 				Pod: pod.Name, IP: pod.Status.PodIP, Port: resources.Port,
 				Leaving: ordinal(cache, pod) >= cache.Spec.Nodes(),
 			}}
@@ -135,7 +137,9 @@ func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cac
 	}
 	var wg sync.WaitGroup
 	for i := range members {
-		wg.Go(func() { observeMember(ctx, &members[i].Member, resources.NodeName(cache.Namespace, members[i].Pod)) })
+		wg.Go(func() {
+			observeMember(ctx, &members[i].Member, auth, resources.NodeName(cache.Namespace, members[i].Pod))
+		})
 	}
 	wg.Wait()
 	return members, nil
@@ -170,9 +174,9 @@ func nodesToRun(cache *cachev2.Cache, members []clusterMember) int32 {
 // expected (resources.NodeName); a server that says it is another is a Stranger. On any failure, m
 // keeps no view of the cluster, and the log says why. A server of a pod template from before
 // node names announces none, and is taken at its address.
-func observeMember(ctx context.Context, m *topology.Member, name string) {
+func observeMember(ctx context.Context, m *topology.Member, auth valkey.Auth, name string) {
 	logger := log.FromContext(ctx).WithValues("pod", m.Pod)
-	server, err := valkey.Connect(m.IP, m.Port)
+	server, err := valkey.Connect(m.IP, m.Port, auth)
 	if err != nil {
 		logger.Info("Cannot reach the Valkey server", "error", err.Error())
 		return

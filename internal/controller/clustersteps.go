@@ -65,7 +65,7 @@ func (r *CacheReconciler) actOn(ctx context.Context, byPod map[string]clusterMem
 	case topology.KindMarkHandover:
 		return client.IgnoreNotFound(r.markHandover(ctx, m.pod))
 	}
-	server, err := valkey.Connect(m.IP, m.Port)
+	server, err := valkey.Connect(m.IP, m.Port, m.auth)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 // not opened at all, and the one the deadline stopped (with its keys partly moved, or none) stays
 // open for the next pass. Every other primary is told the new owners once, at the end.
 func migrate(ctx context.Context, source *valkey.Server, byPod map[string]clusterMember, m *topology.Migration, deadline time.Time) error {
-	target, err := valkey.Connect(m.TargetAddress.IP, m.TargetAddress.Port)
+	target, err := valkey.Connect(m.TargetAddress.IP, m.TargetAddress.Port, source.Auth())
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func announceOwner(ctx context.Context, byPod map[string]clusterMember, m *topol
 	var wg sync.WaitGroup
 	for _, pod := range m.Announce {
 		wg.Go(func() {
-			if other, err := valkey.Connect(byPod[pod].IP, byPod[pod].Port); err == nil {
+			if other, err := valkey.Connect(byPod[pod].IP, byPod[pod].Port, byPod[pod].auth); err == nil {
 				announce(ctx, other, moved, m.TargetID)
 				other.Close()
 			}

@@ -24,7 +24,7 @@ func TestAMigrationStepOutOfTimeLeavesTheSlotOpenForTheNext(t *testing.T) {
 	ids := make([]string, len(ips))
 	for i, ip := range ips {
 		testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes")
-		s, err := valkey.Connect(ip, 6379)
+		s, err := valkey.Connect(ip, 6379, valkey.Auth{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/valkey"
 	"example.com/cache-operator/internal/topology"
 	"example.com/cache-operator/test/harness/testenv"
 )
@@ -25,7 +26,7 @@ func TestAServerOfAnotherPodAtAMembersAddressGetsNoCommand(t *testing.T) {
 		"--cluster-announce-human-nodename", resources.NodeName("default", "orders-0"))
 	members := []topology.Member{{Pod: "sessions-0", IP: ips[0], Port: 6379}, {Pod: "sessions-1", IP: ips[1], Port: 6379}}
 	for i := range members {
-		observeMember(ctx, &members[i], resources.NodeName("default", members[i].Pod))
+		observeMember(ctx, &members[i], valkey.Auth{}, resources.NodeName("default", members[i].Pod))
 	}
 	if members[0].Stranger != "" || members[0].Nodes == nil {
 		t.Errorf("sessions-0's own server taken for a stranger (%q), or not read", members[0].Stranger)

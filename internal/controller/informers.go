@@ -24,13 +24,17 @@ import (
 //   - only the pods of Cluster Caches, whose addresses the reconciler needs to reach their
 //     servers, with little more than those addresses;
 //   - only the Jobs of backups and the ConfigMaps of restores (they carry the managed-by label
-//     too).
+//     too), and only the Secrets of Caches' credentials (cachev2.LabelCredentialsOf).
 //
 // A child whose label someone removed is invisible to the informer; its next create fails with
 // AlreadyExists, not as a duplicate, and the reconciler then reads it around the informer and
 // takes it back (ensureChild).
 func InformerOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
+	credentials, err := labels.Parse(cachev2.LabelCredentialsOf)
+	if err != nil {
+		panic(err) // a constant label key
+	}
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
@@ -46,6 +50,8 @@ func InformerOptions() cache.Options {
 				}
 				return in, nil
 			}},
+			// The Secrets of Caches' credentials, the operator's and those users name for it.
+			&corev1.Secret{}:    {Label: credentials},
 			&batchv1.Job{}:      {Label: managed},
 			&corev1.ConfigMap{}: {Label: managed},
 			&corev1.Pod{}: {

@@ -41,11 +41,11 @@ func TestAShardWithoutQuorumIsFailedOverByTheOperator(t *testing.T) {
 			pass := func() (topology.Plan, topology.Health) {
 				for i := range members {
 					members[i].Member = topology.Member{Pod: members[i].Pod, IP: members[i].IP, Port: members[i].Port}
-					observeMember(ctx, &members[i].Member, members[i].Pod)
+					observeMember(ctx, &members[i].Member, valkey.Auth{}, members[i].Pod)
 				}
 				plan, health := topology.Next(want, topologyMembers(members))
 				for _, a := range plan.Actions {
-					server, err := valkey.Connect(members[slices.IndexFunc(members, func(m clusterMember) bool { return m.Pod == a.On })].IP, 6379)
+					server, err := valkey.Connect(members[slices.IndexFunc(members, func(m clusterMember) bool { return m.Pod == a.On })].IP, 6379, valkey.Auth{})
 					if err != nil {
 						t.Fatal(err)
 					}

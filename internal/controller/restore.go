@@ -203,7 +203,7 @@ func restoreCondition(cache *cachev2.Cache, reason, message string) *metav1.Cond
 // checkRestore, once the Cache would be Ready, asks each node that took a shard how many keys it
 // loaded at start. It returns the Restored condition: True when every node matches its shard,
 // and then the ConfigMap is deleted.
-func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache, rs restore, ready bool) (*metav1.Condition, error) {
+func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache, rs restore, auth valkey.Auth, ready bool) (*metav1.Condition, error) {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return nil, err
@@ -227,7 +227,7 @@ func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache
 		if pod == nil || pod.Status.PodIP == "" {
 			return restoreCondition(cache, cachev2.ReasonRestoring, fmt.Sprintf("waiting for pod %s to be checked", name)), nil
 		}
-		loaded, err := loadedAtStart(ctx, pod.Status.PodIP)
+		loaded, err := loadedAtStart(ctx, pod.Status.PodIP, auth)
 		if err != nil {
 			return nil, err
 		}
@@ -259,8 +259,8 @@ func failedFetch(pod *corev1.Pod) string {
 }
 
 // loadedAtStart asks the server at ip how many keys it loaded at start.
-func loadedAtStart(ctx context.Context, ip string) (int64, error) {
-	server, err := valkey.Connect(ip, resources.Port)
+func loadedAtStart(ctx context.Context, ip string, auth valkey.Auth) (int64, error) {
+	server, err := valkey.Connect(ip, resources.Port, auth)
 	if err != nil {
 		return 0, err
 	}
@@ -309,11 +309,11 @@ func (r *CacheReconciler) waitForBackup(ctx context.Context, cache *cachev2.Cach
 // gateOnRestore holds a restoring Cache's Ready False until every node was checked against the
 // backup (checkRestore), and records the Restored condition. It reports whether the check passed
 // in this pass.
-func (r *CacheReconciler) gateOnRestore(ctx context.Context, cache *cachev2.Cache, rs restore, status *cachev2.CacheStatus) (verified bool, err error) {
+func (r *CacheReconciler) gateOnRestore(ctx context.Context, cache *cachev2.Cache, rs restore, auth valkey.Auth, status *cachev2.CacheStatus) (verified bool, err error) {
 	if rs.done {
 		return false, nil
 	}
-	restored, err := r.checkRestore(ctx, cache, rs, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
+	restored, err := r.checkRestore(ctx, cache, rs, auth, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
 	if err != nil {
 		return false, err
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
 )
 
@@ -46,12 +47,19 @@ func BackupLabels(b *cachev1alpha1.CacheBackup) map[string]string {
 // image (agentImage) running its agent mode (backup.RunAgent). The pod reads the bucket's
 // credentials from the user's Secret, and has no access to the API server: it reaches the Cache's
 // servers and the bucket, nothing else. It runs once: a backup that fails is retried as a new
-// CacheBackup, which takes a new, whole snapshot. The plan's result file is set here.
-func BackupJob(b *cachev1alpha1.CacheBackup, plan backup.Plan, agentImage string) *batchv1.Job {
+// CacheBackup, which takes a new, whole snapshot. The plan's result file is set here. For a Cache
+// with auth, the pod also reads the operator user's password from the Cache's ACL Secret.
+func BackupJob(b *cachev1alpha1.CacheBackup, cache *cachev2.Cache, plan backup.Plan, agentImage string) *batchv1.Job {
 	plan.ResultFile = terminationMessagePath
+	env := bucketCredentials(b)
+	if cache.Spec.Auth != nil {
+		// The agent speaks to the servers as the operator's user.
+		env = append(env, corev1.EnvVar{Name: backup.EnvValkeyUser, Value: OperatorUser},
+			secretKey(backup.EnvValkeyPassword, ACLSecretName(cache), OperatorUser, false))
+	}
 	// Each shard's upload holds one part in memory (backup.MaxParallelShards at once).
 	return agentJob(b, BackupJobName(b), BackupDeadline, agentContainer(BackupContainerName, agentImage, backup.AgentCommand,
-		plan.Args(), bucketCredentials(b), "128Mi", "256Mi"))
+		plan.Args(), env, "128Mi", "256Mi"))
 }
 
 // BackupDeletionJobName is the name of the Job that removes a deleted backup's objects.

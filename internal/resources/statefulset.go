@@ -2,6 +2,7 @@ package resources
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -236,11 +237,61 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 	}
 	switch {
 	case cache.Spec.Mode == cachev2.ModeCluster:
-		clusterNode(&c)
+		clusterNode(&c, cache.Spec.Auth != nil)
 	case cache.Spec.RestoreFrom != nil:
 		c.Command = startRestored
 	}
+	if cache.Spec.Auth != nil {
+		authenticated(&c, cache)
+	}
 	return c
+}
+
+// Environment variables of a Valkey container with auth.
+const (
+	// envACL holds the ACL file, which the entrypoint writes to aclFile before the server
+	// starts: so a server restarted in place loads the users as the ACL Secret has them then.
+	envACL = "VALKEY_ACL"
+	// envReplicationPassword holds the replication user's password (masterauth).
+	envReplicationPassword = "VALKEY_REPLICATION_PASSWORD"
+	// envCLIAuth is the password valkey-cli authenticates with: the operator user's, for the
+	// probe and the preStop hook.
+	envCLIAuth = "REDISCLI_AUTH"
+
+	aclFile = "users.acl"
+)
+
+// authenticated makes the container's server require credentials: it loads the ACL file of the
+// Cache's ACL Secret, a replica authenticates to its primary as the replication user, and the
+// readiness probe and the preStop hook speak as the operator's user. The probe checks the reply:
+// valkey-cli exits 0 when the server refuses it.
+func authenticated(c *corev1.Container, cache *cachev2.Cache) {
+	secret := ACLSecretName(cache)
+	c.Env = append(c.Env, secretKey(envACL, secret, ACLFileKey, false), secretKey(envCLIAuth, secret, OperatorUser, false))
+	c.Args = append(c.Args, "--aclfile", aclFile)
+	if cache.Spec.Mode == cachev2.ModeCluster {
+		c.Env = append(c.Env, secretKey(envReplicationPassword, secret, ReplicationUser, false))
+		c.Args = append(c.Args, "--masteruser", ReplicationUser, "--masterauth", "$("+envReplicationPassword+")")
+		c.Lifecycle.PreStop.Exec.Command = handOverScript(cliAsOperator)
+	}
+	c.Command = writingACL(c.Command)
+	c.ReadinessProbe.Exec.Command = []string{"sh", "-c", cliAsOperator + " ping | grep -qx PONG"}
+}
+
+// cliAsOperator is valkey-cli speaking to the pod's own server as the operator's user, with the
+// password in envCLIAuth.
+var cliAsOperator = "valkey-cli --user " + OperatorUser + " -p " + strconv.Itoa(Port)
+
+// writingACL is the entrypoint command that writes the ACL file from envACL and then runs
+// command's script, or the server when command is nil.
+func writingACL(command []string) []string {
+	write := `printf '%s\n' "$` + envACL + `" > ` + aclFile + ` && `
+	if command == nil {
+		return []string{"sh", "-c", write + `exec "$@"`, "--"}
+	}
+	command = slices.Clone(command)
+	command[2] = write + command[2]
+	return command
 }
 
 // clusterNode makes the container a Valkey Cluster node. It announces its pod IP, which is how
@@ -250,7 +301,7 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 //
 // Every start of the container is a new, empty node (see startFresh), and it starts fenced: it
 // refuses to serve a replica's SYNC until the operator lifts the fence (FenceRule).
-func clusterNode(c *corev1.Container) {
+func clusterNode(c *corev1.Container, auth bool) {
 	c.Command = startFresh
 	c.Args = append(c.Args,
 		"--cluster-enabled", "yes",
@@ -262,9 +313,12 @@ func clusterNode(c *corev1.Container) {
 		// Any replica may stand for election, however long it has been cut off from its
 		// primary: a cache would rather serve slightly stale keys than none (Valkey's default,
 		// 10, can keep every replica of a shard from standing).
-		"--cluster-replica-validity-factor", "0",
-		"--user")
-	c.Args = append(c.Args, FenceRule...)
+		"--cluster-replica-validity-factor", "0")
+	if !auth {
+		// With auth, the ACL file fences the replication user instead (ReplicationFence).
+		c.Args = append(c.Args, "--user")
+		c.Args = append(c.Args, FenceRule...)
+	}
 	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOver}}}
@@ -279,7 +333,11 @@ func clusterNode(c *corev1.Container) {
 // replica itself; the server is stopped after. A replica, a primary with no replica in sync, or
 // a failover refused: nothing happens, as before. The operator's own restarts hand over first
 // already (topology.Roll), and find a replica here.
-var handOver = []string{"sh", "-c", `cli="valkey-cli -p ` + strconv.Itoa(Port) + `"
+var handOver = handOverScript("valkey-cli -p " + strconv.Itoa(Port))
+
+// handOverScript is handOver with valkey-cli called as cli.
+func handOverScript(cli string) []string {
+	return []string{"sh", "-c", `cli="` + cli + `"
 [ "$($cli ROLE | head -n 1)" = master ] && $cli INFO replication | grep -q '^slave[0-9]*:.*state=online' || exit 0
 addr=$($cli CLUSTER REPLICAS "$($cli CLUSTER MYID)" | awk '$8 == "connected" && $3 !~ /fail/ { print $2; exit }')
 host=${addr%%:*} port=${addr#*:} port=${port%%@*}
@@ -288,6 +346,7 @@ for i in $(seq 50); do
   [ "$($cli ROLE | head -n 1)" = slave ] && exit 0
   sleep 0.2
 done`}
+}
 
 // podField is an environment variable that holds a field of the pod (the downward API).
 func podField(name, path string) corev1.EnvVar {

@@ -31,6 +31,9 @@ type Source struct {
 	Addr string
 	// Stall, if set, replaces DefaultStall.
 	Stall time.Duration
+	// User and Password, if User is set, are who the snapshot is taken as: a user allowed SYNC
+	// and REPLCONF.
+	User, Password string
 }
 
 // eofMarkLength is the length of the mark that ends a diskless transfer.
@@ -54,7 +57,11 @@ func (s Source) Take(ctx context.Context, w io.Writer) (int64, error) {
 	defer stop()
 	r := &stallReader{conn: conn, stall: stall}
 	in := bufio.NewReaderSize(r, 64<<10)
-	for _, cmd := range [][]string{{"REPLCONF", "capa", "eof"}, {"REPLCONF", "rdb-only", "1"}} {
+	cmds := [][]string{{"REPLCONF", "capa", "eof"}, {"REPLCONF", "rdb-only", "1"}}
+	if s.User != "" {
+		cmds = append([][]string{{"AUTH", s.User, s.Password}}, cmds...)
+	}
+	for _, cmd := range cmds {
 		if err := send(conn, stall, cmd...); err != nil {
 			return 0, err
 		}
@@ -136,10 +143,14 @@ func syncHeader(in *bufio.Reader) (string, error) {
 }
 
 func replyError(addr string, cmd []string, reply string, err error) error {
-	if err != nil {
-		return fmt.Errorf("%s to %s: %w", strings.Join(cmd, " "), addr, err)
+	what := strings.Join(cmd, " ")
+	if cmd[0] == "AUTH" {
+		what = "AUTH as " + cmd[1] // never the password: the error goes to logs and status
 	}
-	return fmt.Errorf("%s to %s: %s", strings.Join(cmd, " "), addr, strings.TrimPrefix(reply, "-"))
+	if err != nil {
+		return fmt.Errorf("%s to %s: %w", what, addr, err)
+	}
+	return fmt.Errorf("%s to %s: %s", what, addr, strings.TrimPrefix(reply, "-"))
 }
 
 // copyUntilMark copies the RDB of a diskless transfer, which ends with the mark: the server sends

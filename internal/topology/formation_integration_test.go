@@ -22,7 +22,7 @@ func observe(t *testing.T, ips []string) []Member {
 	var members []Member
 	for i, ip := range ips {
 		m := Member{Pod: fmt.Sprintf("pod-%d", i), IP: ip, Port: 6379}
-		if s, err := valkey.Connect(ip, 6379); err == nil {
+		if s, err := valkey.Connect(ip, 6379, valkey.Auth{}); err == nil {
 			ctx := context.Background()
 			m.Nodes, _ = s.ClusterNodes(ctx)
 			m.State, _ = s.ClusterState(ctx)
@@ -42,7 +42,7 @@ func act(t *testing.T, members []Member, a Action) {
 	if i < 0 {
 		t.Fatalf("%s: no such member", a)
 	}
-	s, err := valkey.Connect(members[i].IP, members[i].Port)
+	s, err := valkey.Connect(members[i].IP, members[i].Port, valkey.Auth{})
 	if err != nil {
 		t.Fatal(err)
 	}

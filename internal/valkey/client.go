@@ -21,14 +21,25 @@ const Timeout = 2 * time.Second
 // Server is a connection to one Valkey server.
 type Server struct {
 	Addr   string
+	auth   Auth
 	client valkeygo.Client
 }
 
-// Connect connects to the server at ip:port. Close it when done.
-func Connect(ip string, port int) (*Server, error) {
+// Auth is who a connection authenticates as; the zero Auth is no one, for a server without auth.
+type Auth struct {
+	User, Password string
+	// ReplicationUser is the user replicas authenticate as, whose rights the fence takes away
+	// (Fenced, Unfence); "default" when empty.
+	ReplicationUser string
+}
+
+// Connect connects to the server at ip:port, authenticating as auth says. Close it when done.
+func Connect(ip string, port int, auth Auth) (*Server, error) {
 	addr := net.JoinHostPort(ip, strconv.Itoa(port))
 	client, err := valkeygo.NewClient(valkeygo.ClientOption{
 		InitAddress: []string{addr},
+		Username:    auth.User,
+		Password:    auth.Password,
 		// This server only, even when it is a cluster node: admin commands are about it.
 		ForceSingleClient: true,
 		DisableCache:      true,
@@ -39,8 +50,12 @@ func Connect(ip string, port int) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Valkey at %s: %w", addr, err)
 	}
-	return &Server{Addr: addr, client: client}, nil
+	return &Server{Addr: addr, auth: auth, client: client}, nil
 }
+
+// Auth is who the connection authenticates as: a caller connects to the server's peers as the
+// same user.
+func (s *Server) Auth() Auth { return s.auth }
 
 // Close closes the connection.
 func (s *Server) Close() { s.client.Close() }
@@ -135,7 +150,7 @@ func (s *Server) Replication(ctx context.Context) (Replication, error) {
 // Fenced reports whether this server refuses to serve a replica's resynchronisation (PSYNC), as a
 // Cluster node does from its start until the operator lifts the fence.
 func (s *Server) Fenced(ctx context.Context) (bool, error) {
-	reply, err := s.do(ctx, s.client.B().AclDryrun().Username(fenceUser).Command("PSYNC").Arg("?", "-1").Build()).ToString()
+	reply, err := s.do(ctx, s.client.B().AclDryrun().Username(s.fenceUser()).Command("PSYNC").Arg("?", "-1").Build()).ToString()
 	if err != nil {
 		return false, s.wrap("ACL DRYRUN", err)
 	}
@@ -144,11 +159,37 @@ func (s *Server) Fenced(ctx context.Context) (bool, error) {
 
 // Unfence lets replicas resynchronise from this server.
 func (s *Server) Unfence(ctx context.Context) error {
-	return s.wrap("ACL SETUSER", s.do(ctx, s.client.B().AclSetuser().Username(fenceUser).Rule("+sync", "+psync").Build()).Error())
+	return s.wrap("ACL SETUSER", s.do(ctx, s.client.B().AclSetuser().Username(s.fenceUser()).Rule("+sync", "+psync").Build()).Error())
 }
 
 // fenceUser is the user replicas connect as, whose rights the fence takes away.
-const fenceUser = "default"
+func (s *Server) fenceUser() string {
+	if s.auth.ReplicationUser == "" {
+		return "default"
+	}
+	return s.auth.ReplicationUser
+}
+
+// SetPasswords gives each user the passwords whose SHA-256 hashes are listed, and no other; its
+// rights stay as they are. Sessions already authenticated stay up.
+func (s *Server) SetPasswords(ctx context.Context, hashes map[string][]string) error {
+	var cmds valkeygo.Commands
+	for user, userHashes := range hashes {
+		rules := []string{"resetpass"}
+		for _, h := range userHashes {
+			rules = append(rules, "#"+h)
+		}
+		cmds = append(cmds, s.client.B().AclSetuser().Username(user).Rule(rules...).Build())
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	for _, reply := range s.client.DoMulti(ctx, cmds...) {
+		if err := reply.Error(); err != nil {
+			return s.wrap("ACL SETUSER", err)
+		}
+	}
+	return nil
+}
 
 // NodeName is the name the server announces for itself (cluster-announce-human-nodename); empty
 // if it announces none.

@@ -86,12 +86,18 @@ func (s *Server) KeysInSlot(ctx context.Context, slot, count int) ([]string, err
 // command is longer still, so that the source, not the client, gives up first and says why.
 const MigrateTimeout = 5 * time.Second
 
-// MigrateKeys moves keys from this server to the one at ip:port, replacing any copy there: while
+// MigrateKeys moves keys from this server to the one at ip:port, as this connection's user,
+// replacing any copy there: while
 // a slot migrates, clients write a key that still exists here only here, so this copy is the
 // latest. MIGRATE blocks the source while it runs, so callers keep batches small.
 func (s *Server) MigrateKeys(ctx context.Context, ip string, port int, keys []string) error {
-	cmd := s.client.B().Migrate().Host(ip).Port(int64(port)).Key("").DestinationDb(0).
-		Timeout(MigrateTimeout.Milliseconds()).Replace().Keys(keys...).Build()
+	replace := s.client.B().Migrate().Host(ip).Port(int64(port)).Key("").DestinationDb(0).
+		Timeout(MigrateTimeout.Milliseconds()).Replace()
+	cmd := replace.Keys(keys...).Build()
+	if s.auth.User != "" {
+		// The target is one of the Cache's servers, which know this connection's user.
+		cmd = replace.Auth2(s.auth.User, s.auth.Password).Keys(keys...).Build()
+	}
 	ctx, cancel := context.WithTimeout(ctx, MigrateTimeout+Timeout)
 	defer cancel()
 	// A reply of NOKEY, when every key has expired or been deleted meanwhile, is no error.

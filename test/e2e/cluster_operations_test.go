@@ -613,7 +613,7 @@ func watchRestarts(t *testing.T, key client.ObjectKey) func() (checked int, wron
 				if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !ip.IsLoopback() {
 					continue // not started yet, or not a server a test may talk to
 				}
-				if server, err := valkey.Connect(pod.Status.PodIP, resources.Port); err == nil {
+				if server, err := valkey.Connect(pod.Status.PodIP, resources.Port, valkey.Auth{}); err == nil {
 					mu.Lock()
 					servers[pod.UID] = server
 					mu.Unlock()
@@ -675,7 +675,7 @@ func restartProblems(ctx context.Context, key client.ObjectKey, restarted *corev
 			problem("IP %q is not on the loopback interface", pod.Status.PodIP)
 			continue
 		}
-		server, err := valkey.Connect(pod.Status.PodIP, resources.Port)
+		server, err := valkey.Connect(pod.Status.PodIP, resources.Port, valkey.Auth{})
 		if err != nil {
 			problem("%v", err)
 			continue

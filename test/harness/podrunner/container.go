@@ -38,6 +38,11 @@ type container struct {
 	// terminationLog is where the container's termination message file is, here.
 	terminationLog string
 
+	// pod and spec are the pod and the container's spec as the pod started, from which a
+	// restart makes its environment again (refreshEnv).
+	pod  *corev1.Pod
+	spec *corev1.Container
+
 	readiness, liveness *corev1.Probe
 	// preStop is the command the container's preStop hook execs before it is stopped, if any.
 	preStop []string
@@ -84,7 +89,7 @@ func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, 
 		name: c.Name, image: c.Image, ip: b.ip, ports: map[string]int32{},
 		dir: b.dataDir(), logPath: filepath.Join(b.dir, c.Name+".log"),
 		terminationLog: filepath.Join(b.dir, c.Name+".termination-log"),
-		readiness:      c.ReadinessProbe, liveness: c.LivenessProbe,
+		readiness:      c.ReadinessProbe, liveness: c.LivenessProbe, pod: pod, spec: c,
 		state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}},
 	}
 	if len(c.Ports) > 0 {

@@ -85,8 +85,28 @@ func (r *Runner) runToCompletion(ctx context.Context, b *sandbox, c *container) 
 		if !r.backOff(ctx, b, c, ended, &backoff) {
 			return false
 		}
+		r.refreshEnv(ctx, c)
 		p = r.start(b, c, true)
 	}
+}
+
+// refreshEnv makes the container's environment and command line again from the Secrets and
+// ConfigMaps as they are now, as the kubelet does for each start of a container: a restart in
+// place sees a Secret's new value. If they cannot be made now (a Secret gone), the container
+// keeps the ones it had, and the log says so.
+func (r *Runner) refreshEnv(ctx context.Context, c *container) {
+	if c.spec == nil || c.refusal != "" || c.configError != "" {
+		return
+	}
+	sources := r.sourcesOf(ctx, c.pod)
+	fresh := *c
+	if err := fresh.prepare(r, c.pod, c.spec, sources, nil); err != nil {
+		r.Log.Info("Restarting the container with its previous environment", "pod", c.pod.Name, "container", c.name, "error", err.Error())
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c.binary, c.args, c.env = fresh.binary, fresh.args, fresh.env
 }
 
 // runContainer runs one of the pod's containers for as long as the pod lives: it probes each run
@@ -121,6 +141,7 @@ func (r *Runner) runContainer(ctx context.Context, b *sandbox, c *container) {
 		if !r.backOff(ctx, b, c, ended, &backoff) {
 			return
 		}
+		r.refreshEnv(ctx, c)
 		p = r.start(b, c, true)
 		log.Info("Restarted the pod's container in place", "restartCount", c.restartCount(r))
 	}

@@ -22,9 +22,10 @@
 //   - a deleted pod's containers run their preStop hook (a command exec'd in the container),
 //     then get SIGTERM, and SIGKILL once the pod's grace period, which the hook counts against,
 //     is over (2 s more for a hook that took it all); then the deletion completes;
-//   - environment variables from literal values, pod fields and keys of Secrets and ConfigMaps;
-//     a container whose Secret, ConfigMap or key is missing (and not optional) waits, reported
-//     as CreateContainerConfigError;
+//   - environment variables from literal values, pod fields and keys of Secrets and ConfigMaps,
+//     read again for each start of a container, so that a restart in place sees a Secret's new
+//     value; a container whose Secret, ConfigMap or key is missing (and not optional) at the
+//     pod's start waits, reported as CreateContainerConfigError;
 //   - what a run writes to its termination message file is its terminated state's message (at
 //     most 4096 bytes).
 //
@@ -50,8 +51,8 @@
 //   - the termination message file is not mounted at its path: a program must be told its path
 //     in its arguments, where the runner puts the file's place in the pod's directory instead;
 //   - a container that waits for a missing Secret or ConfigMap waits for good: the kubelet would
-//     start it once it appears; they are read once, when the pod starts (the kubelet reads them
-//     again for each container start);
+//     start it once it appears; and one restarted in place after its Secret went keeps the
+//     values it had, where the kubelet would wait;
 //   - the processes run as long as the runner: a runner that stops stops them all.
 package podrunner
 

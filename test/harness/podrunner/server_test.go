@@ -147,7 +147,7 @@ func TestClusterNodeRestartedInPlaceIsANewFencedNode(t *testing.T) {
 		}
 		t.Cleanup(func() { p.kill(); <-p.exited })
 		s.waitAccepting(ctx, p)
-		admin, err = valkey.Connect(s.ip, int(s.port))
+		admin, err = valkey.Connect(s.ip, int(s.port), valkey.Auth{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,150 @@
+package resources
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev2 "example.com/cache-operator/api/v2"
+)
+
+func authCache(mode cachev2.Mode, grace time.Duration) *cachev2.Cache {
+	c := testCache()
+	c.Spec.Mode = mode
+	c.Spec.Auth = &cachev2.Auth{RotationGracePeriod: &metav1.Duration{Duration: grace}}
+	return c
+}
+
+// TestNextACLRotatesTheApplicationPasswordWithAGracePeriod walks a rotation: the first ACL has
+// the password; a new one joins it until the grace period ends, then stays alone; the internal
+// users keep the passwords they were given. Each step read back from its Secret gives the same
+// next step: a pass that crashed after its write takes the rotation up where it was.
+func TestNextACLRotatesTheApplicationPasswordWithAGracePeriod(t *testing.T) {
+	cache := authCache(cachev2.ModeCluster, 10*time.Minute)
+	start := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	roundTrip := func(acl ACL) ACL { return ReadACL(ACLSecret(cache, acl)) }
+
+	first, due := NextACL(cache, ReadACL(nil), "first-password-0001", start)
+	if !due.IsZero() || !slices.Equal(first.AppHashes, []string{PasswordHash("first-password-0001")}) {
+		t.Fatalf("first ACL: hashes %v, due %v", first.AppHashes, due)
+	}
+	for _, user := range internalUsers {
+		if len(first.Passwords[user]) < MinPasswordLength {
+			t.Errorf("user %s got password %q", user, first.Passwords[user])
+		}
+	}
+	if again, _ := NextACL(cache, roundTrip(first), "first-password-0001", start.Add(time.Hour)); !again.Equal(first) {
+		t.Errorf("an unchanged password moved the ACL: %+v, was %+v", again, first)
+	}
+
+	rotating, due := NextACL(cache, roundTrip(first), "second-password-02", start.Add(time.Minute))
+	wantDue := start.Add(11 * time.Minute)
+	if !due.Equal(wantDue) || !slices.Equal(rotating.AppHashes, []string{PasswordHash("first-password-0001"), PasswordHash("second-password-02")}) {
+		t.Fatalf("rotation: hashes %v, due %v, want both, due %v", rotating.AppHashes, due, wantDue)
+	}
+	if rotating.Passwords[OperatorUser] != first.Passwords[OperatorUser] {
+		t.Error("the operator's password changed with the application's")
+	}
+	if during, due := NextACL(cache, roundTrip(rotating), "second-password-02", wantDue.Add(-time.Second)); !during.Equal(rotating) || !due.Equal(wantDue) {
+		t.Errorf("within the grace period: %+v due %v, want it unchanged", during, due)
+	}
+	after, due := NextACL(cache, roundTrip(rotating), "second-password-02", wantDue)
+	if !due.IsZero() || !slices.Equal(after.AppHashes, []string{PasswordHash("second-password-02")}) {
+		t.Errorf("after the grace period: hashes %v, due %v, want the new one alone", after.AppHashes, due)
+	}
+
+	cache.Spec.Auth.RotationGracePeriod = &metav1.Duration{}
+	if at0, due := NextACL(cache, roundTrip(first), "second-password-02", start); !due.IsZero() || len(at0.AppHashes) != 1 {
+		t.Errorf("a grace period of 0s kept the previous password: %v", at0.AppHashes)
+	}
+}
+
+func TestTheACLFileTurnsTheDefaultUserOffAndFencesReplication(t *testing.T) {
+	for _, mode := range []cachev2.Mode{cachev2.ModeCluster, cachev2.ModeStandalone} {
+		cache := authCache(mode, time.Minute)
+		acl, _ := NextACL(cache, ReadACL(nil), "first-password-0001", time.Now())
+		lines := strings.Split(strings.TrimSpace(acl.File(cache)), "\n")
+		users := map[string]string{}
+		for _, line := range lines {
+			fields := strings.Fields(line)
+			users[fields[1]] = line
+		}
+		if !strings.HasPrefix(users["default"], "user default off") {
+			t.Errorf("%s: default user %q, want off", mode, users["default"])
+		}
+		if !strings.Contains(users[cachev2.AppUser], "#"+PasswordHash("first-password-0001")) || !strings.Contains(users[cachev2.AppUser], "-@admin") {
+			t.Errorf("%s: application user %q", mode, users[cachev2.AppUser])
+		}
+		if strings.Contains(acl.File(cache), acl.Passwords[OperatorUser]) {
+			t.Errorf("%s: the file holds a password rather than its hash", mode)
+		}
+		replication, ok := users[ReplicationUser]
+		switch {
+		case mode == cachev2.ModeStandalone && ok:
+			t.Errorf("a Standalone Cache has a replication user: %q", replication)
+		case mode == cachev2.ModeCluster && (!strings.Contains(replication, "+replconf") || strings.Contains(replication, "sync")):
+			t.Errorf("replication user %q, want REPLCONF and no SYNC or PSYNC until the fence is lifted", replication)
+		}
+	}
+}
+
+func TestAppPasswordRefusesWhatCannotBeUsed(t *testing.T) {
+	for password, ok := range map[string]bool{
+		"":                          false,
+		"short":                     false,
+		"has a space in the middle": false,
+		"long-enough-password":      true,
+	} {
+		secret := &corev1.Secret{Data: map[string][]byte{AppPasswordKey: []byte(password)}}
+		if _, err := AppPassword(secret); (err == nil) != ok {
+			t.Errorf("AppPassword(%q): %v", password, err)
+		}
+	}
+}
+
+// TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates: the server loads the ACL file from
+// the ACL Secret at each start, a Cluster node's replicas authenticate as the replication user,
+// and the probe and the preStop hook speak as the operator's user and check the reply. A Cache
+// without auth builds the container it always did.
+func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
+	plain := StatefulSet(testCache(), DefaultImageRepository).Spec.Template.Spec.Containers[0]
+	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
+		cache := authCache(mode, time.Minute)
+		c := StatefulSet(cache, DefaultImageRepository).Spec.Template.Spec.Containers[0]
+		args := strings.Join(c.Args, " ")
+		if !strings.Contains(args, "--aclfile "+aclFile) || strings.Contains(args, "--user") {
+			t.Errorf("%s: args %q, want the ACL file and no --user", mode, args)
+		}
+		if len(c.Command) != 4 || !strings.Contains(c.Command[2], `"$`+envACL+`" > `+aclFile) || !strings.HasSuffix(c.Command[2], `exec "$@"`) {
+			t.Errorf("%s: entrypoint %q does not write the ACL file and run the server", mode, c.Command)
+		}
+		secrets := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				secrets[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+			}
+		}
+		if secrets[envACL] != "orders-cache-acl/"+ACLFileKey || secrets[envCLIAuth] != "orders-cache-acl/"+OperatorUser {
+			t.Errorf("%s: variables from Secrets %v", mode, secrets)
+		}
+		probe := strings.Join(c.ReadinessProbe.Exec.Command, " ")
+		if !strings.Contains(probe, "--user "+OperatorUser) || !strings.Contains(probe, "grep -qx PONG") {
+			t.Errorf("%s: readiness probe %q", mode, probe)
+		}
+		if mode == cachev2.ModeCluster {
+			if !strings.Contains(args, "--masteruser "+ReplicationUser+" --masterauth $("+envReplicationPassword+")") {
+				t.Errorf("args %q, want replicas to authenticate as %s", args, ReplicationUser)
+			}
+			if hook := strings.Join(c.Lifecycle.PreStop.Exec.Command, " "); !strings.Contains(hook, `cli="`+cliAsOperator+`"`) {
+				t.Errorf("preStop hook %q does not speak as the operator's user", hook)
+			}
+		}
+	}
+	if plain.Command != nil || slices.Contains(plain.Args, "--aclfile") || len(plain.Env) != 0 {
+		t.Errorf("a Cache without auth got %q %q %v", plain.Command, plain.Args, plain.Env)
+	}
+}
