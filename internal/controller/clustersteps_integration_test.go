@@ -16,15 +16,31 @@ import (
 // A migration step moves keys only until its deadline, so that no pass blocks a worker for as
 // long as a slot's keys take to move: a step out of time returns with the slot left open,
 // IMPORTING on the target and MIGRATING on the source, and the next step, planned afresh from the
-// open slot, finishes it. On real servers.
+// open slot, finishes it. On real servers; and, with auth, the keys go to a target that refuses
+// clients without credentials (MIGRATE ... AUTH2 as the operator's user).
 func TestAMigrationStepOutOfTimeLeavesTheSlotOpenForTheNext(t *testing.T) {
+	t.Run("without auth", func(t *testing.T) { migrationStepOutOfTime(t, valkey.Auth{}) })
+	t.Run("with auth", func(t *testing.T) {
+		migrationStepOutOfTime(t, valkey.Auth{User: "operator", Password: "the-operators-password"})
+	})
+}
+
+func migrationStepOutOfTime(t *testing.T, auth valkey.Auth) {
 	ctx := context.Background()
 	ips := testenv.LoopbackIPs(2)
 	servers := make([]*valkey.Server, len(ips))
 	ids := make([]string, len(ips))
 	for i, ip := range ips {
-		testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes")
-		s, err := valkey.Connect(ip, 6379, valkey.Auth{})
+		args := []string{"--cluster-enabled", "yes"}
+		if auth.User != "" {
+			args = append(args, "--user", auth.User, "on", ">"+auth.Password, "~*", "&*", "+@all")
+			if i == 1 {
+				// The test's own client writes on the source without credentials.
+				args = append(args, "--user", "default", "off")
+			}
+		}
+		testenv.StartValkey(t, ip, 6379, args...)
+		s, err := valkey.Connect(ip, 6379, auth)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -113,5 +114,23 @@ func TestASnapshotOfAServerThatStopsSendingFails(t *testing.T) {
 	defer cancel()
 	if n, err := (Source{Addr: net.JoinHostPort(ip, "6379"), Stall: time.Second}).Take(ctx, io.Discard); err == nil || ctx.Err() != nil {
 		t.Errorf("a snapshot of a stopped server gave %d bytes, %v; want its own error before the test's deadline", n, err)
+	}
+}
+
+// A server with auth gives a snapshot to its user, after AUTH, and refuses one to a wrong
+// password with an error that does not carry the password.
+func TestASnapshotAuthenticatesAsItsUser(t *testing.T) {
+	ip := testenv.LoopbackIPs(6)[5]
+	testenv.StartValkey(t, ip, 6379, "--repl-diskless-sync-delay", "0", "--user", "default", "off", "--user", "operator", "on", ">right-password", "~*", "&*", "+@all")
+	addr := net.JoinHostPort(ip, "6379")
+	if n, err := (Source{Addr: addr, User: "operator", Password: "right-password"}).Take(context.Background(), io.Discard); err != nil || n == 0 {
+		t.Errorf("a snapshot as the server's user: %d bytes, %v", n, err)
+	}
+	_, err := (Source{Addr: addr, User: "operator", Password: "wrong-password"}).Take(context.Background(), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), "wrong-password") {
+		t.Errorf("a snapshot with a wrong password: %v; want WRONGPASS, without the password", err)
+	}
+	if _, err := (Source{Addr: addr}).Take(context.Background(), io.Discard); err == nil {
+		t.Error("a snapshot without credentials was served")
 	}
 }

@@ -93,10 +93,12 @@ const MigrateTimeout = 5 * time.Second
 func (s *Server) MigrateKeys(ctx context.Context, ip string, port int, keys []string) error {
 	replace := s.client.B().Migrate().Host(ip).Port(int64(port)).Key("").DestinationDb(0).
 		Timeout(MigrateTimeout.Milliseconds()).Replace()
-	cmd := replace.Keys(keys...).Build()
+	var cmd valkeygo.Completed
 	if s.auth.User != "" {
 		// The target is one of the Cache's servers, which know this connection's user.
 		cmd = replace.Auth2(s.auth.User, s.auth.Password).Keys(keys...).Build()
+	} else {
+		cmd = replace.Keys(keys...).Build()
 	}
 	ctx, cancel := context.WithTimeout(ctx, MigrateTimeout+Timeout)
 	defer cancel()
