@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -144,8 +143,7 @@ func main() {
 		cfg.QPS, cfg.Burst = float32(qps), burst
 	}
 
-	informers := controller.InformerOptions()
-	informers.ByObject[&corev1.Secret{}] = conversionwebhook.SecretCache(webhookCert.Secret)
+	informers := controller.InformerOptions(webhookCert.Secret.Namespace)
 	servingCert := &conversionwebhook.ServingCert{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: controller.NewScheme(),

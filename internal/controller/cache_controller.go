@@ -169,7 +169,6 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err // the queue's backoff decides when to look again
 	}
 	if !creds.due.IsZero() && (pollAfter == 0 || time.Until(creds.due) < pollAfter) {
-		// A rotation's grace period ends: the previous password goes.
 		pollAfter = max(time.Until(creds.due), time.Second)
 	}
 	return ctrl.Result{RequeueAfter: pollAfter}, nil

@@ -20,6 +20,10 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 
+// credentialsRecheck is how soon a Cache whose application Secret cannot be used looks at it
+// again.
+const credentialsRecheck = 10 * time.Second
+
 // credentials is what a pass made of a Cache's credentials (spec.auth).
 type credentials struct {
 	// auth is who the operator is to the Cache's servers: no one for a Cache without auth.
@@ -31,7 +35,8 @@ type credentials struct {
 	missing bool
 	// pending: this reconciler created a Secret that its informer does not show yet.
 	pending bool
-	// due is when a rotation's next step is due: the previous password's grace period ends.
+	// due is when the credentials are to be looked at again: a rotation's grace period ends,
+	// or a Secret that cannot be used is read again.
 	due time.Time
 	// applyErr is why the running servers could not all be given the current passwords; the
 	// pass goes on, and returns it for a retry.
@@ -65,8 +70,9 @@ func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.
 	}
 	acl := resources.ReadACL(stored)
 	if invalid != "" {
-		// The nodes keep the passwords they were given.
-		return credentials{auth: operatorAuth(cache, acl), missing: stored == nil,
+		// The nodes keep the passwords they were given. A Secret without the label sends no
+		// event when it is made or fixed, so it is looked at again after a while.
+		return credentials{auth: operatorAuth(cache, acl), missing: stored == nil, due: time.Now().Add(credentialsRecheck),
 			condition: credentialsCondition(cache, metav1.ConditionFalse, cachev2.ReasonCredentialsInvalid, invalid)}, nil
 	}
 
@@ -192,8 +198,7 @@ func (r *CacheReconciler) applyPasswords(ctx context.Context, cache *cachev2.Cac
 }
 
 // waitForCredentials records why a Cache with auth has no pods yet: it has no ACL Secret, and the
-// application user's Secret it would be made from cannot be used. The Secret's next change
-// brings the Cache back.
+// application user's Secret it would be made from cannot be used.
 func (r *CacheReconciler) waitForCredentials(ctx context.Context, cache *cachev2.Cache, waiting *metav1.Condition) (ctrl.Result, error) {
 	status := *cache.Status.DeepCopy()
 	meta.SetStatusCondition(&status.Conditions, *waiting)
@@ -203,7 +208,7 @@ func (r *CacheReconciler) waitForCredentials(ctx context.Context, cache *cachev2
 	if err := r.writeStatus(ctx, cache, status); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: credentialsRecheck}, nil
 }
 
 // cacheOfCredentials maps a Secret that holds a Cache's credentials to the Cache.

@@ -4,7 +4,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,12 +31,11 @@ import (
 // A child whose label someone removed is invisible to the informer; its next create fails with
 // AlreadyExists, not as a duplicate, and the reconciler then reads it around the informer and
 // takes it back (ensureChild).
-func InformerOptions() cache.Options {
+//
+// operatorNamespace, if set, is the namespace of the operator itself, whose Secrets are cached
+// whatever their labels: the conversion webhook's certificate is one of them, and they are few.
+func InformerOptions(operatorNamespace string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
-	credentials, err := labels.Parse(cachev2.LabelCredentialsOf)
-	if err != nil {
-		panic(err) // a constant label key
-	}
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
@@ -50,8 +51,7 @@ func InformerOptions() cache.Options {
 				}
 				return in, nil
 			}},
-			// The Secrets of Caches' credentials, the operator's and those users name for it.
-			&corev1.Secret{}:    {Label: credentials},
+			&corev1.Secret{}:    secretsCached(operatorNamespace),
 			&batchv1.Job{}:      {Label: managed},
 			&corev1.ConfigMap{}: {Label: managed},
 			&corev1.Pod{}: {
@@ -82,4 +82,22 @@ func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
 		ObjectMeta: meta,
 		Status:     corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
 	}
+}
+
+// secretsCached are the Secrets the informer caches: those of Caches' credentials, the operator's
+// and those users name for it (cachev2.LabelCredentialsOf), and every Secret of the operator's
+// own namespace, if given.
+func secretsCached(operatorNamespace string) cache.ByObject {
+	credentials := labels.NewSelector()
+	if exists, err := labels.NewRequirement(cachev2.LabelCredentialsOf, selection.Exists, nil); err == nil {
+		credentials = credentials.Add(*exists)
+	}
+	if operatorNamespace == "" {
+		return cache.ByObject{Label: credentials}
+	}
+	return cache.ByObject{Namespaces: map[string]cache.Config{
+		cache.AllNamespaces: {LabelSelector: credentials},
+		// An empty selector rather than none, which would take the default above.
+		operatorNamespace: {LabelSelector: labels.Everything(), FieldSelector: fields.Everything()},
+	}}
 }

@@ -104,7 +104,7 @@ func reconcile(r *CacheReconciler, c *cachev2.Cache) error {
 // the test ends. Each call starts with empty informer caches, like a freshly started operator.
 func startManager(t *testing.T, namespace string, cat catalog.Catalog) {
 	t.Helper()
-	opts := InformerOptions()
+	opts := InformerOptions("")
 	opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:     NewScheme(),

@@ -29,7 +29,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -123,14 +122,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config, cert *ServingCert)
 		return err
 	}
 	return ctrl.NewWebhookManagedBy(mgr, &cachev2.Cache{}).Complete()
-}
-
-// SecretCache restricts the manager's informer for Secrets to the certificate's Secret.
-func SecretCache(secret types.NamespacedName) cache.ByObject {
-	return cache.ByObject{
-		Namespaces: map[string]cache.Config{secret.Namespace: {}},
-		Field:      fields.OneTermEqualSelector("metadata.name", secret.Name),
-	}
 }
 
 // ensureSecret creates the Secret key when it is missing, with a CA and a certificate that
