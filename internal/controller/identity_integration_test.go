@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"example.com/cache-operator/internal/resources"
-	"example.com/cache-operator/internal/valkey"
 	"example.com/cache-operator/internal/topology"
+	"example.com/cache-operator/internal/valkey"
 	"example.com/cache-operator/test/harness/testenv"
 )
 

@@ -109,7 +109,7 @@ func AppPassword(secret *corev1.Secret) (string, error) {
 	password := string(secret.Data[AppPasswordKey])
 	switch {
 	case password == "":
-		return "", fmt.Errorf("Secret %s has no key %q", secret.Name, AppPasswordKey)
+		return "", fmt.Errorf("the Secret %s has no key %q", secret.Name, AppPasswordKey)
 	case len(password) < MinPasswordLength:
 		return "", fmt.Errorf("the password in Secret %s is shorter than %d characters", secret.Name, MinPasswordLength)
 	case strings.ContainsAny(password, " \t\r\n"):

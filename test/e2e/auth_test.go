@@ -12,8 +12,8 @@ import (
 
 	valkeygo "github.com/valkey-io/valkey-go"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -66,9 +66,9 @@ func appSecret(t *testing.T, namespace, name string) *corev1.Secret {
 }
 
 // waitCredentials waits until the Cache's CredentialsCurrent condition has the reason given.
-func waitCredentials(t *testing.T, key client.ObjectKey, reason string, timeout time.Duration) {
+func waitCredentials(t *testing.T, key client.ObjectKey, reason string) {
 	t.Helper()
-	testenv.WaitFor(t, timeout, fmt.Sprintf("%s CredentialsCurrent %s", key, reason), func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("%s CredentialsCurrent %s", key, reason), func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {
 			return false, err.Error()
@@ -103,7 +103,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 	}
 	key := client.ObjectKeyFromObject(c)
 	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
-	waitCredentials(t, key, cachev2.ReasonCredentialsApplied, time.Minute)
+	waitCredentials(t, key, cachev2.ReasonCredentialsApplied)
 
 	secret := appSecret(t, ns, "secure-auth")
 	if user := string(secret.Data[resources.AppUsernameKey]); user != cachev2.AppUser {
@@ -138,7 +138,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 	if err := admin.Update(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
-	waitCredentials(t, key, cachev2.ReasonPreviousPasswordValid, time.Minute)
+	waitCredentials(t, key, cachev2.ReasonPreviousPasswordValid)
 	for _, pod := range pods {
 		for _, password := range []string{newPassword, oldPassword} {
 			if ok, said := refused(t, &pod, cachev2.AppUser, password); ok {
@@ -146,7 +146,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 			}
 		}
 	}
-	waitCredentials(t, key, cachev2.ReasonCredentialsApplied, time.Minute)
+	waitCredentials(t, key, cachev2.ReasonCredentialsApplied)
 	for _, pod := range pods {
 		if ok, said := refused(t, &pod, cachev2.AppUser, oldPassword); !ok {
 			t.Errorf("%s took the previous password after the grace period: %s", pod.Name, said)
@@ -212,7 +212,7 @@ func TestAStandaloneCacheWaitsForTheSecretItNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(c)
-	waitCredentials(t, key, cachev2.ReasonCredentialsInvalid, time.Minute)
+	waitCredentials(t, key, cachev2.ReasonCredentialsInvalid)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "app-credentials", Namespace: ns},
 		StringData: map[string]string{resources.AppPasswordKey: "a-password-of-the-users-own"},
@@ -236,7 +236,7 @@ func TestAStandaloneCacheWaitsForTheSecretItNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
-	waitCredentials(t, key, cachev2.ReasonCredentialsApplied, time.Minute)
+	waitCredentials(t, key, cachev2.ReasonCredentialsApplied)
 	pod := cachePods(t, key)[0]
 	if ok, said := refused(t, &pod, cachev2.AppUser, "a-password-of-the-users-own"); ok {
 		t.Fatalf("the node refused the Secret's password: %s", said)
@@ -254,7 +254,7 @@ func TestAStandaloneCacheWaitsForTheSecretItNames(t *testing.T) {
 		newRefused, saidNew := refused(t, &pod, cachev2.AppUser, "the-users-next-password")
 		return oldRefused && !newRefused, "old: " + said + "; new: " + saidNew
 	})
-	waitCredentials(t, key, cachev2.ReasonCredentialsApplied, time.Minute)
+	waitCredentials(t, key, cachev2.ReasonCredentialsApplied)
 }
 
 // clusterClientAs is clusterClient authenticating as the user given.

@@ -19,6 +19,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -288,6 +289,54 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestABackupOfACacheWithAuthIsTakenAndRestoredAsTheOperatorsUser: the backup's Job speaks to a
+// server that refuses clients without credentials as the operator's user, and a Cache with auth
+// restored from it is checked against the backup the same way; the application reads every key
+// back with the restored Cache's own password.
+func TestABackupOfACacheWithAuthIsTakenAndRestoredAsTheOperatorsUser(t *testing.T) {
+	startOperator(t, "a", "")
+	ctx := context.Background()
+	namespace := newNamespace(t)
+	store := newBackupStore(t, namespace)
+	spec := cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1",
+		Memory: resource.MustParse("64Mi"), Auth: &cachev2.Auth{}}
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "private"}, Spec: spec}
+	if err := admin.Create(ctx, cache); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(cache)
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	password := func() string { return string(appSecret(t, namespace, "private-auth").Data[resources.AppPasswordKey]) }
+	app, err := connectAs(t, cachePods(t, key)[0].Status.PodIP, cachev2.AppUser, password())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 200
+	for i := range keys {
+		if err := app.Do(ctx, app.B().Set().Key(fmt.Sprint("private-", i)).Value(fmt.Sprint(i)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b := waitBackup(t, newBackup(t, namespace, "private-nightly", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+	if b.Status.Keys != keys {
+		t.Errorf("the backup holds %d keys, want %d", b.Status.Keys, keys)
+	}
+	waitJobGone(t, b)
+
+	recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec = spec })
+	assertRestored(t, waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute), keys)
+	app, err = connectAs(t, cachePods(t, key)[0].Status.PodIP, cachev2.AppUser, password())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		if v, err := app.Do(ctx, app.B().Get().Key(fmt.Sprint("private-", i)).Build()).ToString(); err != nil || v != fmt.Sprint(i) {
+			t.Fatalf("restored private-%d = %q (%v)", i, v, err)
+		}
+	}
 }
 
 // assertBackupMetrics checks what the operator exports of a Cache's latest backup, completed.
