@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,12 +20,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 )
 
-// CacheReconciler makes the StatefulSet and headless Service of each Cache match its spec,
+// CacheReconciler makes the StatefulSet, headless Service and PodDisruptionBudget of each Cache
+// match its spec,
 // lists the Cache's nodes in the external catalogue, and reports what it observes in the
 // Cache's status.
 type CacheReconciler struct {
@@ -58,6 +61,7 @@ type CacheReconciler struct {
 // +kubebuilder:rbac:groups=cache.example.com,resources=caches/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile converges one Cache. It is called with a key and no reason: whatever changed, it
@@ -189,6 +193,9 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconc
 		Watches(&cachev2.Cache{}, pendingFirst{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
+		// The disruption controller rewrites a budget's status as pods come and go: only a
+		// change of its spec, or its deletion, is the Cache's business.
+		Owns(&policyv1.PodDisruptionBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(cacheOfCredentials)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Complete(routineConflicts{r})

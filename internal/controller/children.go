@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,10 +32,10 @@ type children struct {
 	pending bool
 }
 
-// ensureChildren makes the Cache's Service and StatefulSet match its spec, with the number of
-// pods given (nodesToRun), and, for a restored Cache, the restore's init step (set when the
-// StatefulSet is made, never after). The Service comes first: the StatefulSet's pods get their
-// DNS names from it.
+// ensureChildren makes the Cache's Service, StatefulSet and PodDisruptionBudget match its spec,
+// with the number of pods given (nodesToRun), and, for a restored Cache, the restore's init step
+// (set when the StatefulSet is made, never after). The Service comes first: the StatefulSet's
+// pods get their DNS names from it.
 func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32, restore *corev1.Container) (children, error) {
 	serviceCreated, servicePending, err := r.ensureService(ctx, cache)
 	if err != nil {
@@ -47,8 +48,37 @@ func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cac
 	if err != nil {
 		return children{}, fmt.Errorf("ensuring StatefulSet: %w", err)
 	}
-	made.created = made.created || serviceCreated
+	if made.pending {
+		return made, nil
+	}
+	budgetCreated, budgetPending, err := r.ensurePodDisruptionBudget(ctx, cache)
+	if err != nil {
+		return children{}, fmt.Errorf("ensuring PodDisruptionBudget: %w", err)
+	}
+	made.created = made.created || serviceCreated || budgetCreated
+	made.pending = budgetPending
 	return made, nil
+}
+
+// ensurePodDisruptionBudget makes the Cache's PodDisruptionBudget match its spec, deciding from
+// the informer's copy, which keeps only the owned fields. It reports whether it created it, or
+// found it pending (see getCachedChild) and did nothing.
+func (r *CacheReconciler) ensurePodDisruptionBudget(ctx context.Context, cache *cachev2.Cache) (created, pending bool, err error) {
+	desired := resources.PodDisruptionBudget(cache)
+	cached := &policyv1.PodDisruptionBudget{}
+	pending, err = r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
+	if pending {
+		return false, true, nil
+	}
+	if err == nil && metav1.IsControlledBy(cached, cache) && resources.PodDisruptionBudgetUpToDate(cached, desired) {
+		return false, false, nil
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return false, false, err
+	}
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
+	op, err := r.ensureChild(ctx, r.writer(err), cache, pdb, func() { resources.MergePodDisruptionBudget(pdb, desired) })
+	return op == controllerutil.OperationResultCreated, false, err
 }
 
 // ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod

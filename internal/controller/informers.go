@@ -4,6 +4,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -17,12 +18,12 @@ import (
 // InformerOptions keeps the manager's informers down to what the reconciler reads, which is most
 // of the operator's memory on a large cluster:
 //   - no managedFields on any cached object;
-//   - only the StatefulSets and Services that carry the operator's managed-by label rather than
-//     every one in the cluster;
+//   - only the StatefulSets, Services and PodDisruptionBudgets that carry the operator's
+//     managed-by label rather than every one in the cluster;
 //   - StatefulSets with their pod template replaced by a digest, and the rest cut down to what
-//     the reconciler reads (resources.StripStatefulSet), and Services with only the fields the
-//     operator owns (resources.StripService); an update of either reads the whole stored
-//     object first;
+//     the reconciler reads (resources.StripStatefulSet), Services with only the fields the
+//     operator owns (resources.StripService), and budgets without their status; an update of
+//     any of them reads the whole stored object first;
 //   - only the pods of Cluster Caches, whose addresses the reconciler needs to reach their
 //     servers, with little more than those addresses;
 //   - only the Jobs of backups and the ConfigMaps of restores (they carry the managed-by label
@@ -51,7 +52,13 @@ func InformerOptions(operatorNamespace string) cache.Options {
 				}
 				return in, nil
 			}},
-			&corev1.Secret{}:    secretsCached(operatorNamespace),
+			&corev1.Secret{}: secretsCached(operatorNamespace),
+			&policyv1.PodDisruptionBudget{}: {Label: managed, Transform: func(in any) (any, error) {
+				if pdb, ok := in.(*policyv1.PodDisruptionBudget); ok {
+					return resources.StripPodDisruptionBudget(pdb), nil
+				}
+				return in, nil
+			}},
 			&batchv1.Job{}:      {Label: managed},
 			&corev1.ConfigMap{}: {Label: managed},
 			&corev1.Pod{}: {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	cachev2 "example.com/cache-operator/api/v2"
@@ -292,5 +293,32 @@ func TestServiceUpToDateAgreesWhetherStrippedOrNot(t *testing.T) {
 	}
 	if !ServiceUpToDate(StripService(stored), desired) {
 		t.Error("a matching Service, stripped, is not up to date")
+	}
+}
+
+// A Cache's budget lets a voluntary disruption take one of its pods at a time, and a stored
+// budget that matches is not written again, whatever the disruption controller put in its status.
+func TestThePodDisruptionBudgetLetsOnePodGoAtATime(t *testing.T) {
+	cache := testCache()
+	pdb := PodDisruptionBudget(cache)
+	selector, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pods := StatefulSet(cache, DefaultImageRepository).Spec.Template.Labels; !selector.Matches(labels.Set(pods)) {
+		t.Errorf("the budget's selector %s misses the pods %v", selector, pods)
+	}
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
+		t.Errorf("budget %+v, want maxUnavailable 1", pdb.Spec)
+	}
+	stored := pdb.DeepCopy()
+	stored.Status.DisruptionsAllowed, stored.Status.CurrentHealthy = 1, 3
+	if !PodDisruptionBudgetUpToDate(StripPodDisruptionBudget(stored), PodDisruptionBudget(cache)) {
+		t.Error("a stored budget as built is not up to date")
+	}
+	stored.Spec.MaxUnavailable = nil
+	stored.Spec.MinAvailable = ptr.To(intstr.FromInt32(3))
+	if PodDisruptionBudgetUpToDate(StripPodDisruptionBudget(stored), PodDisruptionBudget(cache)) {
+		t.Error("a budget edited to minAvailable 3 is up to date")
 	}
 }

@@ -273,9 +273,11 @@ func authenticated(c *corev1.Container, cache *cachev2.Cache) {
 		c.Env = append(c.Env, secretKey(envReplicationPassword, secret, ReplicationUser, false))
 		c.Args = append(c.Args, "--masteruser", ReplicationUser, "--masterauth", "$("+envReplicationPassword+")")
 		c.Lifecycle.PreStop.Exec.Command = handOverScript(cliAsOperator)
+		c.ReadinessProbe.Exec.Command = replicaInSync(cliAsOperator)
+	} else {
+		c.ReadinessProbe.Exec.Command = []string{"sh", "-c", cliAsOperator + " ping | grep -qx PONG"}
 	}
 	c.Command = writingACL(c.Command)
-	c.ReadinessProbe.Exec.Command = []string{"sh", "-c", cliAsOperator + " ping | grep -qx PONG"}
 }
 
 // cliAsOperator is valkey-cli speaking to the pod's own server as the operator's user, with the
@@ -295,9 +297,11 @@ func writingACL(command []string) []string {
 }
 
 // clusterNode makes the container a Valkey Cluster node. It announces its pod IP, which is how
-// the other nodes and cluster clients reach it. The readiness probe stays a PING: a node must
-// answer before the operator can bring it into the cluster, and the cluster's own health is
-// judged by the operator, in the Cache's Ready condition.
+// the other nodes and cluster clients reach it. It is ready once it answers, and, as a replica,
+// once it is in sync with its primary (replicaInSync): the PodDisruptionBudget counts a replica
+// still loading as unavailable, so a drain never takes its primary meanwhile. The operator brings
+// a node into the cluster whether or not it is ready, and judges the cluster's own health in the
+// Cache's Ready condition.
 //
 // Every start of the container is a new, empty node (see startFresh), and it starts fenced: it
 // refuses to serve a replica's SYNC until the operator lifts the fence (FenceRule).
@@ -322,6 +326,17 @@ func clusterNode(c *corev1.Container, auth bool) {
 	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOver}}}
+	c.ReadinessProbe.Exec.Command = replicaInSync("valkey-cli -p " + strconv.Itoa(Port))
+}
+
+// replicaInSync is a Cluster node's readiness probe, with valkey-cli called as cli: the server
+// answers, and is a primary, or a replica whose link to its primary is up (INFO replication's
+// master_link_status, up once the replica has loaded its primary's data). A reply that is an
+// error, such as NOAUTH, has neither.
+func replicaInSync(cli string) []string {
+	return []string{"sh", "-c", `r=$(` + cli + ` INFO replication) || exit 1
+case "$r" in *role:master*|*master_link_status:up*) exit 0 ;; esac
+exit 1`}
 }
 
 // handOver is a Cluster node's preStop hook. A pod that goes of itself (deleted, evicted by a

@@ -12,6 +12,8 @@ import (
 
 	valkeygo "github.com/valkey-io/valkey-go"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,13 +83,33 @@ func waitCredentials(t *testing.T, key client.ObjectKey, reason string) {
 	})
 }
 
+// evict asks the API server to evict the pod, as a node drain does.
+func evict(pod *corev1.Pod) error {
+	return admin.SubResource("eviction").Create(context.Background(), pod,
+		&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}})
+}
+
+// waitDisruptionsAllowed waits until the Cache's PodDisruptionBudget allows n disruptions, as the
+// disruption controller counts them for the Cache's pods as they are.
+func waitDisruptionsAllowed(t *testing.T, key client.ObjectKey, n int32) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("%s's PodDisruptionBudget to allow %d disruptions", key, n), func() (bool, string) {
+		pdb := &policyv1.PodDisruptionBudget{}
+		if err := admin.Get(context.Background(), key, pdb); err != nil {
+			return false, err.Error()
+		}
+		return pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.DisruptionsAllowed == n, fmt.Sprintf("%+v", pdb.Status)
+	})
+}
+
 // TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword: a Cluster with auth forms, its
 // replicas sync as the replication user and its probes pass, while a client without credentials,
 // or with a wrong password, is refused on every node and the application user may not run an
 // administrative command. A new password in the Secret works on every node at once, the old one
 // for the grace period only; a session authenticated with the old one stays up throughout. A
-// primary's pod deleted after the rotation hands its shard over as the operator's user, and its
-// replacement loads the users as they are now.
+// primary's pod evicted after the rotation, as a node drain does, hands its shard over as the
+// operator's user, and its replacement loads the users as they are now; meanwhile the Cache's
+// PodDisruptionBudget refuses to evict another of its pods, until every one is back and in sync.
 func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
@@ -161,8 +183,17 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 
 	primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
 	replicaPod := replicaOf(t, c, primaryPod.Name)
-	if err := admin.Delete(context.Background(), primaryPod); err != nil {
+	waitDisruptionsAllowed(t, key, 1)
+	if err := evict(primaryPod); err != nil {
 		t.Fatal(err)
+	}
+	for _, pod := range cachePods(t, key) {
+		if pod.Name != primaryPod.Name && pod.Name != replicaPod.Name {
+			if err := evict(&pod); !apierrors.IsTooManyRequests(err) {
+				t.Errorf("evicting %s while %s is away: %v, want it refused by the Cache's PodDisruptionBudget", pod.Name, primaryPod.Name, err)
+			}
+			break
+		}
 	}
 	operator := func() valkeygo.Client {
 		acl := appSecret(t, ns, resources.ACLSecretName(c))
@@ -181,6 +212,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 		return sent > 0, fmt.Sprintf("MFSTART sent %d times", sent)
 	})
 	waitReadyWithNewNodes(t, key, 6, map[string]bool{primary.ID: true}, 3*time.Minute)
+	waitDisruptionsAllowed(t, key, 1)
 	for _, pod := range cachePods(t, key) {
 		if pod.Name != primaryPod.Name {
 			continue
