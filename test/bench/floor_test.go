@@ -22,8 +22,8 @@ import (
 // floorNamespace holds the floor phase's objects, apart from the Caches'.
 const floorNamespace = "floor"
 
-// FloorPhase is the floor the operator is measured against: the same StatefulSets and Services
-// that it makes for the Caches of the create phase, built by its own builders and created
+// FloorPhase is the floor the operator is measured against: the same StatefulSets, Services and
+// PodDisruptionBudgets that it makes for the Caches of the create phase, built by its own builders and created
 // directly, on the same cluster, with no operator running.
 type FloorPhase struct {
 	AllReadySeconds float64 `json:"allReadySeconds"`
@@ -108,6 +108,9 @@ func (b *bench) floor(t *testing.T, n int, spread time.Duration, writes int) Flo
 			return err
 		}
 		if err := b.admin.Create(ctx, resources.StatefulSet(c, resources.DefaultImageRepository)); err != nil {
+			return err
+		}
+		if err := b.admin.Create(ctx, resources.PodDisruptionBudget(c)); err != nil {
 			return err
 		}
 		return writeConfigMap(ctx, b.admin, c.Name, writes)
