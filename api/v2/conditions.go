@@ -161,6 +161,7 @@ const (
 	// ReasonCredentialsInvalid means the application user's Secret cannot be used: it is
 	// missing, lacks the label cache.example.com/credentials-of, or its password is missing or
 	// too short. The message says which. The nodes keep the passwords they have; a Cache being
-	// created makes no pod until the Secret is usable.
+	// created makes no pod until the Secret is usable, and its Ready condition has this reason
+	// too meanwhile.
 	ReasonCredentialsInvalid = "CredentialsInvalid"
 )

@@ -69,9 +69,9 @@ const MaxParallelShards = 4
 
 // Take takes a backup of the shards into the bucket, under the given prefix, and returns its
 // manifest. Each shard's snapshot streams into its object as the server sends it, taken as from
-// says (its Addr is each shard's). unmoved, if
-// set, is asked once every object is whole and before the manifest is written whether the
-// shards still are what the snapshots were taken of: an error fails the backup.
+// says (its Addr is each shard's). unmoved, if set, is asked once every object is whole and
+// before the manifest is written whether the shards still are what the snapshots were taken of:
+// an error fails the backup.
 func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, shards []Shard, from snapshot.Source, unmoved func(context.Context) error) (Manifest, error) {
 	m := Manifest{ValkeyVersion: valkeyVersion, Started: time.Now().UTC()}
 	copies := make([]ShardCopy, len(shards))

@@ -26,10 +26,9 @@ import (
 	"example.com/cache-operator/internal/catalog"
 )
 
-// CacheReconciler makes the StatefulSet, headless Service and PodDisruptionBudget of each Cache
-// match its spec,
-// lists the Cache's nodes in the external catalogue, and reports what it observes in the
-// Cache's status.
+// CacheReconciler makes the StatefulSet, headless Service and PodDisruptionBudget of each Cache,
+// and the Secrets of one with auth, match its spec, lists the Cache's nodes in the external
+// catalogue, and reports what it observes in the Cache's status.
 type CacheReconciler struct {
 	client.Client
 	// APIReader reads from the API server, bypassing the informer cache: for the whole
