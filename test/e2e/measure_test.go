@@ -21,8 +21,10 @@ import (
 	valkeygo "github.com/valkey-io/valkey-go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -345,6 +347,85 @@ func TestMeasurePrimaryLoss(t *testing.T) {
 				deleteAllCaches(t, ns)
 			})
 		}
+	}
+}
+
+// The drain of the Kubernetes node that holds a primary of a 3 × 1 Cluster Cache, as `kubectl
+// drain` does it, under a client writing and reading all along: the node cordoned, then each of
+// the Cache's pods on it evicted, an eviction the Cache's PodDisruptionBudget refuses retried at
+// once (kubectl drain waits 5 s: this is the drain that disrupts soonest), until none is left
+// there and the Cache is Ready again with every pod in sync. It logs, per run, how long that
+// took, how many pods were evicted, the client's failures and longest failing stretch, and the
+// keys lost.
+func TestMeasureNodeDrain(t *testing.T) {
+	runs := measureRuns(t)
+	startOperator(t, "a", "", clusterCheckInterval)
+	ctx := context.Background()
+	for run := 1; run <= runs; run++ {
+		t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
+			ns := newNamespace(t)
+			key := newClusterCache(t, ns, "drained", 3, 1)
+			c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+			primaryPod, _ := podOfRole(t, c, cachev2.RolePrimary)
+			node := &corev1.Node{}
+			if err := admin.Get(ctx, client.ObjectKey{Name: primaryPod.Spec.NodeName}, node); err != nil {
+				t.Fatal(err)
+			}
+			setUnschedulable := func(on bool) {
+				patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+				if err := admin.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			load := &upgradeLoad{}
+			loadCtx, stop := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			vc := clusterClient(t, key)
+			if err := vc.Do(loadCtx, vc.B().Set().Key("before-the-drain").Value("1").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() { load.run(loadCtx, vc) })
+			began := time.Now()
+			setUnschedulable(true)
+			t.Cleanup(func() { setUnschedulable(false) })
+			evicted := 0
+			testenv.WaitFor(t, 5*time.Minute, "the node drained and the Cache Ready with every pod in sync", func() (bool, string) {
+				left := 0
+				for _, pod := range cachePods(t, key) {
+					if pod.Spec.NodeName != node.Name {
+						continue
+					}
+					left++
+					if pod.DeletionTimestamp == nil {
+						switch err := evict(&pod); {
+						case err == nil:
+							evicted++
+						case !apierrors.IsTooManyRequests(err):
+							t.Fatal(err)
+						}
+					}
+				}
+				c, err := getCache(t, key)
+				if err != nil {
+					return false, err.Error()
+				}
+				ok, why := settled(c)
+				ready := 0
+				for _, pod := range cachePods(t, key) {
+					if podReady(&pod) {
+						ready++
+					}
+				}
+				return left == 0 && ok && ready == 6, fmt.Sprintf("%d pods left on %s, %d of 6 ready; %s", left, node.Name, ready, why)
+			})
+			took := time.Since(began)
+			stop()
+			wg.Wait()
+			lost, acked := load.lost(t, vc)
+			t.Logf("run %d: drained (%d pods evicted) and Ready again after %s; client: %d requests, %d failed, longest failing stretch %s; %d of %d keys lost their last acknowledged write",
+				run, evicted, took.Round(100*time.Millisecond), load.requests, load.failures, load.longestOutage.Round(time.Millisecond), lost, acked)
+			deleteAllCaches(t, ns)
+		})
 	}
 }
 
