@@ -12,11 +12,14 @@ import (
 	"example.com/cache-operator/test/harness/testenv"
 )
 
-// A Cluster node's readiness probe passes for a primary, and for a replica only once its link to
-// its primary is up: a replica whose primary does not answer is not ready. On real servers.
+// A Cluster node's readiness probe passes for a primary that serves slots, and for a replica
+// only once its link to its primary is up: a node that has joined no cluster yet, a replica
+// whose primary does not answer, and a server that does not answer are not ready. On real
+// servers.
 func TestTheClusterReadinessProbeWaitsForAReplicaInSync(t *testing.T) {
-	ips := testenv.LoopbackIPs(10)[7:]
-	primary, replica, nobody := ips[0], ips[1], ips[2]
+	ips := testenv.LoopbackIPs(11)[7:]
+	node, primary, replica, nobody := ips[0], ips[1], ips[2], ips[3]
+	testenv.StartValkey(t, node, 6379, "--cluster-enabled", "yes")
 	testenv.StartValkey(t, primary, 6379, "--repl-diskless-sync-delay", "0")
 	// A replica of an address where nothing listens: its link stays down.
 	testenv.StartValkey(t, replica, 6379, "--replicaof", "127.0.0.1", "1")
@@ -25,14 +28,21 @@ func TestTheClusterReadinessProbeWaitsForAReplicaInSync(t *testing.T) {
 		command := replicaInSync(cli)
 		return exec.Command(command[0], command[1:]...).Run()
 	}
-	if err := probe(primary); err != nil {
-		t.Errorf("a primary is not ready: %v", err)
+	if err := probe(node); err == nil {
+		t.Error("a cluster node with no slot and no primary is ready")
+	}
+	c := testenv.Valkey(t, node, 6379)
+	if err := c.Do(t.Context(), c.B().ClusterAddslotsrange().StartSlotEndSlot().StartSlotEndSlot(0, 16383).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := probe(node); err != nil {
+		t.Errorf("a primary that serves slots is not ready: %v", err)
 	}
 	if err := probe(replica); err == nil {
 		t.Error("a replica with its link down is ready")
 	}
-	client := testenv.Valkey(t, replica, 6379)
-	if err := client.Do(t.Context(), client.B().Replicaof().Host(primary).Port(6379).Build()).Error(); err != nil {
+	c = testenv.Valkey(t, replica, 6379)
+	if err := c.Do(t.Context(), c.B().Replicaof().Host(primary).Port(6379).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 30*time.Second, "the replica in sync to be ready", func() (bool, string) {

@@ -297,9 +297,9 @@ func writingACL(command []string) []string {
 }
 
 // clusterNode makes the container a Valkey Cluster node. It announces its pod IP, which is how
-// the other nodes and cluster clients reach it. It is ready once it answers, and, as a replica,
-// once it is in sync with its primary (replicaInSync): the PodDisruptionBudget counts a replica
-// still loading as unavailable, so a drain never takes its primary meanwhile. The operator brings
+// the other nodes and cluster clients reach it. It is ready once it serves slots as a primary or
+// is a replica in sync with its primary (replicaInSync): the PodDisruptionBudget counts a node
+// not yet a replica in sync as unavailable, so a drain never takes its shard's primary meanwhile. The operator brings
 // a node into the cluster whether or not it is ready, and judges the cluster's own health in the
 // Cache's Ready condition.
 //
@@ -330,13 +330,19 @@ func clusterNode(c *corev1.Container, auth bool) {
 }
 
 // replicaInSync is a Cluster node's readiness probe, with valkey-cli called as cli: the server
-// answers, and is a primary, or a replica whose link to its primary is up (INFO replication's
-// master_link_status, up once the replica has loaded its primary's data). A reply that is an
-// error, such as NOAUTH, has neither.
+// is a replica whose link to its primary is up (INFO replication's master_link_status, up once
+// the replica has loaded its primary's data), or a primary that serves slots (CLUSTER NODES: its
+// own line lists them after the eighth field). A primary with no slot is a node that has not
+// joined the cluster yet, such as the new, empty node of a replica's pod just replaced: ready, it
+// would let a drain take the shard's primary before that node is its replica in sync. A reply
+// that is an error, such as NOAUTH, is neither.
 func replicaInSync(cli string) []string {
 	return []string{"sh", "-c", `r=$(` + cli + ` INFO replication) || exit 1
-case "$r" in *role:master*|*master_link_status:up*) exit 0 ;; esac
-exit 1`}
+case "$r" in
+*master_link_status:up*) exit 0 ;;
+*role:master*) ` + cli + ` CLUSTER NODES | awk '$3 ~ /myself/ && NF > 8 { ok = 1 } END { exit !ok }' ;;
+*) exit 1 ;;
+esac`}
 }
 
 // handOver is a Cluster node's preStop hook. A pod that goes of itself (deleted, evicted by a
