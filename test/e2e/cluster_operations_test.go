@@ -411,7 +411,9 @@ func keysServedBy(t *testing.T, n int, server serverView) map[int]bool {
 // A replica keeps on disk the copy of its primary's data that its last sync loaded (here, one
 // added to a primary that holds keys). Its server killed and restarted in place, with no operator
 // to heal anything, it must come back a new, empty node: one that loaded that copy would claim
-// the slots of its keys, which its primary serves, and answer for them with old values.
+// the slots of its keys, which its primary serves, and answer for them with old values. That new
+// node is not ready (it serves nothing, and a drain must not count it as its shard's replica)
+// until the operator, started again, makes it its primary's replica in sync.
 func TestClusterReplicaRestartedInPlaceComesBackEmpty(t *testing.T) {
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	key := newClusterCache(t, newNamespace(t), "sessions", 1, 0)
@@ -422,16 +424,25 @@ func TestClusterReplicaRestartedInPlaceComesBackEmpty(t *testing.T) {
 	assertShape(t, key, 1, 1)
 	operator.Stop(t, syscall.SIGKILL)
 	replicaPod, _ := podOfRole(t, c, cachev2.RoleReplica)
+	_, primary := podOfRole(t, c, cachev2.RolePrimary)
 	if err := runner.Crash(key.Namespace, replicaPod.Name); err != nil {
 		t.Fatal(err)
 	}
 	var restarted corev1.Pod
-	testenv.WaitFor(t, time.Minute, "the replica's container restarted and Ready", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "the replica's container restarted and its server answering", func() (bool, string) {
 		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(replicaPod), &restarted); err != nil {
 			return false, err.Error()
 		}
 		cs := restarted.Status.ContainerStatuses
-		return len(cs) == 1 && cs[0].RestartCount == 1 && podReady(&restarted), fmt.Sprintf("%+v", cs)
+		if len(cs) != 1 || cs[0].RestartCount != 1 || cs[0].State.Running == nil {
+			return false, fmt.Sprintf("%+v", cs)
+		}
+		server, err := valkey.Connect(restarted.Status.PodIP, resources.Port, valkey.Auth{})
+		if err != nil {
+			return false, err.Error()
+		}
+		server.Close()
+		return true, ""
 	})
 	if keys, err := node(t, &restarted).Do(context.Background(), node(t, &restarted).B().Dbsize().Build()).AsInt64(); err != nil || keys != 0 {
 		t.Errorf("the restarted replica holds %d keys (%v), want none", keys, err)
@@ -439,6 +450,28 @@ func TestClusterReplicaRestartedInPlaceComesBackEmpty(t *testing.T) {
 	if self, _ := clusterNodes(t, &restarted); self.SlotsServed() != 0 || self.PrimaryID != "" {
 		t.Errorf("the restarted replica came back serving %d slots, replicating %q: want a new, empty node", self.SlotsServed(), self.PrimaryID)
 	}
+	// The kubelet reports a restarted container not ready until its probe passes; this one's
+	// cannot pass while the node is alone.
+	if err := admin.Get(context.Background(), client.ObjectKeyFromObject(replicaPod), &restarted); err != nil {
+		t.Fatal(err)
+	}
+	if podReady(&restarted) {
+		t.Errorf("the restarted replica's pod is Ready as a new, empty node")
+	}
+
+	startOperator(t, "b", "", clusterCheckInterval)
+	testenv.WaitFor(t, 3*time.Minute, "the restarted node Ready as the primary's replica", func() (bool, string) {
+		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(replicaPod), &restarted); err != nil {
+			return false, err.Error()
+		}
+		if !podReady(&restarted) {
+			return false, "pod not ready"
+		}
+		self, _ := clusterNodes(t, &restarted)
+		return self.PrimaryID == primary.ID, fmt.Sprintf("replicating %q", self.PrimaryID)
+	})
+	assertShape(t, key, 1, 1)
+	assertKeysRead(t, key, 1000)
 }
 
 // A primary's server is killed (SIGKILL, not its pod) while a client writes, and its container
