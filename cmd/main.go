@@ -7,16 +7,20 @@ import (
 	"crypto/tls"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -70,6 +74,7 @@ func main() {
 		webhookHost                         string
 		webhookPort                         int
 		webhookCert                         conversionwebhook.Config
+		watchNamespaces                     string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, only to clients whose token the API server authenticates and authorizes for GET /metrics (the metrics-reader role).")
@@ -82,6 +87,7 @@ func main() {
 	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the leader's last renewal before taking over.")
 	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leadership and exits.")
 	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
+	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches, backups and schedules this operator manages; empty: every namespace. Operators scoped to namespaces apart, each with a Lease of its own, run side by side.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
 	flag.StringVar(&agentImage, "agent-image", defaultAgentImage, "The operator's own image, which the backup Jobs and the restored Caches' init containers run (its backup and restore modes).")
@@ -143,7 +149,11 @@ func main() {
 		cfg.QPS, cfg.Burst = float32(qps), burst
 	}
 
-	informers := controller.InformerOptions(webhookCert.Secret.Namespace)
+	watched, err := namespaceList(watchNamespaces)
+	if err != nil {
+		fail(log, err, "Invalid --watch-namespaces")
+	}
+	informers := controller.InformerOptions(webhookCert.Secret.Namespace, watched...)
 	servingCert := &conversionwebhook.ServingCert{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: controller.NewScheme(),
@@ -197,7 +207,7 @@ func main() {
 		}
 		r.Catalog = metrics.InstrumentCatalog(&catalog.Etcd{Client: etcdClient, Layout: layout, Timeout: catalogTimeout})
 		sweeper := &controller.CatalogSweeper{Catalog: r.Catalog, Cached: mgr.GetClient(), Live: mgr.GetAPIReader(),
-			Recorder: r.Recorder, Interval: catalogSweepInterval}
+			Recorder: r.Recorder, Interval: catalogSweepInterval, Namespaces: watched}
 		if err := mgr.Add(sweeper); err != nil {
 			fail(log, err, "Unable to set up the catalogue sweep")
 		}
@@ -223,7 +233,11 @@ func main() {
 	if err := schedules.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the CacheBackupSchedule controller")
 	}
-	if err := backupcontroller.SetupAdmission(mgr); err != nil {
+	var admissionReader client.Reader = mgr.GetClient()
+	if len(watched) > 0 {
+		admissionReader = mgr.GetAPIReader()
+	}
+	if err := backupcontroller.SetupAdmission(mgr, admissionReader); err != nil {
 		fail(log, err, "Unable to set up the CacheBackup admission webhook")
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -236,7 +250,7 @@ func main() {
 	}
 
 	log.Info("Starting manager", "leaderElection", leaderElect, "imageRepository", imageRepository,
-		"catalog", catalogEndpoints != "")
+		"catalog", catalogEndpoints != "", "watchNamespaces", watched)
 	// A leader that loses its Lease gets an error here and exits, so it can never write
 	// alongside the new leader.
 	if err := mgr.Start(ctx); err != nil {
@@ -274,6 +288,22 @@ var agents = map[string]func(context.Context, []string) int{
 // defaultAgentImage is the operator's image of this release, for the backup Jobs: the install sets
 // --agent-image to the image it runs the operator from.
 const defaultAgentImage = resources.OperatorImageRepository + ":v0.1.0"
+
+// namespaceList is --watch-namespaces as a list: names of namespaces, each once.
+func namespaceList(flagValue string) ([]string, error) {
+	var namespaces []string
+	for _, ns := range strings.Split(flagValue, ",") {
+		ns = strings.TrimSpace(ns)
+		if ns == "" || slices.Contains(namespaces, ns) {
+			continue
+		}
+		if problems := validation.IsDNS1123Label(ns); len(problems) > 0 {
+			return nil, fmt.Errorf("%q is not a namespace name: %s", ns, strings.Join(problems, "; "))
+		}
+		namespaces = append(namespaces, ns)
+	}
+	return namespaces, nil
+}
 
 // podNamespaceFile holds, in a pod, the pod's namespace.
 const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

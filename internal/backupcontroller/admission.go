@@ -38,7 +38,9 @@ func (admissionCheck) ValidateDelete(context.Context, *cachev1alpha1.CacheBackup
 	return nil, nil
 }
 
-// SetupAdmission registers the admission check with the manager's webhook server.
-func SetupAdmission(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &cachev1alpha1.CacheBackup{}).WithValidator(admissionCheck{reader: mgr.GetClient()}).Complete()
+// SetupAdmission registers the admission check with the manager's webhook server; it reads the
+// Caches through reader: the manager's informer, or, for an operator scoped to some namespaces,
+// the API server, since the webhook answers for backups in every namespace.
+func SetupAdmission(mgr ctrl.Manager, reader client.Reader) error {
+	return ctrl.NewWebhookManagedBy(mgr, &cachev1alpha1.CacheBackup{}).WithValidator(admissionCheck{reader: reader}).Complete()
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,9 @@ type CatalogSweeper struct {
 	Cached, Live client.Reader
 	Recorder     events.EventRecorder
 	Interval     time.Duration
+	// Namespaces, if any, are the only ones whose Caches' records are swept: those of the
+	// operator's --watch-namespaces. The records of others are another operator's to keep.
+	Namespaces []string
 
 	// missing are the Caches with records that were missing at the last sweep.
 	missing map[catalog.Key]bool
@@ -62,6 +66,9 @@ func (s *CatalogSweeper) sweep(ctx context.Context) {
 	}
 	missing := map[catalog.Key]bool{}
 	for _, key := range listed {
+		if len(s.Namespaces) > 0 && !slices.Contains(s.Namespaces, key.Namespace) {
+			continue
+		}
 		name := client.ObjectKey{Namespace: key.Namespace, Name: key.Name}
 		err := s.Cached.Get(ctx, name, &cachev2.Cache{})
 		if apierrors.IsNotFound(err) {

@@ -35,10 +35,21 @@ import (
 //
 // operatorNamespace, if set, is the namespace of the operator itself, whose Secrets are cached
 // whatever their labels: the conversion webhook's certificate is one of them, and they are few.
-func InformerOptions(operatorNamespace string) cache.Options {
+//
+// watched, if any, are the only namespaces whose objects are cached (--watch-namespaces), the
+// operator's own Secrets aside: an operator scoped to them sees, and so manages, nothing else.
+func InformerOptions(operatorNamespace string, watched ...string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
+	var namespaces map[string]cache.Config
+	for _, ns := range watched {
+		if namespaces == nil {
+			namespaces = map[string]cache.Config{}
+		}
+		namespaces[ns] = cache.Config{}
+	}
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultNamespaces: namespaces,
+		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&appsv1.StatefulSet{}: {Label: managed, Transform: func(in any) (any, error) {
 				if sts, ok := in.(*appsv1.StatefulSet); ok {
@@ -52,7 +63,7 @@ func InformerOptions(operatorNamespace string) cache.Options {
 				}
 				return in, nil
 			}},
-			&corev1.Secret{}: secretsCached(operatorNamespace),
+			&corev1.Secret{}: secretsCached(operatorNamespace, watched),
 			&policyv1.PodDisruptionBudget{}: {Label: managed, Transform: func(in any) (any, error) {
 				if pdb, ok := in.(*policyv1.PodDisruptionBudget); ok {
 					return resources.StripPodDisruptionBudget(pdb), nil
@@ -92,19 +103,26 @@ func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
 }
 
 // secretsCached are the Secrets the informer caches: those of Caches' credentials, the operator's
-// and those users name for it (cachev2.LabelCredentialsOf), and every Secret of the operator's
-// own namespace, if given.
-func secretsCached(operatorNamespace string) cache.ByObject {
+// and those users name for it (cachev2.LabelCredentialsOf), in every namespace or only those
+// watched, and every Secret of the operator's own namespace, if given.
+func secretsCached(operatorNamespace string, watched []string) cache.ByObject {
 	credentials := labels.NewSelector()
 	if exists, err := labels.NewRequirement(cachev2.LabelCredentialsOf, selection.Exists, nil); err == nil {
 		credentials = credentials.Add(*exists)
 	}
-	if operatorNamespace == "" {
+	if operatorNamespace == "" && len(watched) == 0 {
 		return cache.ByObject{Label: credentials}
 	}
-	return cache.ByObject{Namespaces: map[string]cache.Config{
-		cache.AllNamespaces: {LabelSelector: credentials},
+	namespaces := map[string]cache.Config{}
+	if len(watched) == 0 {
+		watched = []string{cache.AllNamespaces}
+	}
+	for _, ns := range watched {
+		namespaces[ns] = cache.Config{LabelSelector: credentials}
+	}
+	if operatorNamespace != "" {
 		// An empty selector rather than none, which would take the default above.
-		operatorNamespace: {LabelSelector: labels.Everything(), FieldSelector: fields.Everything()},
-	}}
+		namespaces[operatorNamespace] = cache.Config{LabelSelector: labels.Everything(), FieldSelector: fields.Everything()}
+	}
+	return cache.ByObject{Namespaces: namespaces}
 }

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -104,11 +103,9 @@ func reconcile(r *CacheReconciler, c *cachev2.Cache) error {
 // the test ends. Each call starts with empty informer caches, like a freshly started operator.
 func startManager(t *testing.T, namespace string, cat catalog.Catalog) {
 	t.Helper()
-	opts := InformerOptions("")
-	opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:     NewScheme(),
-		Cache:      opts,
+		Cache:      InformerOptions("", namespace),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
