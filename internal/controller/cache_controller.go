@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -196,6 +198,17 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconc
 		// change of its spec, or its deletion, is the Cache's business.
 		Owns(&policyv1.PodDisruptionBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(cacheOfCredentials)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles, RateLimiter: retryBackoff()}).
 		Complete(routineConflicts{r})
+}
+
+// retryBackoff is how soon a Cache whose pass failed is tried again: as with controller-runtime's
+// default, 5 ms doubling per failure, and never more than 10 retries a second in all; but at
+// most a minute apart rather than 16 minutes, so that a Cache waits at most a minute more once
+// what failed (the catalogue, say) is back, however long it was gone.
+func retryBackoff() workqueue.TypedRateLimiter[ctrl.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[ctrl.Request](5*time.Millisecond, time.Minute),
+		&workqueue.TypedBucketRateLimiter[ctrl.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
