@@ -111,6 +111,7 @@ func waitDisruptionsAllowed(t *testing.T, key client.ObjectKey, n int32) {
 // operator's user, and its replacement loads the users as they are now; meanwhile the Cache's
 // PodDisruptionBudget refuses to evict another of its pods, until every one is back and in sync.
 func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	replicas := int32(1)
@@ -233,6 +234,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 // no pod while the Secret is missing or unlabelled, and says so; once it is usable, its node
 // takes the password in it, and a new password there replaces it on the running node.
 func TestAStandaloneCacheWaitsForTheSecretItNames(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "")
 	ns := newNamespace(t)
 	c := &cachev2.Cache{

@@ -192,6 +192,7 @@ func waitJobGone(t *testing.T, b *cachev1alpha1.CacheBackup) {
 // holds every key the backup counted, with its value and TTL; the Job is removed once the backup
 // is recorded.
 func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
+	runBeside(t, 2)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ctx := context.Background()
 
@@ -296,6 +297,7 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 // restored from it is checked against the backup the same way; the application reads every key
 // back with the restored Cache's own password.
 func TestABackupOfACacheWithAuthIsTakenAndRestoredAsTheOperatorsUser(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "")
 	ctx := context.Background()
 	namespace := newNamespace(t)
@@ -411,6 +413,7 @@ func assertRestored(t *testing.T, c *cachev2.Cache, keys int) {
 // operator is down fails as lost once the operator is back. A backup running while the operator
 // is killed completes under the next one.
 func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
+	runBeside(t, 1)
 	operator := startOperator(t, "a", "")
 	namespace, store, cache := readyPagesWithStore(t)
 	ctx := context.Background()
@@ -496,6 +499,7 @@ func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
 // no pod is made; one whose data is corrupt in the bucket fails the node's init step, which says
 // why, and the Cache is not Ready.
 func TestARestoreThatCannotBeWholeIsNeverReady(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "")
 	namespace, store, cache := readyPagesWithStore(t)
 	key := client.ObjectKeyFromObject(cache)
@@ -559,6 +563,7 @@ func TestARestoreThatCannotBeWholeIsNeverReady(t *testing.T) {
 // a backup's server stops sending (SIGSTOP), another Cache is made and becomes Ready; the
 // stalled backup then fails, saying so, and leaves nothing in the bucket.
 func TestABackupNeverHoldsAWorker(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "", "--max-concurrent-reconciles=1", "--backup-stall-timeout=60s")
 	namespace, store, cache := readyPagesWithStore(t)
 
@@ -608,6 +613,7 @@ func waitSnapshotAsked(t *testing.T, key client.ObjectKey, source string) {
 // repl-diskless-sync-delay, 5 s, before it sends) fails, naming the shard, and leaves nothing in
 // the bucket; a backup taken once the pod is replaced completes.
 func TestABackupWhoseSourceIsReplacedFails(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "")
 	namespace, store, cache := readyPagesWithStore(t)
 	key := client.ObjectKeyFromObject(cache)
@@ -682,6 +688,7 @@ func TestMeasureBackupAndRestore(t *testing.T) {
 // reads its manifest, and the imported backup is Completed with its shards, for a new Cache to
 // restore from, every key back. A path with no manifest fails, saying so.
 func TestARestoreFromABackupMadeElsewhere(t *testing.T) {
+	runBeside(t, 2)
 	startOperator(t, "a", "")
 	ctx := context.Background()
 	origin, store, cache := readyPagesWithStore(t)

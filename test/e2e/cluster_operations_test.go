@@ -140,6 +140,7 @@ const scalingTimeout = 6 * time.Minute
 // them off the shards that go before their pods are removed; a scale-in that interrupts a
 // scale-out still ends balanced; fewer replicas removes replicas only. No key is lost on the way.
 func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
+	runBeside(t, 1)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newClusterCache(t, ns, "sessions", 3, 1)
@@ -250,6 +251,7 @@ func primaries(views []serverView) []serverView {
 // its keys moved; the next operator finishes the migration: no slot is left open, no key is lost,
 // and the slot's keys are all on one node.
 func TestClusterMigrationLeftOpenByAKilledOperatorIsFinished(t *testing.T) {
+	runBeside(t, 1)
 	const keys = 5000
 	key := clusterOfKilledOperator(t, 2, 0, keys)
 
@@ -302,8 +304,10 @@ func TestClusterMigrationLeftOpenByAKilledOperatorIsFinished(t *testing.T) {
 // key of the other shards is still there. If the target died, the key it had received is lost
 // with it; if the source died, the target keeps that key and takes over the slot.
 func TestClusterHealsWhenANodeOfAMigrationDies(t *testing.T) {
+	t.Parallel() // and each case beside the others, with a scope of its own
 	for _, dies := range []string{"target", "source"} {
 		t.Run("the "+dies, func(t *testing.T) {
+			runBeside(t, 1)
 			const keys = 3000
 			key := clusterOfKilledOperator(t, 3, 0, keys)
 
@@ -362,8 +366,10 @@ func TestClusterHealsWhenANodeOfAMigrationDies(t *testing.T) {
 // had; the operator finishes the migration toward the new primaries and heals the restarted node
 // in as a replica. No key is lost, the one already moved included, and no slot is left open.
 func TestClusterMigrationSurvivesARestartOfItsSourceOrTarget(t *testing.T) {
+	t.Parallel() // and each case beside the others, with a scope of its own
 	for _, dies := range []string{"target", "source"} {
 		t.Run("the "+dies, func(t *testing.T) {
+			runBeside(t, 1)
 			const keys = 3000
 			key := clusterOfKilledOperator(t, 3, 1, keys)
 			p := primaries(clusterViews(t, key))
@@ -415,6 +421,7 @@ func keysServedBy(t *testing.T, n int, server serverView) map[int]bool {
 // node is not ready (it serves nothing, and a drain must not count it as its shard's replica)
 // until the operator, started again, makes it its primary's replica in sync.
 func TestClusterReplicaRestartedInPlaceComesBackEmpty(t *testing.T) {
+	runBeside(t, 1)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	key := newClusterCache(t, newNamespace(t), "sessions", 1, 0)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
@@ -484,8 +491,10 @@ func TestClusterReplicaRestartedInPlaceComesBackEmpty(t *testing.T) {
 // an event say what happened. With three shards, the replicas are then cut to none, which removes
 // the pod the promoted replica runs on: its shard is handed back first, and no key is lost.
 func TestClusterPrimaryRestartedInPlaceKeepsEveryWriteAReplicaAcknowledged(t *testing.T) {
+	t.Parallel() // and each case beside the others, with a scope of its own
 	for _, shards := range []int32{1, 2, 3} {
 		t.Run(fmt.Sprintf("%d×1", shards), func(t *testing.T) {
+			runBeside(t, 1)
 			operator := startOperator(t, "a", "", clusterCheckInterval)
 			ns := newNamespace(t)
 			key := newClusterCache(t, ns, "sessions", shards, 1)
@@ -819,6 +828,7 @@ func (l *upgradeLoad) lost(t *testing.T, c valkeygo.Client) (lost, acked int) {
 // one pod at a time, each with every other server up and in sync. A client writing and reading
 // all along loses no acknowledged write.
 func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.T) {
+	runBeside(t, 1)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newClusterCache(t, ns, "sessions", 3, 1)

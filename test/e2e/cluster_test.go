@@ -209,6 +209,7 @@ func podOfRole(t *testing.T, c *cachev2.Cache, role cachev2.Role) (*corev1.Pod, 
 }
 
 func TestClusterFormsServesAndIsListedInTheCatalogue(t *testing.T) {
+	runBeside(t, 1)
 	etcd := testenv.StartEtcd(t)
 	startOperator(t, "a", etcd.Endpoint, clusterCheckInterval)
 	ns := newNamespace(t)
@@ -253,6 +254,7 @@ func TestClusterFormsServesAndIsListedInTheCatalogue(t *testing.T) {
 // not Ready with a reason and a message that names what is wrong, and mending it makes it Ready
 // again.
 func TestClusterReadyFallsWithWhatValkeyReports(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newClusterCache(t, ns, "sessions", 3, 1)
@@ -342,6 +344,7 @@ func firstSlot(t *testing.T, pod *corev1.Pod) int {
 // brings the new one in as a replica, with no human. Then every pod replaced at once: every node
 // is new, and the cluster forms again by itself, and serves.
 func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newClusterCache(t, ns, "sessions", 3, 1)

@@ -24,6 +24,7 @@ import (
 )
 
 func TestKillBetweenCreatingTheStatefulSetAndWritingStatus(t *testing.T) {
+	runBeside(t, 1)
 	etcd := testenv.StartEtcd(t)
 	first := startOperator(t, "first", etcd.Endpoint)
 	ns := newNamespace(t)
@@ -61,6 +62,7 @@ var stormSeed = flag.Uint64("storm-seed", 0, "seed of the crash storm's random s
 // Service per Cache and none for a deleted one, no stuck finalizer, and exactly the live
 // Caches' records in the catalogue.
 func TestCrashStormConverges(t *testing.T) {
+	runBeside(t, 1)
 	const caches, steps, kills = 20, 50, 4
 	seed := *stormSeed
 	if seed == 0 {

@@ -28,6 +28,9 @@ import (
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	if s := scopeOf(t); s != nil {
+		ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.nextNamespace(t)}}
+	}
 	if err := admin.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
 	"example.com/cache-operator/test/harness/testenv"
@@ -166,6 +168,7 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 func TestDeletionRemovesChildrenRecordsAndFinalizer(t *testing.T) {
+	runBeside(t, 1)
 	etcd := testenv.StartEtcd(t)
 	startOperator(t, "a", etcd.Endpoint)
 	ns := newNamespace(t)
@@ -203,4 +206,109 @@ var e2eLayout = catalog.Layout{Prefix: "/skydns", Zone: "caches.example.internal
 
 func catalogDir(key client.ObjectKey) string {
 	return e2eLayout.Dir(catalog.Key{Namespace: key.Namespace, Name: key.Name})
+}
+
+// An operator scoped to some namespaces (--watch-namespaces) manages their Caches and nothing
+// else: a Cache in another namespace gets no status, no finalizer and no children, and the
+// sweep leaves that namespace's catalogue records, while one in its own namespace, of a Cache
+// that is gone, is swept. The backups' admission, which answers for every namespace, still
+// admits a backup of a Cache outside the scope and refuses one of no Cache.
+func TestAnOperatorScopedToItsNamespacesLeavesOthersAlone(t *testing.T) {
+	runBeside(t, 1)
+	ctx := context.Background()
+	etcd := testenv.StartEtcd(t)
+	operator := startOperator(t, "a", etcd.Endpoint, "--catalog-sweep-interval", "1s")
+	ns := newNamespace(t)
+	outside := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-outside-"}}
+	if err := admin.Create(ctx, outside); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), outside) })
+	other := newCache(t, outside.Name, "orders-cache")
+	cat := &catalog.Etcd{Client: etcd.Client(t), Layout: e2eLayout, Timeout: 5 * time.Second}
+	goneInside := catalog.Key{Namespace: ns, Name: "gone"}
+	goneOutside := catalog.Key{Namespace: outside.Name, Name: "gone"}
+	for _, key := range []catalog.Key{goneInside, goneOutside} {
+		if _, err := cat.Sync(ctx, key, catalog.StatefulSetNodes(key, 1, "cluster.local", 6379)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	newCache(t, ns, "orders-cache")
+	waitSettled(t, ns, time.Minute)
+	testenv.WaitFor(t, time.Minute, "the records of the Cache gone from the operator's namespace swept", func() (bool, string) {
+		got := testenv.KeyValues(t, etcd.Client(t), e2eLayout.Dir(goneInside))
+		return len(got) == 0, fmt.Sprintf("%d records", len(got))
+	})
+
+	c, err := getCache(t, client.ObjectKeyFromObject(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Status.Conditions) > 0 || len(c.Finalizers) > 0 {
+		t.Errorf("the Cache outside the operator's namespaces was touched: finalizers %v, conditions %+v", c.Finalizers, c.Status.Conditions)
+	}
+	if sets, svcs := children(t, outside.Name); len(sets)+len(svcs) > 0 {
+		t.Errorf("the Cache outside the operator's namespaces got children: StatefulSets %v, Services %v", sets, svcs)
+	}
+	if got := testenv.KeyValues(t, etcd.Client(t), e2eLayout.Dir(goneOutside)); len(got) == 0 {
+		t.Errorf("the sweep removed the records of a Cache outside the operator's namespaces")
+	}
+
+	location := cachev1alpha1.BucketLocation{Endpoint: "http://127.0.0.1:9", Bucket: "backups"}
+	backup := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: outside.Name, Name: "nightly"},
+		Spec: cachev1alpha1.CacheBackupSpec{CacheName: other.Name, Storage: location}}
+	if err := admin.Create(ctx, backup); err != nil {
+		t.Errorf("a backup of a Cache outside the operator's namespaces was refused: %v", err)
+	}
+	typo := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: outside.Name, Name: "typo"},
+		Spec: cachev1alpha1.CacheBackupSpec{CacheName: "ordres-cache", Storage: location}}
+	if err := admin.Create(ctx, typo); err == nil || !strings.Contains(err.Error(), "does not exist in namespace "+outside.Name) {
+		t.Errorf("a backup of no Cache outside the operator's namespaces was admitted (%v); want it refused", err)
+	}
+	noErrorLogged(t, operator, "scoped to its namespaces")
+}
+
+// The catalogue down when the operator starts delays only what needs it: the operator starts,
+// a Cache is created and serves, Registered says CatalogUnavailable meanwhile, and once etcd is
+// back the Cache's records are written and Registered turns True, the operator running all
+// along.
+func TestACatalogueDownAtStartDelaysOnlyTheRegistration(t *testing.T) {
+	runBeside(t, 1)
+	etcd := testenv.StartEtcd(t)
+	etcd.Stop(t)
+	operator := startOperator(t, "a", etcd.Endpoint)
+	ns := newNamespace(t)
+	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
+	newCache(t, ns, key.Name)
+	registered := func(c *cachev2.Cache) *metav1.Condition {
+		return meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionRegistered)
+	}
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	testenv.WaitFor(t, time.Minute, "Registered=False CatalogUnavailable", func() (bool, string) {
+		var err error
+		if c, err = getCache(t, key); err != nil {
+			return false, err.Error()
+		}
+		cond := registered(c)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == cachev2.ReasonCatalogUnavailable, fmt.Sprintf("%+v", cond)
+	})
+
+	etcd.Start(t)
+	testenv.WaitFor(t, 2*time.Minute, "Registered=True once the catalogue is back", func() (bool, string) {
+		var err error
+		if c, err = getCache(t, key); err != nil {
+			return false, err.Error()
+		}
+		cond := registered(c)
+		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", cond)
+	})
+	if got := testenv.KeyValues(t, etcd.Client(t), catalogDir(key)); len(got) != 3 {
+		t.Errorf("catalogue holds %v, want three records", got)
+	}
+	select {
+	case <-operator.Exited:
+		t.Errorf("the operator exited while the catalogue was down")
+	default:
+	}
 }

@@ -9,9 +9,11 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -45,8 +47,22 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// The tests that run beside the others (runBeside) wait on servers, elections and timeouts
+	// far more than they compute: more of them at once than the machine has cores, unless the
+	// command line says otherwise.
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(besideAtOnce)); err != nil {
+			os.Exit(fail(err))
+		}
+	}
 	os.Exit(run(m))
 }
+
+// besideAtOnce is how many tests run beside each other by default.
+const besideAtOnce = 4
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))

@@ -55,6 +55,9 @@ func startOperatorBinary(t *testing.T, binary, name, catalogEndpoint string, ext
 	if catalogEndpoint != "" {
 		args = append(args, "--catalog-endpoints", catalogEndpoint)
 	}
+	if s := scopeOf(t); s != nil {
+		args = append(args, s.operatorArgs()...)
+	}
 	return testenv.StartOperator(t, binary, name, operatorKubeconfig, append(args, extraArgs...)...)
 }
 

@@ -50,6 +50,7 @@ func serverOn(name string, port int32) corev1.Container {
 // the pod's containers start; one that fails is restarted in place. The pod's containers then
 // run side by side, and the pod is Ready only when each is.
 func TestInitContainersRunInOrderBeforeThePodsContainers(t *testing.T) {
+	runBeside(t, 1)
 	ns := newNamespace(t)
 	pod := &corev1.Pod{ObjectMeta: runnerPodMeta(ns, "restore"), Spec: corev1.PodSpec{
 		InitContainers: []corev1.Container{
@@ -127,6 +128,7 @@ func TestInitContainersRunInOrderBeforeThePodsContainers(t *testing.T) {
 // same pod, with its volume, and the Job completes; under Never a failure fails the pod, with
 // its exit code, and the Job.
 func TestJobsPodsRunToTheirEnd(t *testing.T) {
+	runBeside(t, 1)
 	ns := newNamespace(t)
 	job := func(name string, policy corev1.RestartPolicy, script string) *batchv1.Job {
 		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{

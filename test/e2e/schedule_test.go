@@ -27,6 +27,7 @@ import (
 // The older backup is one the schedule would have made an hour before (its label, its time),
 // taken for real before the schedule exists: the test waits for one scheduled time, not two.
 func TestABackupScheduleKeepsTheNewestAndRemovesTheRestsObjects(t *testing.T) {
+	runBeside(t, 1)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ctx := context.Background()
 	namespace, store, cache := readyPagesWithStore(t)

@@ -32,6 +32,7 @@ func waitIdle(t *testing.T, o *testenv.Operator, minReconciles float64) {
 // Leader election renews its Lease with a write every retry period; these tests switch it off
 // so that the operator's client metrics count the reconciler's writes alone.
 func TestSteadyStateAndRestartMakeNoWrites(t *testing.T) {
+	runBeside(t, 1)
 	const caches = 5
 	etcd := testenv.StartEtcd(t)
 	first := startOperator(t, "first", etcd.Endpoint, "--leader-elect=false")

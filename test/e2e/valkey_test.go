@@ -128,6 +128,7 @@ func waitDeletions(t *testing.T, deleted func() []string, n int) []string {
 // keys: each node comes back empty), rolls every node once, highest ordinal first; each comes back
 // as a new server (a new run_id) with the new spec in force.
 func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
+	t.Parallel() // and each case beside the others, with a scope of its own
 	for _, change := range []struct {
 		name, patch, image string
 		memory             resource.Quantity
@@ -136,6 +137,7 @@ func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
 		{"memory", `{"spec":{"memory":"96Mi"}}`, "valkey/valkey:8.1.1", resource.MustParse("96Mi")},
 	} {
 		t.Run(change.name, func(t *testing.T) {
+			runBeside(t, 1)
 			startOperator(t, "a", "")
 			ns := newNamespace(t)
 			key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
@@ -204,6 +206,7 @@ func waitRolledOut(t *testing.T, key client.ObjectKey, timeout time.Duration) {
 // server is empty (persistence is off) and the Cache is Ready again. (Whether the Cache's status
 // shows the moment the pod was not ready depends on timing: the server is back within moments.)
 func TestCrashedNodeRestartsInPlaceEmpty(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "")
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
@@ -245,6 +248,7 @@ func TestCrashedNodeRestartsInPlaceEmpty(t *testing.T) {
 // A deleted pod's server gets SIGTERM and the pod's grace period to stop; one that does not stop
 // in time (here, one stopped with SIGSTOP) is killed, and the deletion completes.
 func TestDeletedPodsServerIsKilledAfterItsGracePeriod(t *testing.T) {
+	runBeside(t, 1)
 	startOperator(t, "a", "")
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}

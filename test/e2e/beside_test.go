@@ -1,0 +1,76 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/rand"
+)
+
+// A test that touches nothing cluster-wide (no node, no CRD, no install, no operator of another
+// release, no unscoped operator) runs beside the others: runBeside reserves the names of the
+// namespaces it will create, newNamespace creates them in that order, and every operator it
+// starts manages those namespaces only (--watch-namespaces), under a Lease of its own. Go runs
+// such tests together once the others, which run one at a time, are done.
+
+// scope is what runBeside reserved for one test.
+type scope struct {
+	mu         sync.Mutex
+	namespaces []string
+	created    int
+}
+
+// scopes are the scopes of the tests running beside others, by test name; a subtest shares its
+// parent's unless it has its own.
+var scopes sync.Map // test name → *scope
+
+// runBeside marks the test as one that runs beside the others, with namespaces namespaces.
+func runBeside(t *testing.T, namespaces int) {
+	t.Helper()
+	t.Parallel()
+	s := &scope{}
+	for range namespaces {
+		s.namespaces = append(s.namespaces, "e2e-"+rand.String(8))
+	}
+	scopes.Store(t.Name(), s)
+	t.Cleanup(func() { scopes.Delete(t.Name()) })
+}
+
+// scopeOf is the scope of the test or of the nearest test it is a subtest of, or nil for a
+// test that runs alone.
+func scopeOf(t *testing.T) *scope {
+	name := t.Name()
+	for {
+		if s, ok := scopes.Load(name); ok {
+			return s.(*scope)
+		}
+		parent := strings.LastIndex(name, "/")
+		if parent < 0 {
+			return nil
+		}
+		name = name[:parent]
+	}
+}
+
+// nextNamespace is the name of the next namespace the test creates.
+func (s *scope) nextNamespace(t *testing.T) string {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.created == len(s.namespaces) {
+		t.Fatalf("the test creates more than the %d namespaces it reserved with runBeside", len(s.namespaces))
+	}
+	s.created++
+	return s.namespaces[s.created-1]
+}
+
+// operatorArgs scope an operator to the test's namespaces, under the test's own Lease.
+func (s *scope) operatorArgs() []string {
+	return []string{
+		"--watch-namespaces", strings.Join(s.namespaces, ","),
+		"--leader-election-id", leaderElectionID + "-" + s.namespaces[0],
+	}
+}
