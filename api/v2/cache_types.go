@@ -1,6 +1,7 @@
 package v2
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -101,6 +102,78 @@ type CacheSpec struct {
 	// It cannot be added to or removed from a Cache that exists.
 	// +optional
 	Auth *Auth `json:"auth,omitempty"`
+
+	// Pod sets where the Cache's pods may run, what CPU they get and what they carry, beyond
+	// what the operator sets itself. A change of it restarts the pods as a change of version
+	// does: a Cluster's replicas first, each back in sync before the next, and a primary only
+	// after a replica took over. Unset, the pods are as the operator builds them.
+	// +optional
+	Pod *PodSettings `json:"pod,omitempty"`
+}
+
+// PodSettings is what a user sets on a Cache's pods.
+type PodSettings struct {
+	// CPU is what the Valkey container requests, and at most gets. Valkey runs commands on
+	// one thread: a limit above one core gives it little.
+	// +optional
+	CPU *CPU `json:"cpu,omitempty"`
+
+	// NodeSelector keeps the pods on nodes with all these labels.
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && self[k].matches('^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$'))",message="nodeSelector keys and values must be label keys and values"
+	// +optional
+	NodeSelector map[string]LabelValue `json:"nodeSelector,omitempty"`
+
+	// Tolerations let the pods run on nodes with the taints they match.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(t, (!has(t.operator) || t.operator in ['Exists', 'Equal']) && (!has(t.effect) || t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute']))",message="a toleration's operator is Exists or Equal, and its effect NoSchedule, PreferNoSchedule or NoExecute"
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// PriorityClassName is the PriorityClass of the pods: how they rank against others when
+	// nodes are short of room. The class must exist, or no pod is created (the StatefulSet's
+	// events say so).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="priorityClassName must be the name of a PriorityClass: lower-case letters, digits, '-' and '.'"
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// Labels are added to the pods' labels, for the user's own selectors; keys under
+	// cache.example.com/ and app.kubernetes.io/ are the operator's.
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && self[k].matches('^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$'))",message="labels must be label keys and values"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('cache.example.com/') && !k.startsWith('app.kubernetes.io/'))",message="labels under cache.example.com/ and app.kubernetes.io/ are the operator's"
+	// +optional
+	Labels map[string]LabelValue `json:"labels,omitempty"`
+
+	// Annotations are added to the pods' annotations; keys under cache.example.com/ are the
+	// operator's.
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="annotation keys must be qualified names"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('cache.example.com/'))",message="annotations under cache.example.com/ are the operator's"
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// LabelValue is the value of a label.
+// +kubebuilder:validation:MaxLength=63
+type LabelValue string
+
+// CPU is the CPU of a Cache's Valkey container.
+// +kubebuilder:validation:XValidation:rule="!has(self.limit) || quantity(string(self.limit)).compareTo(quantity(has(self.request) ? string(self.request) : '100m')) >= 0",message="the CPU limit must be at least the request (100m unless set)"
+type CPU struct {
+	// Request is the CPU the scheduler keeps for the container: 100m unless set, at least 10m.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('10m')) >= 0 && quantity(string(self)).compareTo(quantity('64')) <= 0",message="the CPU request must be between 10m and 64"
+	// +optional
+	Request *resource.Quantity `json:"request,omitempty"`
+
+	// Limit is the most CPU the container may use; none unless set. A server throttled
+	// below what it needs answers slowly, and a Cluster node slow enough for long enough is
+	// taken for failed.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('10m')) >= 0 && quantity(string(self)).compareTo(quantity('64')) <= 0",message="the CPU limit must be between 10m and 64"
+	// +optional
+	Limit *resource.Quantity `json:"limit,omitempty"`
 }
 
 // Auth is how clients authenticate to a Cache's servers.

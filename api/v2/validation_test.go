@@ -70,6 +70,16 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		{"auth with a Secret name that is none", "auth", map[string]any{"secretName": "Not_A_Name"}, "spec.auth.secretName", "must be the name of a Secret"},
 		{"auth with a negative grace period", "auth", map[string]any{"rotationGracePeriod": "-1m"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
 		{"auth with a grace period of a month", "auth", map[string]any{"rotationGracePeriod": "720h"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
+		{"a pod label of the operator's", "pod", map[string]any{"labels": map[string]any{"app.kubernetes.io/name": "x"}}, "spec.pod.labels", "are the operator's"},
+		{"a pod label value too long", "pod", map[string]any{"labels": map[string]any{"team": strings.Repeat("a", 64)}}, "spec.pod.labels.team", "may not be more than 63"},
+		{"a pod label value with a space", "pod", map[string]any{"labels": map[string]any{"team": "check out"}}, "spec.pod.labels", "must be label keys and values"},
+		{"a pod annotation of the operator's", "pod", map[string]any{"annotations": map[string]any{"cache.example.com/pod-settings": "{}"}}, "spec.pod.annotations", "are the operator's"},
+		{"a nodeSelector key that is no label key", "pod", map[string]any{"nodeSelector": map[string]any{"-pool": "caches"}}, "spec.pod.nodeSelector", "must be label keys and values"},
+		{"a toleration of no operator", "pod", map[string]any{"tolerations": []any{map[string]any{"key": "k", "operator": "Is"}}}, "spec.pod.tolerations", "operator is Exists or Equal"},
+		{"a priority class that is no name", "pod", map[string]any{"priorityClassName": "High"}, "spec.pod.priorityClassName", "must be the name of a PriorityClass"},
+		{"a CPU request of 1m", "pod", map[string]any{"cpu": map[string]any{"request": "1m"}}, "spec.pod.cpu.request", "between 10m and 64"},
+		{"a CPU limit below the request", "pod", map[string]any{"cpu": map[string]any{"request": "500m", "limit": "250m"}}, "spec.pod.cpu", "at least the request"},
+		{"a CPU limit below the default request", "pod", map[string]any{"cpu": map[string]any{"limit": "50m"}}, "spec.pod.cpu", "at least the request (100m unless set)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := valid()
@@ -131,6 +141,28 @@ func TestSchemaAcceptsAValidSpecAndDefaultsModeShardsAndMemory(t *testing.T) {
 		if got := u.Object["spec"].(map[string]any)[field]; got != want {
 			t.Errorf("spec.%s = %v, want the default %v", field, got, want)
 		}
+	}
+}
+
+// Pod settings within their bounds are taken as written, and may change: a change rolls out.
+func TestSchemaAcceptsPodSettingsAndTheirChange(t *testing.T) {
+	ctx := context.Background()
+	pod := map[string]any{
+		"cpu":               map[string]any{"request": "250m", "limit": "2"},
+		"nodeSelector":      map[string]any{"topology.kubernetes.io/zone": "eu-west-1a"},
+		"tolerations":       []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "caches", "effect": "NoSchedule"}},
+		"priorityClassName": "caches-high",
+		"labels":            map[string]any{"team": "checkout", "example.com/cost-center": ""},
+		"annotations":       map[string]any{"example.com/owner": "checkout team, floor 3"},
+	}
+	u := cacheObject("with-pod-settings", map[string]any{"version": "8.1.1", "pod": pod})
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatalf("valid pod settings were rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+	patch := []byte(`{"spec":{"pod":{"labels":{"team":"payments"},"cpu":{"limit":"500m"}}}}`)
+	if err := k8s.Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Errorf("a change of the pod settings was rejected: %v", err)
 	}
 }
 

@@ -14,9 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -185,8 +187,30 @@ func TestHandEditOfTheServiceIsUndone(t *testing.T) {
 }
 
 func TestUnchangedPassesMakeNoWrites(t *testing.T) {
+	t.Run("without pod settings", func(t *testing.T) { unchangedPassesMakeNoWrites(t, nil) })
+	t.Run("with pod settings", func(t *testing.T) {
+		unchangedPassesMakeNoWrites(t, &cachev2.PodSettings{
+			CPU:               &cachev2.CPU{Request: ptr.To(resource.MustParse("0.25")), Limit: ptr.To(resource.MustParse("1000m"))},
+			NodeSelector:      map[string]cachev2.LabelValue{"pool": "caches"},
+			Tolerations:       []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
+			PriorityClassName: "caches-high",
+			Labels:            map[string]cachev2.LabelValue{"team": "payments"},
+			Annotations:       map[string]string{"example.com/owner": "payments"},
+		})
+	})
+}
+
+// unchangedPassesMakeNoWrites is TestUnchangedPassesMakeNoWrites for a Cache with the pod
+// settings given (nil: none).
+func unchangedPassesMakeNoWrites(t *testing.T, settings *cachev2.PodSettings) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
+	if settings != nil {
+		cache.Spec.Pod = settings
+		if err := k8s.Update(context.Background(), cache); err != nil {
+			t.Fatal(err)
+		}
+	}
 	firstPass(t, cache)
 	// The direct client reads objects exactly as stored, with every field the API server
 	// defaulted, so a merge that fought defaulting would show up as writes here.
@@ -219,7 +243,10 @@ func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 	// Others change the StatefulSet in fields the operator does not own: kubectl rollout
 	// restart annotates the pod template, another tool adds a label.
 	sts := getStatefulSet(t, ns)
-	sts.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-29T10:00:00Z"}
+	if sts.Spec.Template.Annotations == nil {
+		sts.Spec.Template.Annotations = map[string]string{}
+	}
+	sts.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-11-29T10:00:00Z"
 	sts.Labels["team"] = "checkout"
 	if err := k8s.Update(context.Background(), sts); err != nil {
 		t.Fatal(err)

@@ -77,12 +77,12 @@ func holdOf(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) TemplateHold
 	return TemplateCurrent
 }
 
-// awaitsRolloutConsent reports whether a change of the spec's version or memory is held because
-// rolling it out would empty every node: no replica holds a node's keys while it restarts (a
-// Standalone Cache; a Cluster without replicas), and the Cache does not carry the consent
-// (AnnotationRolloutEmptiesNodes). Persistence is off, so a restarted node comes back empty; a
-// user who changes a version should not find the cache cold without having said so. A template
-// edited by hand is no change of the spec: it is undone, as ever.
+// awaitsRolloutConsent reports whether a change of the spec's version, memory or pod settings
+// is held because rolling it out would empty every node: no replica holds a node's keys while
+// it restarts (a Standalone Cache; a Cluster without replicas), and the Cache does not carry
+// the consent (AnnotationRolloutEmptiesNodes). Persistence is off, so a restarted node comes
+// back empty; a user who changes a version should not find the cache cold without having said
+// so. A template edited by hand is no change of the spec: it is undone, as ever.
 func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
 	noReplicas := cache.Spec.Mode != cachev2.ModeCluster || cache.Spec.ReplicasOrZero() == 0
 	return noReplicas && cache.Annotations[cachev2.AnnotationRolloutEmptiesNodes] != cachev2.RolloutEmptiesNodesAllowed &&
@@ -91,10 +91,10 @@ func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet
 
 // holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although
 // this release would build it differently: it is as an operator release wrote it (a hand edit is
-// undone) and was built from the same spec (version and memory), so the difference is the
-// operator release's, and an upgrade of the operator alone restarts no cache pod. The newer
-// template goes out with the next change of those, or at once when the Cache carries
-// AnnotationPodTemplate: latest.
+// undone) and was built from the same spec (version, memory and pod settings), so the
+// difference is the operator release's, and an upgrade of the operator alone restarts no cache
+// pod. The newer template goes out with the next change of those, or at once when the Cache
+// carries AnnotationPodTemplate: latest.
 func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
 	return cache.Annotations[cachev2.AnnotationPodTemplate] != cachev2.PodTemplateLatest &&
 		templateAsWritten(sts) &&
@@ -175,7 +175,7 @@ func templateAsWritten(sts *appsv1.StatefulSet) bool {
 }
 
 // specInputs names what a pod template took from its Cache's spec: the Valkey image (the
-// version) and the memory limit. Two templates with the same inputs that differ otherwise were
+// version), the memory limit and the pod settings, if any (AnnotationPodSettings). Two templates with the same inputs that differ otherwise were
 // built by different operator releases, which is how the reconciler tells an upgrade of itself,
 // which restarts no pod, from a change of the spec. A template stripped by StripStatefulSet
 // gives the inputs it kept.
@@ -185,7 +185,11 @@ func specInputs(template *corev1.PodTemplateSpec) string {
 	}
 	for _, c := range template.Spec.Containers {
 		if c.Name == ContainerName {
-			return c.Image + " " + c.Resources.Limits.Memory().String()
+			inputs := c.Image + " " + c.Resources.Limits.Memory().String()
+			if settings, ok := template.Annotations[AnnotationPodSettings]; ok {
+				inputs += " " + settings
+			}
+			return inputs
 		}
 	}
 	return ""

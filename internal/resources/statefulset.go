@@ -99,6 +99,7 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 		// template when the operator deletes old ones.
 		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
 	}
+	applyPodSettings(&sts.Spec.Template, cache.Spec.Pod)
 	sts.Annotations = map[string]string{AnnotationTemplateWritten: ownedTemplateDigest(&sts.Spec.Template)}
 	return sts
 }
@@ -142,6 +143,7 @@ func mergeOwnedTemplate(dst, src *corev1.PodTemplateSpec) {
 	}
 	dst.Spec.SecurityContext = src.Spec.SecurityContext
 	dst.Spec.Affinity = src.Spec.Affinity
+	mergePodSettings(dst, src)
 	for i := range src.Spec.Containers {
 		if c := &src.Spec.Containers[i]; c.Name == ContainerName {
 			mergeContainer(&dst.Spec.Containers, c)
@@ -201,6 +203,7 @@ func upsertByName[T any](items *[]T, want T, name func(T) string) {
 
 func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Container {
 	memory := cache.Spec.Memory
+	cpuRequest, cpuLimit := cpuResources(cache.Spec.Pod)
 	c := corev1.Container{
 		Name:  ContainerName,
 		Image: Image(imageRepository, cache.Spec.Version),
@@ -218,7 +221,7 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
 				corev1.ResourceMemory: memory,
-				corev1.ResourceCPU:    resource.MustParse("100m"),
+				corev1.ResourceCPU:    cpuRequest,
 			},
 			Limits: corev1.ResourceList{corev1.ResourceMemory: memory},
 		},
@@ -243,6 +246,9 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 	}
 	if cache.Spec.Auth != nil {
 		authenticated(&c, cache)
+	}
+	if cpuLimit != nil {
+		c.Resources.Limits[corev1.ResourceCPU] = *cpuLimit
 	}
 	return c
 }

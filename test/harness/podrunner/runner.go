@@ -47,7 +47,8 @@
 //     the mounts say: a path under the mount (/data/...) must be given relative to it;
 //   - the first readiness probe runs as soon as the server accepts connections rather than at
 //     some point within the first period, so that tests do not wait out a period per pod;
-//   - no resource limits: a server over its memory limit is not OOM-killed;
+//   - no resource limits: a server over its memory limit is not OOM-killed, and one over its
+//     CPU limit is not throttled;
 //   - the termination message file is not mounted at its path: a program must be told its path
 //     in its arguments, where the runner puts the file's place in the pod's directory instead;
 //   - a container that waits for a missing Secret or ConfigMap waits for good: the kubelet would
