@@ -424,11 +424,16 @@ var startRestored = []string{"sh", "-c", `rm -f ` + startRDB + ` && ` + takeRest
 // replicates a node that is gone.
 var FenceRule = []string{"default", "on", "nopass", "~*", "&*", "+@all", "-sync", "-psync"}
 
+// probe is a probe of the Valkey container, every periodSeconds. It gets 5 s, not the kubelet's
+// default of 1: a Cluster node's readiness starts a shell and valkey-cli twice, which on a node
+// short of CPU, or in a container at its CPU limit (spec.pod.cpu), can take longer than a second
+// while the server answers well; three such timeouts in a row would take a healthy node out of
+// its Service and its budget, and, for liveness, restart it empty.
 func probe(handler corev1.ProbeHandler, periodSeconds int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler:     handler,
 		PeriodSeconds:    periodSeconds,
-		TimeoutSeconds:   1,
+		TimeoutSeconds:   5,
 		SuccessThreshold: 1,
 		FailureThreshold: 3,
 	}
