@@ -255,7 +255,7 @@ func TestAnOperatorScopedToItsNamespacesLeavesOthersAlone(t *testing.T) {
 		t.Errorf("the sweep removed the records of a Cache outside the operator's namespaces")
 	}
 
-	location := cachev1alpha1.BucketLocation{Endpoint: "http://127.0.0.1:9", Bucket: "backups"}
+	location := cachev1alpha1.BucketLocation{Endpoint: "127.0.0.1:9", Bucket: "backups", CredentialsSecret: "bucket-credentials"}
 	backup := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: outside.Name, Name: "nightly"},
 		Spec: cachev1alpha1.CacheBackupSpec{CacheName: other.Name, Storage: location}}
 	if err := admin.Create(ctx, backup); err != nil {
