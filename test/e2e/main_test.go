@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 }
 
 // besideAtOnce is how many tests run beside each other by default.
-const besideAtOnce = 4
+const besideAtOnce = 3
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
