@@ -75,6 +75,7 @@ func main() {
 		webhookPort                         int
 		webhookCert                         conversionwebhook.Config
 		watchNamespaces                     string
+		maxConcurrentRollouts               int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, only to clients whose token the API server authenticates and authorizes for GET /metrics (the metrics-reader role).")
@@ -88,6 +89,7 @@ func main() {
 	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leadership and exits.")
 	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches, backups and schedules this operator manages; empty: every namespace. Operators scoped to namespaces apart, each with a Lease of its own, run side by side.")
+	flag.IntVar(&maxConcurrentRollouts, "max-concurrent-rollouts", 10, "How many Caches may roll a new pod template out (restart their pods) at once; the others wait their turn. 0 sets no limit.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
 	flag.StringVar(&agentImage, "agent-image", defaultAgentImage, "The operator's own image, which the backup Jobs and the restored Caches' init containers run (its backup and restore modes).")
@@ -191,6 +193,7 @@ func main() {
 		AgentImage:      agentImage,
 
 		ClusterCheckInterval: clusterCheckInterval,
+		Rollouts:             &controller.RolloutGate{Limit: maxConcurrentRollouts, StatefulSets: mgr.GetClient()},
 	}
 	if catalogEndpoints != "" {
 		layout.Zone = strings.Trim(layout.Zone, ".")

@@ -101,10 +101,11 @@ const (
 	ReasonCatalogUnavailable = "CatalogUnavailable"
 )
 
-// PodTemplateCurrent reports, when False, that the Cache's pods run a pod template of an earlier
-// operator release: the operator does not restart a Cache's pods only because it was upgraded.
-// The newer template is applied with the Cache's next spec change, or at once with
-// AnnotationPodTemplate. The condition is absent while the template is current.
+// PodTemplateCurrent reports, when False, that the Cache's pods do not run the pod template its
+// spec and this operator release build: one of an earlier release (the operator does not
+// restart a Cache's pods only because it was upgraded; the newer template is applied with the
+// Cache's next spec change, or at once with AnnotationPodTemplate), or a new one waiting for its
+// turn to roll out. The condition is absent while the template is current.
 const (
 	// ConditionPodTemplateCurrent is the type of the PodTemplateCurrent condition.
 	ConditionPodTemplateCurrent = "PodTemplateCurrent"
@@ -112,6 +113,11 @@ const (
 	// ReasonNewerTemplateAvailable means this operator release would build the pods
 	// differently from how they run: the message says how to apply it.
 	ReasonNewerTemplateAvailable = "NewerTemplateAvailable"
+
+	// ReasonRolloutQueued means a change of the pod template waits for its turn: as many Caches
+	// as the operator lets roll out at once are rolling out (--max-concurrent-rollouts). The
+	// pods keep running as they are; the message says how many are ahead.
+	ReasonRolloutQueued = "RolloutQueued"
 )
 
 // Restored reports, on a Cache created with spec.restoreFrom, whether its nodes hold the backup's

@@ -26,6 +26,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
+	"example.com/cache-operator/internal/resources"
 )
 
 // CacheReconciler makes the StatefulSet, headless Service and PodDisruptionBudget of each Cache,
@@ -52,6 +53,8 @@ type CacheReconciler struct {
 	// AgentImage is the operator's own image, whose restore mode fetches a restored Cache's data
 	// in its pods' init containers.
 	AgentImage string
+	// Rollouts bounds how many Caches roll a new pod template out at once; nil bounds nothing.
+	Rollouts *RolloutGate
 
 	ownWrites    ownWrites
 	ownCreations ownCreations
@@ -154,6 +157,10 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
 	status := observedStatus(cache, made.sts, registered, made.hold, cluster)
+	if made.hold == resources.TemplateHeldForFleet {
+		meta.SetStatusCondition(&status.Conditions, r.Rollouts.queued(cache))
+		pollAfter = soonest(pollAfter, rolloutQueueInterval)
+	}
 	if creds.condition != nil {
 		meta.SetStatusCondition(&status.Conditions, *creds.condition)
 	}
@@ -173,10 +180,18 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := errors.Join(registerErr, clusterErr, creds.applyErr); err != nil {
 		return ctrl.Result{}, err // the queue's backoff decides when to look again
 	}
-	if !creds.due.IsZero() && (pollAfter == 0 || time.Until(creds.due) < pollAfter) {
-		pollAfter = max(time.Until(creds.due), time.Second)
+	if !creds.due.IsZero() {
+		pollAfter = soonest(pollAfter, max(time.Until(creds.due), time.Second))
 	}
 	return ctrl.Result{RequeueAfter: pollAfter}, nil
+}
+
+// soonest is the sooner of two requeue intervals, where 0 is none.
+func soonest(a, b time.Duration) time.Duration {
+	if a == 0 || b != 0 && b < a {
+		return b
+	}
+	return a
 }
 
 // ControllerName names the controller in its metrics' controller label, which the alerts and the

@@ -95,9 +95,21 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 	if pending {
 		return children{pending: true}, nil
 	}
+	queued := false
 	if err == nil && metav1.IsControlledBy(cached, cache) {
-		if verdict := resources.JudgeStatefulSet(cache, cached, desired); verdict.UpToDate {
+		verdict := resources.JudgeStatefulSet(cache, cached, desired)
+		if verdict.UpToDate {
 			return children{sts: cached, hold: verdict.Hold}, nil
+		}
+		if verdict.StartsRollout {
+			admitted, err := r.Rollouts.Admit(ctx, client.ObjectKeyFromObject(cached))
+			if err != nil {
+				return children{}, fmt.Errorf("counting the rollouts in progress: %w", err)
+			}
+			queued = !admitted
+		}
+		if queued && verdict.UpToDateBesidesTemplate {
+			return children{sts: cached, hold: resources.TemplateHeldForFleet}, nil
 		}
 	}
 	if client.IgnoreNotFound(err) != nil {
@@ -107,8 +119,11 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 	var hold resources.TemplateHold
 	op, err := r.ensureChild(ctx, r.writer(err), cache, sts, func() {
 		// Decided again on the stored object, which this closure gets fresh.
-		hold = resources.UpdateStatefulSet(cache, sts, desired)
+		hold = resources.UpdateStatefulSet(cache, sts, desired, queued)
 	})
+	if queued {
+		hold = resources.TemplateHeldForFleet
+	}
 	return children{sts: sts, hold: hold, created: op == controllerutil.OperationResultCreated}, err
 }
 

@@ -104,7 +104,7 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 			Reason:             cachev2.ReasonNewerTemplateAvailable,
 			ObservedGeneration: cache.Generation,
 			Message: fmt.Sprintf("the pods run an earlier operator release's template; the running release's goes out "+
-				"with the next change of version or memory, or now with the annotation %s=%s (a rolling restart)",
+				"with the next change of version, memory or pod settings, or now with the annotation %s=%s (a rolling restart)",
 				cachev2.AnnotationPodTemplate, cachev2.PodTemplateLatest),
 		})
 	} else {

@@ -32,6 +32,9 @@ const (
 	// TemplateHeldForConsent: a change of the spec would empty every node, and waits for the
 	// user's consent (awaitsRolloutConsent).
 	TemplateHeldForConsent
+	// TemplateHeldForFleet: the new template would start a rollout, and as many Caches as the
+	// operator lets roll at once are rolling (--max-concurrent-rollouts); it waits its turn.
+	TemplateHeldForFleet
 )
 
 // StatefulSetVerdict is what a pass makes of the Cache's StatefulSet as it is.
@@ -40,22 +43,50 @@ type StatefulSetVerdict struct {
 	// UpToDate: there is nothing to write: the StatefulSet is as desired, or as desired besides
 	// a template that is held.
 	UpToDate bool
+	// StartsRollout: the write would give a StatefulSet that is not rolling out a new pod
+	// template, so that its pods restart (ask the fleet's gate first, then UpdateStatefulSet).
+	StartsRollout bool
+	// UpToDateBesidesTemplate: were the template held, there would be nothing to write.
+	UpToDateBesidesTemplate bool
 }
 
 // JudgeStatefulSet is the verdict on sts, which exists (stored, or the informer's copy reduced by
 // StripStatefulSet), against desired, what the Cache's spec builds now.
 func JudgeStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) StatefulSetVerdict {
 	hold := holdOf(cache, sts, desired)
-	return StatefulSetVerdict{Hold: hold, UpToDate: statefulSetUpToDate(sts, desired) ||
-		hold != TemplateCurrent && statefulSetUpToDateBesidesTemplate(sts, desired)}
+	besides := statefulSetUpToDateBesidesTemplate(sts, desired)
+	changesTemplate := ownedTemplateDigest(&sts.Spec.Template) != ownedTemplateDigest(&desired.Spec.Template)
+	return StatefulSetVerdict{
+		Hold:                    hold,
+		UpToDate:                !changesTemplate && besides || hold != TemplateCurrent && besides,
+		StartsRollout:           hold == TemplateCurrent && changesTemplate && !RollingOut(sts),
+		UpToDateBesidesTemplate: besides,
+	}
+}
+
+// RollingOut reports whether the StatefulSet (stored, or the informer's copy) is rolling a new
+// pod template out: its controller has not seen its latest spec yet, or some of its pods run an
+// earlier template, or, in a rolling update, the new pods are not all ready yet (the StatefulSet
+// controller makes the new revision the current one only then; an OnDelete StatefulSet's, a
+// Cluster's, never moves, and its rollout is over once every pod runs the new template). New
+// pods of a scale-out start with the current template and are no rollout; nor is a pod that
+// is not ready for another reason, which would otherwise keep the rollouts that might mend it
+// waiting.
+func RollingOut(sts *appsv1.StatefulSet) bool {
+	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdatedReplicas < sts.Status.Replicas {
+		return true
+	}
+	return sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType &&
+		sts.Status.UpdateRevision != "" && sts.Status.CurrentRevision != sts.Status.UpdateRevision
 }
 
 // UpdateStatefulSet makes sts, the stored StatefulSet or a new empty one, match desired, keeping
-// its pod template if it is held; it returns the hold, decided on sts as it was.
-func UpdateStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) TemplateHold {
+// its pod template if it is held, or if keepTemplate (the fleet's gate said wait: the caller
+// reports TemplateHeldForFleet); it returns the hold, decided on sts as it was.
+func UpdateStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet, keepTemplate bool) TemplateHold {
 	want := desired
 	hold := holdOf(cache, sts, desired)
-	if hold != TemplateCurrent {
+	if hold != TemplateCurrent || keepTemplate && !sts.CreationTimestamp.IsZero() {
 		want = desired.DeepCopy()
 		want.Spec.Template = *sts.Spec.Template.DeepCopy()
 	}

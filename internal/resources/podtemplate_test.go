@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
@@ -180,4 +181,61 @@ func setFields(s any) []string {
 
 func clearField(ptr any, name string) {
 	reflect.ValueOf(ptr).Elem().FieldByName(name).SetZero()
+}
+
+// A new template on a StatefulSet that is not rolling out starts a rollout, which the fleet's
+// gate may hold back: the write then keeps the template and changes the rest.
+func TestANewTemplateStartsARolloutThatMayBeHeldBack(t *testing.T) {
+	was := stored(StatefulSet(settingsCache(nil), DefaultImageRepository))
+	was.Status = appsv1.StatefulSetStatus{ObservedGeneration: was.Generation, Replicas: 6, UpdatedReplicas: 6}
+	cache := settingsCache(somePodSettings())
+	desired := StatefulSet(cache, DefaultImageRepository)
+
+	verdict := JudgeStatefulSet(cache, was, desired)
+	if !verdict.StartsRollout || verdict.UpToDate || !verdict.UpToDateBesidesTemplate {
+		t.Errorf("a new template: %+v, want it to start a rollout, and nothing else to write", verdict)
+	}
+	rolling := was.DeepCopy()
+	rolling.Status.UpdatedReplicas = 3
+	if JudgeStatefulSet(cache, rolling, desired).StartsRollout {
+		t.Errorf("a new template for a StatefulSet still rolling out counts as starting a rollout")
+	}
+
+	desired.Spec.Replicas = ptr.To[int32](8)
+	held := was.DeepCopy()
+	UpdateStatefulSet(cache, held, desired, true)
+	if ownedTemplateDigest(&held.Spec.Template) != ownedTemplateDigest(&was.Spec.Template) || *held.Spec.Replicas != 8 {
+		t.Errorf("held back, the write changed the template or left the replicas at %d", *held.Spec.Replicas)
+	}
+	UpdateStatefulSet(cache, held, desired, false)
+	if ownedTemplateDigest(&held.Spec.Template) != ownedTemplateDigest(&desired.Spec.Template) {
+		t.Errorf("admitted, the write did not give the new template")
+	}
+}
+
+func TestRollingOutIsANewTemplateNotYetOnEveryPod(t *testing.T) {
+	status := func(observed int64, replicas, updated int32, current, update string) appsv1.StatefulSetStatus {
+		return appsv1.StatefulSetStatus{ObservedGeneration: observed, Replicas: replicas, UpdatedReplicas: updated,
+			CurrentRevision: current, UpdateRevision: update}
+	}
+	for _, tc := range []struct {
+		name     string
+		strategy appsv1.StatefulSetUpdateStrategyType
+		status   appsv1.StatefulSetStatus
+		want     bool
+	}{
+		{"settled", appsv1.RollingUpdateStatefulSetStrategyType, status(2, 3, 3, "r2", "r2"), false},
+		{"a new spec not yet seen", appsv1.RollingUpdateStatefulSetStrategyType, status(1, 3, 3, "r1", "r1"), true},
+		{"pods on the old template", appsv1.RollingUpdateStatefulSetStrategyType, status(2, 3, 1, "r1", "r2"), true},
+		{"new pods not all ready", appsv1.RollingUpdateStatefulSetStrategyType, status(2, 3, 3, "r1", "r2"), true},
+		{"scaling out", appsv1.RollingUpdateStatefulSetStrategyType, status(2, 2, 2, "r2", "r2"), false},
+		{"a Cluster with pods on the old template", appsv1.OnDeleteStatefulSetStrategyType, status(2, 6, 4, "r1", "r2"), true},
+		{"a Cluster whose pods all run the new template", appsv1.OnDeleteStatefulSetStrategyType, status(2, 6, 6, "r1", "r2"), false},
+	} {
+		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Status: tc.status}
+		sts.Spec.UpdateStrategy.Type = tc.strategy
+		if got := RollingOut(sts); got != tc.want {
+			t.Errorf("%s: RollingOut = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

@@ -1,0 +1,137 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/test/harness/testenv"
+)
+
+// One change touches 20 Caches at once (their memory, with consent to restart their nodes
+// empty); with --max-concurrent-rollouts=2 no more than two roll out at any moment, as the
+// StatefulSets' own status tells, the others wait with PodTemplateCurrent=False/RolloutQueued,
+// and every one gets the change in the end.
+func TestAChangeToManyCachesRollsOutAFewAtATime(t *testing.T) {
+	runBeside(t, 1)
+	const caches, limit = 20, 2
+	ctx := context.Background()
+	startOperator(t, "a", "", fmt.Sprintf("--max-concurrent-rollouts=%d", limit))
+	ns := newNamespace(t)
+	for i := range caches {
+		c := &cachev2.Cache{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cache-%02d", i),
+				Annotations: map[string]string{cachev2.AnnotationRolloutEmptiesNodes: cachev2.RolloutEmptiesNodesAllowed}},
+			Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		}
+		if err := admin.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSettled(t, ns, 3*time.Minute)
+
+	most, queued := watchRollouts(t, ns)
+	for i := range caches {
+		patchCache(t, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("cache-%02d", i)}, `{"spec":{"memory":"80Mi"}}`)
+	}
+	testenv.WaitFor(t, 5*time.Minute, "every Cache rolled out with 80Mi and Ready", func() (bool, string) {
+		var sets appsv1.StatefulSetList
+		if err := admin.List(ctx, &sets, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		done := 0
+		for _, sts := range sets.Items {
+			limits := sts.Spec.Template.Spec.Containers[0].Resources.Limits
+			if limits.Memory().String() == "80Mi" && !resources.RollingOut(&sts) && sts.Status.ReadyReplicas == 1 {
+				done++
+			}
+		}
+		return done == caches, fmt.Sprintf("%d of %d rolled out", done, caches)
+	})
+	waitSettled(t, ns, time.Minute)
+	t.Logf("at most %d StatefulSets rolling out at once; %d Caches seen queued", most(), len(queued()))
+	if most() > limit {
+		t.Errorf("%d StatefulSets rolled out at once, with a limit of %d", most(), limit)
+	}
+	if len(queued()) == 0 {
+		t.Errorf("no Cache ever said RolloutQueued")
+	}
+}
+
+// watchRollouts watches the namespace's StatefulSets and Caches until the test ends: most is the
+// most StatefulSets seen rolling out at once (resources.RollingOut), queued the Caches seen with
+// PodTemplateCurrent=False/RolloutQueued.
+func watchRollouts(t *testing.T, namespace string) (most func() int, queued func() []string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	sets, err := admin.Watch(ctx, &appsv1.StatefulSetList{}, client.InNamespace(namespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caches, err := admin.Watch(ctx, &cachev2.CacheList{}, client.InNamespace(namespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		rolling = map[string]bool{}
+		peak    int
+		waited  = map[string]bool{}
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() {
+		for ev := range sets.ResultChan() {
+			if sts, ok := ev.Object.(*appsv1.StatefulSet); ok && ev.Type != watch.Error {
+				mu.Lock()
+				rolling[sts.Name] = ev.Type != watch.Deleted && resources.RollingOut(sts)
+				n := 0
+				for _, r := range rolling {
+					if r {
+						n++
+					}
+				}
+				peak = max(peak, n)
+				mu.Unlock()
+			}
+		}
+	})
+	wg.Go(func() {
+		for ev := range caches.ResultChan() {
+			if c, ok := ev.Object.(*cachev2.Cache); ok {
+				if cond := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionPodTemplateCurrent); cond != nil &&
+					cond.Reason == cachev2.ReasonRolloutQueued {
+					mu.Lock()
+					waited[c.Name] = true
+					mu.Unlock()
+				}
+			}
+		}
+	})
+	t.Cleanup(func() { cancel(); sets.Stop(); caches.Stop(); wg.Wait() })
+	return func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return peak
+		}, func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			var names []string
+			for name := range waited {
+				names = append(names, name)
+			}
+			return names
+		}
+}
