@@ -139,8 +139,10 @@ const scalingTimeout = 6 * time.Minute
 // Scaling out moves slots onto the new shards until each serves its share; scaling in moves
 // them off the shards that go before their pods are removed; a scale-in that interrupts a
 // scale-out still ends balanced; fewer replicas removes replicas only. No key is lost on the way.
+// It runs alone, not beside the others: moving 6,553 slots, each acknowledged by the replicas,
+// is the most CPU any case takes, and beside two others on two cores it moved under a hundred
+// slots in six minutes.
 func TestClusterScalesOutAndInWithoutLosingAKey(t *testing.T) {
-	runBeside(t, 1)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newClusterCache(t, ns, "sessions", 3, 1)
