@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
@@ -58,7 +59,10 @@ func (g *RolloutGate) Admit(ctx context.Context, key client.ObjectKey) (admitted
 		client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
-	admitted, _ = g.admit(key, sets.Items, time.Now())
+	admitted, inProgress := g.admit(key, sets.Items, time.Now())
+	if !admitted {
+		log.FromContext(ctx).V(1).Info("A new pod template waits its turn", "rolloutsInProgress", inProgress, "limit", g.Limit)
+	}
 	return admitted, nil
 }
 
