@@ -303,10 +303,11 @@ func storedVersions(t *testing.T, namespace string) map[string]string {
 }
 
 // resourceVersions are the resource versions of the namespace's Caches, by name: a Cache's
-// changes with every write to it.
+// changes with every write to it. They are read through v1, which the releases before and after
+// the upgrade both serve.
 func resourceVersions(t *testing.T, namespace string) map[string]string {
 	t.Helper()
-	var list cachev2.CacheList
+	var list cachev1.CacheList
 	if err := admin.List(context.Background(), &list, client.InNamespace(namespace)); err != nil {
 		t.Fatal(err)
 	}
