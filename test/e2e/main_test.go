@@ -49,8 +49,8 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	// The tests that run beside the others (runBeside) wait on servers, elections and timeouts
-	// far more than they compute: more of them at once than the machine has cores, unless the
-	// command line says otherwise.
+	// more than they compute: more of them at once than Go's default of one per core, unless
+	// the command line says otherwise.
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
 	if !explicit {
@@ -61,7 +61,8 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-// besideAtOnce is how many tests run beside each other by default.
+// besideAtOnce is how many tests run beside each other by default: four on two cores starved
+// the servers' readiness probes, and a scale-out beside two others crawled (it runs alone).
 const besideAtOnce = 3
 
 func run(m *testing.M) int {
