@@ -11,10 +11,10 @@ import (
 )
 
 // A test that touches nothing cluster-wide (no node, no CRD, no install, no operator of another
-// release, no unscoped operator) runs beside the others: runBeside reserves the names of the
-// namespaces it will create, newNamespace creates them in that order, and every operator it
-// starts manages those namespaces only (--watch-namespaces), under a Lease of its own. Go runs
-// such tests together once the others, which run one at a time, are done.
+// release, no unscoped operator, no Lease) runs beside the others: runBeside reserves the names
+// of the namespaces it will create, newNamespace creates them in that order, and every operator
+// it starts manages those namespaces only (--watch-namespaces). Go runs such tests together once
+// the others, which run one at a time, are done.
 
 // scope is what runBeside reserved for one test.
 type scope struct {
@@ -67,10 +67,11 @@ func (s *scope) nextNamespace(t *testing.T) string {
 	return s.namespaces[s.created-1]
 }
 
-// operatorArgs scope an operator to the test's namespaces, under the test's own Lease.
+// operatorArgs scope an operator to the test's namespaces, without leader election: such a test
+// runs one operator at a time (it stops one before it starts the next), and a leader whose
+// renewal the API server, busy with the tests beside it, answered too late for the short e2e
+// Lease would exit, with nothing to restart it as a Deployment would. Leader election has tests
+// of its own, which run alone.
 func (s *scope) operatorArgs() []string {
-	return []string{
-		"--watch-namespaces", strings.Join(s.namespaces, ","),
-		"--leader-election-id", leaderElectionID + "-" + s.namespaces[0],
-	}
+	return []string{"--watch-namespaces", strings.Join(s.namespaces, ","), "--leader-elect=false"}
 }
