@@ -58,7 +58,7 @@ func JudgeStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) St
 	changesTemplate := ownedTemplateDigest(&sts.Spec.Template) != ownedTemplateDigest(&desired.Spec.Template)
 	return StatefulSetVerdict{
 		Hold:                    hold,
-		UpToDate:                !changesTemplate && besides || hold != TemplateCurrent && besides,
+		UpToDate:                besides && (!changesTemplate || hold != TemplateCurrent),
 		StartsRollout:           hold == TemplateCurrent && changesTemplate && !RollingOut(sts),
 		UpToDateBesidesTemplate: besides,
 	}
@@ -206,9 +206,10 @@ func templateAsWritten(sts *appsv1.StatefulSet) bool {
 }
 
 // specInputs names what a pod template took from its Cache's spec: the Valkey image (the
-// version), the memory limit and the pod settings, if any (AnnotationPodSettings). Two templates with the same inputs that differ otherwise were
-// built by different operator releases, which is how the reconciler tells an upgrade of itself,
-// which restarts no pod, from a change of the spec. A template stripped by StripStatefulSet
+// version), the memory limit and the pod settings, if any (AnnotationPodSettings). Two
+// templates with the same inputs that differ otherwise were built by different operator
+// releases, which is how the reconciler tells an upgrade of itself, which restarts no pod, from
+// a change of the spec. A template stripped by StripStatefulSet
 // gives the inputs it kept.
 func specInputs(template *corev1.PodTemplateSpec) string {
 	if inputs, ok := template.Annotations[specInputsAnnotation]; ok && len(template.Spec.Containers) == 0 {
