@@ -12,7 +12,7 @@ local_kubeconfig=$(bin/localcluster kubeconfig)
 # The README's second terminal exports the local cluster's kubeconfig: `make run` typed there
 # means the local cluster too, not an existing cluster that happens to be it.
 if [[ -z ${KUBECONFIG:-} || $KUBECONFIG == "$local_kubeconfig" ]]; then
-	hack/toolchain.sh etcd kubernetes kwok valkey
+	hack/toolchain.sh etcd kubernetes kwok valkey redis-exporter
 	KUBECONFIG=$(bin/localcluster up)
 	export KUBECONFIG
 	operator_args=$(bin/localcluster operator-args)

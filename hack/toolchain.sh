@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the binaries the project runs (a local Kubernetes control plane, kwok, CoreDNS, promtool,
-# helm, golangci-lint, versitygw: an S3-compatible server for the backup tests) from the Go module proxy at pinned versions, fetches Valkey from Debian's
+# helm, golangci-lint, versitygw: an S3-compatible server for the backup tests) from the Go module
+# proxy at pinned versions, fetches Valkey and the metrics exporter (redis_exporter) from Debian's
 # packages, caches them outside the checkout keyed by component and version, and links them into
 # $LOCALBIN.
 #
@@ -30,8 +31,11 @@ VERSITYGW_VERSION=v1.8.0
 VALKEY_VERSION=8.0.1+dfsg1-1~bpo12+1
 JEMALLOC_VERSION=5.3.0-1
 LZF_VERSION=3.6-3
+# The Cache pods' metrics exporter, the one the image oliver006/redis_exporter:v1.45.0 holds (the
+# Go module proxy does not serve its module); it links only libc.
+REDIS_EXPORTER_VERSION=1.45.0-2+b4
 
-all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint valkey versitygw)
+all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint valkey redis-exporter versitygw)
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
 
@@ -45,6 +49,7 @@ version_of() {
 	helm) echo "$HELM_VERSION" ;;
 	golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
 	valkey) echo "$VALKEY_VERSION" ;;
+	redis-exporter) echo "$REDIS_EXPORTER_VERSION" ;;
 	versitygw) echo "$VERSITYGW_VERSION" ;;
 	*)
 		log "unknown component '$1' (known: ${all_components[*]})"
@@ -80,18 +85,19 @@ build_into() {
 	helm) go_install "$out" helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
 	golangci-lint) go_install "$out" github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
 	valkey) fetch_valkey "$out" ;;
+	redis-exporter) fetch_redis_exporter "$out" ;;
 	versitygw) go_install "$out" github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
 	esac
 }
 
-# fetch_valkey DIR unpacks Debian's valkey-server and valkey-tools, and the libraries they link,
-# into DIR/.root, and writes DIR/valkey-server and DIR/valkey-cli: wrappers that run them with
-# those libraries. apt runs with a sources list, package lists and cache of its own under DIR,
-# so the machine's apt configuration and state are left as they are.
-fetch_valkey() {
+# debian_unpack DIR PACKAGE=VERSION... unpacks Debian's packages into DIR/.root. apt runs with a
+# sources list, package lists and cache of its own under DIR, so the machine's apt configuration
+# and state are left as they are.
+debian_unpack() {
 	local out=$1
+	shift
 	if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
-		log "valkey comes from Debian's packages, and this machine has no apt-get and dpkg-deb"
+		log "$* come from Debian's packages, and this machine has no apt-get and dpkg-deb"
 		exit 1
 	fi
 	local codename uri apt=$out/.apt
@@ -108,14 +114,21 @@ fetch_valkey() {
 	local opts=(-q -o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/sources.list.d"
 		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
 	apt-get "${opts[@]}" update >&2
-	(cd "$apt" && apt-get "${opts[@]}" download >&2 \
-		"valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" \
-		"libjemalloc2=$JEMALLOC_VERSION" "liblzf1=$LZF_VERSION")
+	(cd "$apt" && apt-get "${opts[@]}" download >&2 "$@")
 	local deb
 	for deb in "$apt"/*.deb; do
 		dpkg-deb -x "$deb" "$out/.root"
 	done
 	rm -rf "$apt"
+}
+
+# fetch_valkey DIR unpacks Debian's valkey-server and valkey-tools, and the libraries they link,
+# into DIR/.root, and writes DIR/valkey-server and DIR/valkey-cli: wrappers that run them with
+# those libraries.
+fetch_valkey() {
+	local out=$1
+	debian_unpack "$out" "valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" \
+		"libjemalloc2=$JEMALLOC_VERSION" "liblzf1=$LZF_VERSION"
 	local libdir
 	libdir=$(cd "$out/.root" && dirname usr/lib/*/libjemalloc.so.2)
 	local bin
@@ -129,6 +142,15 @@ fetch_valkey() {
 		chmod +x "$out/$bin"
 	done
 	"$out/valkey-server" --version >&2
+}
+
+# fetch_redis_exporter DIR unpacks Debian's prometheus-redis-exporter into DIR/.root and links
+# it as DIR/redis_exporter, the name the image gives it.
+fetch_redis_exporter() {
+	local out=$1
+	debian_unpack "$out" "prometheus-redis-exporter=$REDIS_EXPORTER_VERSION"
+	ln -s .root/usr/bin/prometheus-redis-exporter "$out/redis_exporter"
+	"$out/redis_exporter" --version >&2
 }
 
 go_install() {
