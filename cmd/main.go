@@ -59,7 +59,7 @@ func main() {
 		leaderElectionID, leaderElectionNS  string
 		leaseDuration, renewDeadline, retry time.Duration
 		maxConcurrentReconciles             int
-		imageRepository                     string
+		images                              resources.Images
 		agentImage                          string
 		backupStall                         time.Duration
 		qps                                 float64
@@ -91,7 +91,8 @@ func main() {
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches, backups and schedules this operator manages; empty: every namespace. Operators scoped to namespaces apart, each with a Lease of its own, run side by side.")
 	flag.IntVar(&maxConcurrentRollouts, "max-concurrent-rollouts", 10, "How many Caches may roll a new pod template out (restart their pods) at once; the others wait their turn. 0 sets no limit.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
-	flag.StringVar(&imageRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
+	flag.StringVar(&images.ValkeyRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
+	flag.StringVar(&images.Exporter, "exporter-image", resources.DefaultExporterImage, "The metrics exporter's image (redis_exporter), which the pods of a Cache with spec.metrics.enabled run beside Valkey. A Cache's pods take a new one with their next change (docs/operations.md, Upgrading the operator).")
 	flag.StringVar(&agentImage, "agent-image", defaultAgentImage, "The operator's own image, which the backup Jobs and the restored Caches' init containers run (its backup and restore modes).")
 	flag.DurationVar(&backupStall, "backup-stall-timeout", snapshot.DefaultStall, "How long a backup waits for the next byte of a server's snapshot before it fails.")
 	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
@@ -185,12 +186,12 @@ func main() {
 	}
 
 	r := &controller.CacheReconciler{
-		Client:          mgr.GetClient(),
-		APIReader:       mgr.GetAPIReader(),
-		Recorder:        mgr.GetEventRecorder("cache-operator"),
-		ImageRepository: imageRepository,
-		ClusterDomain:   clusterDomain,
-		AgentImage:      agentImage,
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Recorder:      mgr.GetEventRecorder("cache-operator"),
+		Images:        images,
+		ClusterDomain: clusterDomain,
+		AgentImage:    agentImage,
 
 		ClusterCheckInterval: clusterCheckInterval,
 		Rollouts:             &controller.RolloutGate{Limit: maxConcurrentRollouts, StatefulSets: mgr.GetClient()},
@@ -252,7 +253,7 @@ func main() {
 		fail(log, err, "Unable to add readiness check")
 	}
 
-	log.Info("Starting manager", "leaderElection", leaderElect, "imageRepository", imageRepository,
+	log.Info("Starting manager", "leaderElection", leaderElect, "imageRepository", images.ValkeyRepository, "exporterImage", images.Exporter,
 		"catalog", catalogEndpoints != "", "watchNamespaces", watched)
 	// A leader that loses its Lease gets an error here and exits, so it can never write
 	// alongside the new leader.

@@ -109,6 +109,22 @@ type CacheSpec struct {
 	// after a replica took over. Unset, the pods are as the operator builds them.
 	// +optional
 	Pod *PodSettings `json:"pod,omitempty"`
+
+	// Metrics runs a metrics exporter beside each node, for Prometheus to scrape. A change of
+	// it restarts the pods as a change of pod settings does. Unset, the pods run no exporter.
+	// +optional
+	Metrics *Metrics `json:"metrics,omitempty"`
+}
+
+// Metrics is how a Cache's nodes report what Valkey says of itself.
+type Metrics struct {
+	// Enabled runs an exporter (redis_exporter, the image the operator's --exporter-image
+	// names) in each pod, serving Prometheus metrics on the container port named metrics
+	// (9121): memory, hits and misses, evictions, clients, replication links, the cluster's
+	// state. With auth, it connects as a user of its own that may only read what the server
+	// reports. The install's PodMonitor scrapes it; the cache alerts read it.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
 }
 
 // PodSettings is what a user sets on a Cache's pods.
@@ -246,6 +262,9 @@ func (s *CacheSpec) ReplicasOrZero() int32 {
 	}
 	return *s.ReplicasPerShard
 }
+
+// MetricsEnabled reports whether the Cache's pods run a metrics exporter.
+func (s *CacheSpec) MetricsEnabled() bool { return s.Metrics != nil && s.Metrics.Enabled }
 
 // CacheStatus is what the operator last observed of a Cache. Only the operator writes it.
 type CacheStatus struct {

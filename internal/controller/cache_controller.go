@@ -40,8 +40,8 @@ type CacheReconciler struct {
 	// Recorder records the events that tell a user about catalogue failures.
 	Recorder events.EventRecorder
 
-	// ImageRepository is the repository of the Valkey image; the Cache's version is the tag.
-	ImageRepository string
+	// Images are the images the Caches' pods run.
+	Images resources.Images
 	// Catalog is the external service catalogue; nil runs without one, and then no Cache gets
 	// a finalizer.
 	Catalog catalog.Catalog

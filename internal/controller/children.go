@@ -85,7 +85,7 @@ func (r *CacheReconciler) ensurePodDisruptionBudget(ctx context.Context, cache *
 // template (see InformerOptions), whether anything needs writing. Only an update, rare next to the
 // passes that find nothing to do, reads the whole stored object first.
 func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache, nodes int32, restore *corev1.Container) (children, error) {
-	desired := resources.StatefulSet(cache, r.ImageRepository)
+	desired := resources.StatefulSet(cache, r.Images)
 	desired.Spec.Replicas = &nodes
 	if restore != nil {
 		desired.Spec.Template.Spec.InitContainers = []corev1.Container{*restore}

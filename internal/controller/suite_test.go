@@ -75,12 +75,12 @@ func newCache(t *testing.T, namespace string) *cachev2.Cache {
 // events in memory.
 func newReconciler(c client.Client, cat catalog.Catalog) *CacheReconciler {
 	return &CacheReconciler{
-		Client:          c,
-		APIReader:       c,
-		Recorder:        events.NewFakeRecorder(100),
-		ImageRepository: resources.DefaultImageRepository,
-		Catalog:         cat,
-		ClusterDomain:   "cluster.local",
+		Client:        c,
+		APIReader:     c,
+		Recorder:      events.NewFakeRecorder(100),
+		Images:        resources.DefaultImages,
+		Catalog:       cat,
+		ClusterDomain: "cluster.local",
 	}
 }
 

@@ -146,11 +146,7 @@ func agentContainer(name, image, command string, args []string, env []corev1.Env
 		},
 		TerminationMessagePath:   terminationMessagePath,
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		SecurityContext:          containerSecurityContext(),
 	}
 }
 

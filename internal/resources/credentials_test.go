@@ -111,10 +111,10 @@ func TestAppPasswordRefusesWhatCannotBeUsed(t *testing.T) {
 // and the probe and the preStop hook speak as the operator's user and check the reply. A Cache
 // without auth builds the container it always did.
 func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
-	plain := StatefulSet(testCache(), DefaultImageRepository).Spec.Template.Spec.Containers[0]
+	plain := StatefulSet(testCache(), DefaultImages).Spec.Template.Spec.Containers[0]
 	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
 		cache := authCache(mode, time.Minute)
-		c := StatefulSet(cache, DefaultImageRepository).Spec.Template.Spec.Containers[0]
+		c := StatefulSet(cache, DefaultImages).Spec.Template.Spec.Containers[0]
 		args := strings.Join(c.Args, " ")
 		if !strings.Contains(args, "--aclfile "+aclFile) || strings.Contains(args, "--user") {
 			t.Errorf("%s: args %q, want the ACL file and no --user", mode, args)

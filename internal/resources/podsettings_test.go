@@ -39,7 +39,7 @@ func somePodSettings() *cachev2.PodSettings {
 }
 
 func TestPodSettingsReachThePods(t *testing.T) {
-	template := StatefulSet(settingsCache(somePodSettings()), DefaultImageRepository).Spec.Template
+	template := StatefulSet(settingsCache(somePodSettings()), DefaultImages).Spec.Template
 	pod := template.Spec
 	if pod.NodeSelector["pool"] != "caches" || len(pod.Tolerations) != 1 || pod.PriorityClassName != "caches-high" {
 		t.Errorf("scheduling: nodeSelector %v, tolerations %v, priorityClassName %q", pod.NodeSelector, pod.Tolerations, pod.PriorityClassName)
@@ -52,7 +52,7 @@ func TestPodSettingsReachThePods(t *testing.T) {
 		t.Errorf("CPU request %s, limit %s: want 250m and 1", res.Requests.Cpu(), res.Limits.Cpu())
 	}
 
-	plain := StatefulSet(settingsCache(nil), DefaultImageRepository).Spec.Template
+	plain := StatefulSet(settingsCache(nil), DefaultImages).Spec.Template
 	if _, ok := plain.Annotations[AnnotationPodSettings]; ok || plain.Spec.NodeSelector != nil || plain.Spec.Tolerations != nil {
 		t.Errorf("a Cache without pod settings got %v, %v, %v", plain.Annotations, plain.Spec.NodeSelector, plain.Spec.Tolerations)
 	}
@@ -66,8 +66,8 @@ func TestPodSettingsReachThePods(t *testing.T) {
 // an operator upgrade restarts nothing), settings are applied and then removed cleanly, and a
 // label of someone else's survives both.
 func TestPodSettingsAreTheOperatorsOnlyWhereItSetThem(t *testing.T) {
-	without := StatefulSet(settingsCache(nil), DefaultImageRepository)
-	with := StatefulSet(settingsCache(somePodSettings()), DefaultImageRepository)
+	without := StatefulSet(settingsCache(nil), DefaultImages)
+	with := StatefulSet(settingsCache(somePodSettings()), DefaultImages)
 
 	sts := stored(without)
 	sts.Spec.Template.Spec.NodeSelector = map[string]string{"disk": "ssd"}
@@ -110,7 +110,7 @@ func TestPodSettingsAreTheOperatorsOnlyWhereItSetThem(t *testing.T) {
 // were settings, so that an upgrade of the operator alone is still told from a change of spec.
 func TestAChangeOfPodSettingsIsAChangeOfTheSpec(t *testing.T) {
 	build := func(settings *cachev2.PodSettings) *appsv1.StatefulSet {
-		return StatefulSet(settingsCache(settings), DefaultImageRepository)
+		return StatefulSet(settingsCache(settings), DefaultImages)
 	}
 	plain := build(nil)
 	c := plain.Spec.Template.Spec.Containers[0]
@@ -134,8 +134,8 @@ func TestAChangeOfPodSettingsIsAChangeOfTheSpec(t *testing.T) {
 	}
 	standalone := settingsCache(somePodSettings())
 	standalone.Spec.Mode, standalone.Spec.ReplicasPerShard = cachev2.ModeStandalone, nil
-	was := StatefulSet(testCache(), DefaultImageRepository)
-	if hold := holdOf(standalone, serverDefaulted(was), StatefulSet(standalone, DefaultImageRepository)); hold != TemplateHeldForConsent {
+	was := StatefulSet(testCache(), DefaultImages)
+	if hold := holdOf(standalone, serverDefaulted(was), StatefulSet(standalone, DefaultImages)); hold != TemplateHeldForConsent {
 		t.Errorf("settings added to a Standalone Cache: hold %v, want it to wait for consent (a restart empties its nodes)", hold)
 	}
 }
@@ -151,7 +151,7 @@ func TestRecordedPodSettingsOfATemplateWithoutOrWithABrokenRecordAreNone(t *test
 	if recordedPodSettings(&template) != nil {
 		t.Errorf("a broken record gives settings")
 	}
-	with := StatefulSet(settingsCache(somePodSettings()), DefaultImageRepository).Spec.Template
+	with := StatefulSet(settingsCache(somePodSettings()), DefaultImages).Spec.Template
 	got := recordedPodSettings(&with)
 	if got == nil || !maps.Equal(got.Labels, somePodSettings().Labels) {
 		t.Errorf("the record of a built template gives %+v", got)

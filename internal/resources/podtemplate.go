@@ -206,7 +206,8 @@ func templateAsWritten(sts *appsv1.StatefulSet) bool {
 }
 
 // specInputs names what a pod template took from its Cache's spec: the Valkey image (the
-// version), the memory limit and the pod settings, if any (AnnotationPodSettings). Two
+// version), the memory limit, the pod settings, if any (AnnotationPodSettings), and whether it
+// runs the metrics exporter (not which image: that is the operator's). Two
 // templates with the same inputs that differ otherwise were built by different operator
 // releases, which is how the reconciler tells an upgrade of itself, which restarts no pod, from
 // a change of the spec. A template stripped by StripStatefulSet
@@ -220,6 +221,9 @@ func specInputs(template *corev1.PodTemplateSpec) string {
 			inputs := c.Image + " " + c.Resources.Limits.Memory().String()
 			if settings, ok := template.Annotations[AnnotationPodSettings]; ok {
 				inputs += " " + settings
+			}
+			if hasExporter(template) {
+				inputs += " metrics"
 			}
 			return inputs
 		}

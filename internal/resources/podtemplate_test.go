@@ -64,7 +64,7 @@ func TestStatefulSetUpToDateAgreesWithTheMergeWhetherStrippedOrNot(t *testing.T)
 		}},
 		{"update strategy", false, func(s *appsv1.StatefulSet) { s.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To[int32](1) }},
 	}
-	desired := StatefulSet(testCache(), DefaultImageRepository)
+	desired := StatefulSet(testCache(), DefaultImages)
 	for _, tc := range cases {
 		t.Run(tc.change, func(t *testing.T) {
 			stored := serverDefaulted(desired)
@@ -87,7 +87,7 @@ func TestStatefulSetUpToDateAgreesWithTheMergeWhetherStrippedOrNot(t *testing.T)
 }
 
 func TestStripStatefulSetKeepsWhatTheReconcilerReads(t *testing.T) {
-	stored := serverDefaulted(StatefulSet(testCache(), DefaultImageRepository))
+	stored := serverDefaulted(StatefulSet(testCache(), DefaultImages))
 	stored.Generation = 4
 	stored.Annotations = map[string]string{AnnotationTemplateWritten: ownedTemplateDigest(&stored.Spec.Template), "note": "dropped"}
 	stored.Status = appsv1.StatefulSetStatus{
@@ -127,7 +127,7 @@ func TestStripStatefulSetKeepsWhatTheReconcilerReads(t *testing.T) {
 // informer keeps covers: a field left out would never be rolled out, since the reconciler would
 // see no difference.
 func TestEveryTemplateFieldTheBuilderSetsCountsInTheDigest(t *testing.T) {
-	desired := StatefulSet(testCache(), DefaultImageRepository).Spec.Template
+	desired := StatefulSet(testCache(), DefaultImages).Spec.Template
 	digest := ownedTemplateDigest(&desired)
 	counts := func(what string, clear func(*corev1.PodTemplateSpec)) {
 		t.Helper()
@@ -186,10 +186,10 @@ func clearField(ptr any, name string) {
 // A new template on a StatefulSet that is not rolling out starts a rollout, which the fleet's
 // gate may hold back: the write then keeps the template and changes the rest.
 func TestANewTemplateStartsARolloutThatMayBeHeldBack(t *testing.T) {
-	was := stored(StatefulSet(settingsCache(nil), DefaultImageRepository))
+	was := stored(StatefulSet(settingsCache(nil), DefaultImages))
 	was.Status = appsv1.StatefulSetStatus{ObservedGeneration: was.Generation, Replicas: 6, UpdatedReplicas: 6}
 	cache := settingsCache(somePodSettings())
-	desired := StatefulSet(cache, DefaultImageRepository)
+	desired := StatefulSet(cache, DefaultImages)
 
 	verdict := JudgeStatefulSet(cache, was, desired)
 	if !verdict.StartsRollout || verdict.UpToDate || !verdict.UpToDateBesidesTemplate {

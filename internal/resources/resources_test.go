@@ -47,7 +47,7 @@ func TestMaxMemoryLeavesHeadroom(t *testing.T) {
 
 func TestStatefulSetRunsValkeyFromTheSpec(t *testing.T) {
 	cache := testCache()
-	sts := StatefulSet(cache, "mirror.example/valkey")
+	sts := StatefulSet(cache, Images{ValkeyRepository: "mirror.example/valkey", Exporter: DefaultExporterImage})
 
 	if sts.Name != "orders-cache" || sts.Namespace != "shop" {
 		t.Errorf("StatefulSet is %s/%s, want shop/orders-cache", sts.Namespace, sts.Name)
@@ -100,7 +100,7 @@ func TestStatefulSetRunsValkeyFromTheSpec(t *testing.T) {
 }
 
 func TestPodsMeetTheRestrictedPodSecurityStandard(t *testing.T) {
-	pod := StatefulSet(testCache(), DefaultImageRepository).Spec.Template.Spec
+	pod := StatefulSet(testCache(), DefaultImages).Spec.Template.Spec
 	psc := pod.SecurityContext
 	if !ptr.Deref(psc.RunAsNonRoot, false) {
 		t.Error("pod does not require a non-root user")
@@ -153,7 +153,7 @@ func serverDefaulted(desired *appsv1.StatefulSet) *appsv1.StatefulSet {
 }
 
 func TestMergeStatefulSetOfAMatchingObjectChangesNothing(t *testing.T) {
-	desired := StatefulSet(testCache(), DefaultImageRepository)
+	desired := StatefulSet(testCache(), DefaultImages)
 	stored := serverDefaulted(desired)
 	merged := stored.DeepCopy()
 
@@ -166,10 +166,10 @@ func TestMergeStatefulSetOfAMatchingObjectChangesNothing(t *testing.T) {
 
 func TestMergeStatefulSetSetsOwnedFieldsOnly(t *testing.T) {
 	cache := testCache()
-	stored := serverDefaulted(StatefulSet(cache, DefaultImageRepository))
+	stored := serverDefaulted(StatefulSet(cache, DefaultImages))
 	cache.Spec.Shards = 5
 	cache.Spec.Version = "8.1.2"
-	desired := StatefulSet(cache, DefaultImageRepository)
+	desired := StatefulSet(cache, DefaultImages)
 
 	merged := stored.DeepCopy()
 	mergeStatefulSet(merged, desired)
@@ -202,7 +202,7 @@ func TestMergeStatefulSetSetsOwnedFieldsOnly(t *testing.T) {
 }
 
 func TestMergeStatefulSetIntoANewObjectGivesTheDesiredSpec(t *testing.T) {
-	desired := StatefulSet(testCache(), DefaultImageRepository)
+	desired := StatefulSet(testCache(), DefaultImages)
 	created := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 
 	mergeStatefulSet(created, desired)
@@ -214,11 +214,11 @@ func TestMergeStatefulSetIntoANewObjectGivesTheDesiredSpec(t *testing.T) {
 
 func TestMergeStatefulSetKeepsTheImmutableSelector(t *testing.T) {
 	cache := testCache()
-	stored := serverDefaulted(StatefulSet(cache, DefaultImageRepository))
+	stored := serverDefaulted(StatefulSet(cache, DefaultImages))
 	stored.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"legacy": "selector"}}
 	merged := stored.DeepCopy()
 
-	mergeStatefulSet(merged, StatefulSet(cache, DefaultImageRepository))
+	mergeStatefulSet(merged, StatefulSet(cache, DefaultImages))
 
 	if !equality.Semantic.DeepEqual(merged.Spec.Selector, stored.Spec.Selector) {
 		t.Errorf("selector changed to %v; the API server rejects that", merged.Spec.Selector)
@@ -231,7 +231,7 @@ func TestServiceIsHeadlessAndSelectsTheCachePods(t *testing.T) {
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("clusterIP = %q, want None (headless)", svc.Spec.ClusterIP)
 	}
-	pods := StatefulSet(cache, DefaultImageRepository).Spec.Template.Labels
+	pods := StatefulSet(cache, DefaultImages).Spec.Template.Labels
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pods)) {
 		t.Errorf("selector %v does not match pod labels %v", svc.Spec.Selector, pods)
 	}
@@ -305,7 +305,7 @@ func TestThePodDisruptionBudgetLetsOnePodGoAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pods := StatefulSet(cache, DefaultImageRepository).Spec.Template.Labels; !selector.Matches(labels.Set(pods)) {
+	if pods := StatefulSet(cache, DefaultImages).Spec.Template.Labels; !selector.Matches(labels.Set(pods)) {
 		t.Errorf("the budget's selector %s misses the pods %v", selector, pods)
 	}
 	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {

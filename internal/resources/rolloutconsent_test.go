@@ -41,11 +41,11 @@ func TestAwaitsRolloutConsent(t *testing.T) {
 		{"standalone, its image edited by hand", cache(cachev2.ModeStandalone, 0, "7.2.0", false), cache(cachev2.ModeStandalone, 0, "8.1.1", false), true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sts := StatefulSet(tc.was, DefaultImageRepository)
+			sts := StatefulSet(tc.was, DefaultImages)
 			if tc.byHand {
-				sts.Annotations = StatefulSet(tc.now, DefaultImageRepository).Annotations
+				sts.Annotations = StatefulSet(tc.now, DefaultImages).Annotations
 			}
-			if got := awaitsRolloutConsent(tc.now, sts, StatefulSet(tc.now, DefaultImageRepository)); got != tc.waits {
+			if got := awaitsRolloutConsent(tc.now, sts, StatefulSet(tc.now, DefaultImages)); got != tc.waits {
 				t.Errorf("awaitsRolloutConsent = %v, want %v", got, tc.waits)
 			}
 		})

@@ -59,9 +59,8 @@ func Image(repository, version string) string {
 	return fmt.Sprintf("%s:%s", repository, version)
 }
 
-// StatefulSet is the StatefulSet that runs a Cache's nodes, with pods of the image repository
-// given.
-func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulSet {
+// StatefulSet is the StatefulSet that runs a Cache's nodes, with pods of the images given.
+func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      cache.Name,
@@ -77,7 +76,7 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 				Spec: corev1.PodSpec{
 					SecurityContext: podSecurityContext(),
 					Affinity:        spreadAcrossNodes(cache),
-					Containers:      []corev1.Container{valkeyContainer(cache, imageRepository)},
+					Containers:      []corev1.Container{valkeyContainer(cache, images.ValkeyRepository)},
 					Volumes:         []corev1.Volume{dataVolumeSource()},
 				},
 			},
@@ -99,6 +98,9 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 		// template when the operator deletes old ones.
 		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
 	}
+	if cache.Spec.MetricsEnabled() {
+		sts.Spec.Template.Spec.Containers = append(sts.Spec.Template.Spec.Containers, exporterContainer(cache, images.Exporter))
+	}
 	applyPodSettings(&sts.Spec.Template, cache.Spec.Pod)
 	sts.Annotations = map[string]string{AnnotationTemplateWritten: ownedTemplateDigest(&sts.Spec.Template)}
 	return sts
@@ -106,7 +108,7 @@ func StatefulSet(cache *cachev2.Cache, imageRepository string) *appsv1.StatefulS
 
 // mergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
 // fields the operator owns: its labels, replicas, the pod labels, the pod security context and
-// affinity, the Valkey container and the data volume. Everything else is left as it is: the
+// affinity, the Valkey container, the exporter and the data volume. Everything else is left as it is: the
 // fields the API server defaults, annotations on the pod template such as the one `kubectl
 // rollout restart` sets, labels and containers added by others. So a stored StatefulSet that
 // already matches comes out unchanged, and the caller writes nothing.
@@ -149,6 +151,7 @@ func mergeOwnedTemplate(dst, src *corev1.PodTemplateSpec) {
 			mergeContainer(&dst.Spec.Containers, c)
 		}
 	}
+	mergeExporter(dst, src)
 	for _, v := range src.Spec.Volumes {
 		if v.Name == dataVolume {
 			upsertByName(&dst.Spec.Volumes, v, func(v corev1.Volume) string { return v.Name })
@@ -170,7 +173,7 @@ func mergeContainer(containers *[]corev1.Container, want *corev1.Container) {
 	*containers = append(*containers, c)
 }
 
-// setOwnedContainerFields copies the fields of the Valkey container that the operator owns.
+// setOwnedContainerFields copies the fields of a container that the operator owns.
 // Fields the API server defaults (image pull policy, termination message path and policy) are
 // not owned, so they keep the server's values.
 func setOwnedContainerFields(dst, src *corev1.Container) {
@@ -231,12 +234,8 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 		LivenessProbe: probe(corev1.ProbeHandler{
 			TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PortName)},
 		}, 10),
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
-		VolumeMounts: []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}},
+		SecurityContext: containerSecurityContext(),
+		VolumeMounts:    []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}},
 	}
 	switch {
 	case cache.Spec.Mode == cachev2.ModeCluster:
@@ -447,6 +446,16 @@ func podSecurityContext() *corev1.PodSecurityContext {
 		RunAsGroup:     ptr.To[int64](valkeyUID),
 		FSGroup:        ptr.To[int64](valkeyUID),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// containerSecurityContext is a container's part of the restricted Pod Security Standard, with a
+// read-only root filesystem: what a container writes goes to a volume.
+func containerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }
 

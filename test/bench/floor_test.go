@@ -107,7 +107,7 @@ func (b *bench) floor(t *testing.T, n int, spread time.Duration, writes int) Flo
 		if err := b.admin.Create(ctx, resources.Service(c)); err != nil {
 			return err
 		}
-		if err := b.admin.Create(ctx, resources.StatefulSet(c, resources.DefaultImageRepository)); err != nil {
+		if err := b.admin.Create(ctx, resources.StatefulSet(c, resources.DefaultImages)); err != nil {
 			return err
 		}
 		if err := b.admin.Create(ctx, resources.PodDisruptionBudget(c)); err != nil {

@@ -32,7 +32,7 @@ func cachePod(mode cachev2.Mode) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
 		Spec:       cachev2.CacheSpec{Mode: mode, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
 	}
-	template := resources.StatefulSet(cache, resources.DefaultImageRepository).Spec.Template
+	template := resources.StatefulSet(cache, resources.DefaultImages).Spec.Template
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache-0", Namespace: "default", UID: "uid-0", Labels: template.Labels},
 		Spec:       template.Spec,
