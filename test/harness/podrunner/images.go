@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +31,11 @@ var images = map[string]map[string]program{
 	resources.OperatorImageRepository: {
 		"cache-operator": {operatorBinary, asGiven},
 	},
+	// The metrics exporter beside Valkey in a Cache with metrics: Debian's build of the release
+	// the default image holds (hack/toolchain.sh, redis-exporter).
+	imageRepository(resources.DefaultExporterImage): {
+		"redis_exporter": {toolchainProgram, onPodIPAsExporter},
+	},
 }
 
 // program is a program of an image, as the runner runs it on this machine.
@@ -51,6 +58,28 @@ func onPodIPAsServer(ip string, args []string) []string {
 // network namespace; a host given on the command line comes later and wins.
 func onPodIPAsClient(ip string, args []string) []string {
 	return append([]string{"-h", ip}, args...)
+}
+
+// onPodIPAsExporter makes redis_exporter serve its metrics on the pod's IP and scrape the server
+// there: the flags --web.listen-address=HOST:PORT and --redis.addr=redis://HOST:PORT get the
+// pod's IP for their host, which in a pod would be any address and localhost, the pod's own.
+func onPodIPAsExporter(ip string, args []string) []string {
+	args = slices.Clone(args)
+	for i, arg := range args {
+		flag, value, _ := strings.Cut(arg, "=")
+		switch flag {
+		case "--web.listen-address":
+			if _, port, err := net.SplitHostPort(value); err == nil {
+				args[i] = flag + "=" + net.JoinHostPort(ip, port)
+			}
+		case "--redis.addr":
+			if u, err := url.Parse(value); err == nil && u.Host != "" {
+				u.Host = net.JoinHostPort(ip, u.Port())
+				args[i] = flag + "=" + u.String()
+			}
+		}
+	}
+	return args
 }
 
 // asGiven leaves a program's arguments as they are: a client whose connections may come from any

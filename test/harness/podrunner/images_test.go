@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
 )
 
 // The runner runs the programs of the images it knows, found on this machine, and refuses with a
@@ -41,4 +44,20 @@ func TestImagesAreMappedToLocalProgramsOrRefused(t *testing.T) {
 		[]string{"--port", "6379", "--bind", "127.64.0.1", "--bind-source-addr", "127.64.0.1"}) {
 		t.Errorf("valkey-server's arguments: %q", args)
 	}
+	// The exporter, as the operator builds it, serves on the pod's IP and scrapes the server there.
+	if err := os.WriteFile(filepath.Join(r.BinDir, "redis_exporter"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache := &cachev2.Cache{Spec: cachev2.CacheSpec{Version: "8.0.1", Metrics: &cachev2.Metrics{Enabled: true}}}
+	for _, c := range resources.StatefulSet(cache, resources.DefaultImages).Spec.Template.Spec.Containers {
+		if c.Name != resources.ExporterContainerName {
+			continue
+		}
+		_, args, err := r.command(c.Image, "127.64.0.1", append(c.Command, c.Args...))
+		if err != nil || !slices.Contains(args, "--web.listen-address=127.64.0.1:9121") || !slices.Contains(args, "--redis.addr=redis://127.64.0.1:6379") {
+			t.Errorf("redis_exporter's arguments: %q, %v; want it on 127.64.0.1", args, err)
+		}
+		return
+	}
+	t.Error("a Cache with metrics has no exporter to run")
 }

@@ -32,7 +32,9 @@
 // What still differs from a kubelet:
 //   - only containers of an image the runner knows (images: Valkey's, whose valkey-server and
 //     valkey-cli are the toolchain's and whose sh is the machine's, with the toolchain first in
-//     its PATH; the operator's, whose binary the runner is given), with probes that exec one of its programs or open a TCP connection,
+//     its PATH; the operator's, whose binary the runner is given; the metrics exporter's, whose
+//     redis_exporter is Debian's build of the default image's release, whatever the image's
+//     tag), with probes that exec one of its programs or open a TCP connection,
 //     and preStop hooks that exec one (no postStart hooks, no HTTP or sleep hooks); no init
 //     containers that restart always (native sidecars: run a sidecar as one of the pod's
 //     containers). What it cannot run it refuses with the reason, as a container that cannot
@@ -41,8 +43,9 @@
 //     pod's IP itself: it appends --bind and --bind-source-addr with the pod's IP to a server's
 //     command line (a shell entrypoint must pass its arguments on to the server), and makes the
 //     pod's IP valkey-cli's default host, in a command line and in a container's or a hook's
-//     shell script alike. A script that calls localhost or 127.0.0.1 by name, expecting its
-//     own pod, reaches the machine instead;
+//     shell script alike, and gives the pod's IP for the hosts of redis_exporter's
+//     --web.listen-address and --redis.addr. A script that calls localhost or 127.0.0.1 by name,
+//     expecting its own pod, reaches the machine instead;
 //   - a container's volumes are the pod's one data directory, its working directory, whatever
 //     the mounts say: a path under the mount (/data/...) must be given relative to it;
 //   - the first readiness probe runs as soon as the server accepts connections rather than at
