@@ -152,9 +152,19 @@ func (o *Operator) Metrics(t testing.TB) map[string]*dto.MetricFamily {
 
 // Scrape is Metrics for any goroutine: it returns the parse error rather than failing the test.
 func (o *Operator) Scrape() (map[string]*dto.MetricFamily, error) {
+	families, err := ScrapeMetrics("http://" + o.MetricsAddr + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("operator %s: %w", o.Name, err)
+	}
+	return families, nil
+}
+
+// ScrapeMetrics reads the Prometheus metrics served at url. It returns nil while nothing answers
+// there, and an error for metrics it cannot parse.
+func ScrapeMetrics(url string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.MetricsAddr+"/metrics", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, nil // not up (yet, or any more)
@@ -163,7 +173,7 @@ func (o *Operator) Scrape() (map[string]*dto.MetricFamily, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("parsing the metrics of operator %s: %w", o.Name, err)
+		return nil, fmt.Errorf("parsing the metrics at %s: %w", url, err)
 	}
 	return families, nil
 }
