@@ -37,7 +37,7 @@ func scrapeExporter(pod *corev1.Pod) (map[string]*dto.MetricFamily, error) {
 }
 
 // TestEachPodsExporterServesWhatTheCacheAlertsRead: in a Cluster with auth and metrics, every pod
-// runs the exporter beside Valkey, which reads its server as the exporter's own user, without an
+// (restricted, as the Pod Security Standard says) runs the exporter beside Valkey, which reads its server as the exporter's own user, without an
 // error. What it serves is what the cluster is: every node up, the cluster ok with all its slots
 // served, the replica's link to its primary up, a client's reads counted as hits and misses. And
 // every metric of the exporter's that the cache alerts and the dashboard read is served by a
@@ -46,6 +46,15 @@ func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
+	// The pods, exporter included, meet the restricted Pod Security Standard, or none is made.
+	namespace := &corev1.Namespace{}
+	if err := admin.Get(context.Background(), client.ObjectKey{Name: ns}, namespace); err != nil {
+		t.Fatal(err)
+	}
+	namespace.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	if err := admin.Update(context.Background(), namespace); err != nil {
+		t.Fatal(err)
+	}
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "watched", Namespace: ns},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, ReplicasPerShard: new(int32(1)),
