@@ -108,9 +108,9 @@ func holdOf(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) TemplateHold
 	return TemplateCurrent
 }
 
-// awaitsRolloutConsent reports whether a change of the spec's version, memory or pod settings
-// is held because rolling it out would empty every node: no replica holds a node's keys while
-// it restarts (a Standalone Cache; a Cluster without replicas), and the Cache does not carry
+// awaitsRolloutConsent reports whether a change of the spec's version, memory, pod settings or
+// metrics is held because rolling it out would empty every node: no replica holds a node's keys
+// while it restarts (a Standalone Cache; a Cluster without replicas), and the Cache does not carry
 // the consent (AnnotationRolloutEmptiesNodes). Persistence is off, so a restarted node comes
 // back empty; a user who changes a version should not find the cache cold without having said
 // so. A template edited by hand is no change of the spec: it is undone, as ever.
@@ -122,9 +122,8 @@ func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet
 
 // holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although
 // this release would build it differently: it is as an operator release wrote it (a hand edit is
-// undone) and was built from the same spec (version, memory and pod settings), so the
-// difference is the operator release's, and an upgrade of the operator alone restarts no cache
-// pod. The newer template goes out with the next change of those, or at once when the Cache
+// undone) and was built from the same spec (specInputs), so the difference is the operator
+// release's, and an upgrade of the operator alone restarts no cache pod. The newer template goes out with the next change of those, or at once when the Cache
 // carries AnnotationPodTemplate: latest.
 func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
 	return cache.Annotations[cachev2.AnnotationPodTemplate] != cachev2.PodTemplateLatest &&
