@@ -114,6 +114,40 @@ type CacheSpec struct {
 	// it restarts the pods as a change of pod settings does. Unset, the pods run no exporter.
 	// +optional
 	Metrics *Metrics `json:"metrics,omitempty"`
+
+	// Config is the Valkey settings the user may choose, each within bounds that keep the node a
+	// cache the operator can run. A change of it restarts the pods as a change of pod settings
+	// does. Unset, every setting has the value its field names as the default.
+	// +optional
+	Config *ValkeyConfig `json:"config,omitempty"`
+}
+
+// ValkeyConfig is the Valkey settings a user may choose for a Cache's servers.
+type ValkeyConfig struct {
+	// MaxmemoryPolicy is which keys a full node evicts to make room for a new one (Valkey's
+	// maxmemory-policy): allkeys-lru (the default: the least recently used of all), allkeys-lfu
+	// (the least frequently used), allkeys-random, volatile-lru, volatile-lfu, volatile-random and
+	// volatile-ttl (only keys with a TTL: the least recently or frequently used, any, or the
+	// soonest to expire), or noeviction (none: writes fail with OOM while the node is full).
+	// +kubebuilder:validation:Enum=allkeys-lru;allkeys-lfu;allkeys-random;volatile-lru;volatile-lfu;volatile-random;volatile-ttl;noeviction
+	// +optional
+	MaxmemoryPolicy string `json:"maxmemoryPolicy,omitempty"`
+
+	// Timeout is how many seconds a client may stay idle before the server closes its
+	// connection (Valkey's timeout): 0, the default, never closes one; at most 86400 (a day).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	Timeout *int32 `json:"timeout,omitempty"`
+
+	// NotifyKeyspaceEvents is which keyspace events the server publishes to subscribers
+	// (Valkey's notify-keyspace-events), in its letters: K and E for the keyspace and keyevent
+	// channels, and g $ l s h z x e t m d n A for the kinds of events. Empty, the default,
+	// publishes none; each notification costs the server CPU.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[KEg$lshzxetmdnA]*$`
+	// +optional
+	NotifyKeyspaceEvents string `json:"notifyKeyspaceEvents,omitempty"`
 }
 
 // Metrics is how a Cache's nodes report what Valkey says of itself.

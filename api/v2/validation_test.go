@@ -80,6 +80,11 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		{"a CPU request of 1m", "pod", map[string]any{"cpu": map[string]any{"request": "1m"}}, "spec.pod.cpu.request", "between 10m and 64"},
 		{"a CPU limit below the request", "pod", map[string]any{"cpu": map[string]any{"request": "500m", "limit": "250m"}}, "spec.pod.cpu", "at least the request"},
 		{"a CPU limit below the default request", "pod", map[string]any{"cpu": map[string]any{"limit": "50m"}}, "spec.pod.cpu", "at least the request (100m unless set)"},
+		{"an eviction policy Valkey lacks", "config", map[string]any{"maxmemoryPolicy": "lru"}, "spec.config.maxmemoryPolicy", "Unsupported value"},
+		{"a negative idle timeout", "config", map[string]any{"timeout": int64(-1)}, "spec.config.timeout", "greater than or equal to 0"},
+		{"an idle timeout over a day", "config", map[string]any{"timeout": int64(86401)}, "spec.config.timeout", "less than or equal to 86400"},
+		{"a keyspace event class Valkey lacks", "config", map[string]any{"notifyKeyspaceEvents": "KQ"}, "spec.config.notifyKeyspaceEvents", "should match"},
+		{"metrics that are no object", "metrics", "yes", "spec.metrics", "must be of type object"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := valid()
@@ -141,6 +146,21 @@ func TestSchemaAcceptsAValidSpecAndDefaultsModeShardsAndMemory(t *testing.T) {
 		if got := u.Object["spec"].(map[string]any)[field]; got != want {
 			t.Errorf("spec.%s = %v, want the default %v", field, got, want)
 		}
+	}
+}
+
+// Valkey settings within their bounds, and metrics, are taken as written, and may change.
+func TestSchemaAcceptsValkeySettingsMetricsAndTheirChange(t *testing.T) {
+	ctx := context.Background()
+	config := map[string]any{"maxmemoryPolicy": "volatile-lfu", "timeout": int64(300), "notifyKeyspaceEvents": "Ex$"}
+	u := cacheObject("with-valkey-settings", map[string]any{"version": "8.1.1", "config": config, "metrics": map[string]any{"enabled": true}})
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatalf("valid Valkey settings were rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+	patch := []byte(`{"spec":{"config":{"maxmemoryPolicy":"noeviction","timeout":null},"metrics":{"enabled":false}}}`)
+	if err := k8s.Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Errorf("a change of the Valkey settings and metrics was rejected: %v", err)
 	}
 }
 

@@ -187,26 +187,30 @@ func TestHandEditOfTheServiceIsUndone(t *testing.T) {
 }
 
 func TestUnchangedPassesMakeNoWrites(t *testing.T) {
-	t.Run("without pod settings", func(t *testing.T) { unchangedPassesMakeNoWrites(t, nil) })
-	t.Run("with pod settings", func(t *testing.T) {
-		unchangedPassesMakeNoWrites(t, &cachev2.PodSettings{
-			CPU:               &cachev2.CPU{Request: ptr.To(resource.MustParse("0.25")), Limit: ptr.To(resource.MustParse("1000m"))},
-			NodeSelector:      map[string]cachev2.LabelValue{"pool": "caches"},
-			Tolerations:       []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
-			PriorityClassName: "caches-high",
-			Labels:            map[string]cachev2.LabelValue{"team": "payments"},
-			Annotations:       map[string]string{"example.com/owner": "payments"},
+	t.Run("without settings", func(t *testing.T) { unchangedPassesMakeNoWrites(t, nil) })
+	t.Run("with pod and Valkey settings and metrics", func(t *testing.T) {
+		unchangedPassesMakeNoWrites(t, func(spec *cachev2.CacheSpec) {
+			spec.Pod = &cachev2.PodSettings{
+				CPU:               &cachev2.CPU{Request: ptr.To(resource.MustParse("0.25")), Limit: ptr.To(resource.MustParse("1000m"))},
+				NodeSelector:      map[string]cachev2.LabelValue{"pool": "caches"},
+				Tolerations:       []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
+				PriorityClassName: "caches-high",
+				Labels:            map[string]cachev2.LabelValue{"team": "payments"},
+				Annotations:       map[string]string{"example.com/owner": "payments"},
+			}
+			spec.Config = &cachev2.ValkeyConfig{MaxmemoryPolicy: "allkeys-lfu", Timeout: ptr.To[int32](60), NotifyKeyspaceEvents: "Ex"}
+			spec.Metrics = &cachev2.Metrics{Enabled: true}
 		})
 	})
 }
 
-// unchangedPassesMakeNoWrites is TestUnchangedPassesMakeNoWrites for a Cache with the pod
-// settings given (nil: none).
-func unchangedPassesMakeNoWrites(t *testing.T, settings *cachev2.PodSettings) {
+// unchangedPassesMakeNoWrites is TestUnchangedPassesMakeNoWrites for a Cache whose spec the
+// user set as set says (nil: as newCache makes it).
+func unchangedPassesMakeNoWrites(t *testing.T, set func(*cachev2.CacheSpec)) {
 	ns := newNamespace(t)
 	cache := newCache(t, ns)
-	if settings != nil {
-		cache.Spec.Pod = settings
+	if set != nil {
+		set(&cache.Spec)
 		if err := k8s.Update(context.Background(), cache); err != nil {
 			t.Fatal(err)
 		}

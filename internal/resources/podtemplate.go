@@ -205,8 +205,9 @@ func templateAsWritten(sts *appsv1.StatefulSet) bool {
 }
 
 // specInputs names what a pod template took from its Cache's spec: the Valkey image (the
-// version), the memory limit, the pod settings, if any (AnnotationPodSettings), and whether it
-// runs the metrics exporter (not which image: that is the operator's). Two
+// version), the memory limit, the Valkey settings (configInputs), the pod settings, if any
+// (AnnotationPodSettings), and whether it runs the metrics exporter (not which image: that is the
+// operator's). Two
 // templates with the same inputs that differ otherwise were built by different operator
 // releases, which is how the reconciler tells an upgrade of itself, which restarts no pod, from
 // a change of the spec. A template stripped by StripStatefulSet
@@ -217,7 +218,7 @@ func specInputs(template *corev1.PodTemplateSpec) string {
 	}
 	for _, c := range template.Spec.Containers {
 		if c.Name == ContainerName {
-			inputs := c.Image + " " + c.Resources.Limits.Memory().String()
+			inputs := c.Image + " " + c.Resources.Limits.Memory().String() + " " + configInputs(&c)
 			if settings, ok := template.Annotations[AnnotationPodSettings]; ok {
 				inputs += " " + settings
 			}

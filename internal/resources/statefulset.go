@@ -37,7 +37,7 @@ const (
 	DefaultImageRepository = "valkey/valkey"
 
 	// EvictionPolicy suits a cache: when maxmemory is reached, evict the least recently used
-	// keys, whatever their TTL.
+	// keys, whatever their TTL. spec.config.maxmemoryPolicy chooses another.
 	EvictionPolicy = "allkeys-lru"
 
 	// valkeyUID is the valkey user of the official image.
@@ -210,16 +210,16 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 	c := corev1.Container{
 		Name:  ContainerName,
 		Image: Image(imageRepository, cache.Spec.Version),
-		Args: []string{
+		Args: slices.Concat([]string{
 			"valkey-server",
 			"--port", strconv.Itoa(Port),
 			"--maxmemory", strconv.FormatInt(MaxMemory(memory), 10),
-			"--maxmemory-policy", EvictionPolicy,
+		}, valkeyConfigArgs(cache.Spec.Config), []string{
 			// A cache keeps nothing on disk: no snapshots, no append-only file, and so no
 			// fork that would need memory beyond the limit.
 			"--save", "",
 			"--appendonly", "no",
-		},
+		}),
 		Ports: []corev1.ContainerPort{{Name: PortName, ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{

@@ -17,13 +17,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
 // A Cache's pod settings reach its pods as a real control plane admits and schedules them (the
-// PriorityClass resolved to its value, the nodeSelector and toleration honoured), and a change of
-// them rolls out as a change of version does: every pod gets the new label, the Cluster stays
-// whole and keeps its keys.
+// PriorityClass resolved to its value, the nodeSelector and toleration honoured), and its Valkey
+// settings its servers; a change of them rolls out as a change of version does: every pod gets
+// the new label and every server the new eviction policy, the Cluster stays whole and keeps its
+// keys.
 func TestPodSettingsReachThePodsAndTheirChangeRollsOut(t *testing.T) {
 	runBeside(t, 1)
 	ctx := context.Background()
@@ -45,7 +47,8 @@ func TestPodSettingsReachThePodsAndTheirChangeRollsOut(t *testing.T) {
 				PriorityClassName: class.Name,
 				Labels:            map[string]cachev2.LabelValue{"team": "checkout"},
 				Annotations:       map[string]string{"example.com/owner": "checkout"},
-			}},
+			},
+			Config: &cachev2.ValkeyConfig{MaxmemoryPolicy: "allkeys-lfu"}},
 	}
 	if err := admin.Create(ctx, cache); err != nil {
 		t.Fatal(err)
@@ -84,4 +87,20 @@ func TestPodSettingsReachThePodsAndTheirChangeRollsOut(t *testing.T) {
 	})
 	assertShape(t, key, 1, 1)
 	assertKeysRead(t, key, 100)
+	assertEvictionPolicy(t, key, "volatile-lru")
+}
+
+// assertEvictionPolicy checks that every server of the Cache evicts by the policy given.
+func assertEvictionPolicy(t *testing.T, key client.ObjectKey, want string) {
+	t.Helper()
+	for _, pod := range cachePods(t, key) {
+		c := testenv.Valkey(t, pod.Status.PodIP, resources.Port)
+		got, err := c.Do(context.Background(), c.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
+		if err != nil {
+			t.Fatalf("%s: %v", pod.Name, err)
+		}
+		if got["maxmemory-policy"] != want {
+			t.Errorf("%s evicts by %q, want %q", pod.Name, got["maxmemory-policy"], want)
+		}
+	}
 }
