@@ -67,7 +67,7 @@ func TestPodSettingsReachThePodsAndTheirChangeRollsOut(t *testing.T) {
 	}
 	writeKeys(t, key, 100)
 
-	patchCache(t, key, `{"spec":{"pod":{"labels":{"team":"payments"}}}}`)
+	patchCache(t, key, `{"spec":{"pod":{"labels":{"team":"payments"}},"config":{"maxmemoryPolicy":"volatile-lru"}}}`)
 	testenv.WaitFor(t, 3*time.Minute, "every pod relabelled and the Cluster Ready", func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {
