@@ -82,3 +82,8 @@ local-cluster-down: ## Delete the local cluster that make run started.
 bench: ## Measure the operator at scale on a local cluster (BENCH_ARGS="-caches=10000"); writes docs/benchmark-N.*
 	hack/toolchain.sh etcd kubernetes kwok
 	go test -tags bench ./test/bench -run TestBenchmark -count=1 -timeout 4h -v -args $(BENCH_ARGS)
+
+.PHONY: bench-placement
+bench-placement: ## Measure the scheduler's cost of keeping each Cache's pods apart, per placement rule (BENCH_ARGS="-caches=1000"); writes docs/benchmark-placement.md
+	hack/toolchain.sh etcd kubernetes kwok
+	go test -tags bench ./test/bench -run TestPlacementSchedulerCost -count=1 -timeout 2h -v -args $(BENCH_ARGS)

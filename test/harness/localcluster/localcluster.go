@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +65,16 @@ func (c *Cluster) Kubeconfig() string {
 // Logs is the directory of the cluster components' logs (and of the audit log, if enabled).
 func (c *Cluster) Logs() string {
 	return filepath.Join(c.Workdir, "clusters", c.Name, "logs")
+}
+
+// PID is the process ID of one of the cluster's components (etcd, kube-apiserver,
+// kube-scheduler, ...), from the file kwokctl keeps it in.
+func (c *Cluster) PID(component string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.Workdir, "clusters", c.Name, "pids", component+".pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // Exists reports whether the cluster was created (it may be stopped, after a reboot say). It
@@ -130,9 +141,13 @@ var nodeAllocatable = corev1.ResourceList{
 	corev1.ResourcePods:   resource.MustParse("110"),
 }
 
-// addNodes adds simulated nodes kwok-node-0 to kwok-node-<n-1>. They are made here rather than
-// by `kwokctl scale node`, whose nodes carry a private-range podCIDR that kwok would take pod IPs
-// from instead of PodCIDR. kwok marks them ready.
+// Zones are the zones of the simulated nodes (topology.kubernetes.io/zone): kwok-node-i is in
+// Zones[i % 3], so that placement across zones is exercised as on a cloud's nodes.
+var Zones = []string{"zone-a", "zone-b", "zone-c"}
+
+// addNodes adds simulated nodes kwok-node-0 to kwok-node-<n-1>, in Zones in turn. They are made
+// here rather than by `kwokctl scale node`, whose nodes carry a private-range podCIDR that kwok
+// would take pod IPs from instead of PodCIDR. kwok marks them ready.
 func (c *Cluster) addNodes(ctx context.Context, n int) error {
 	list := corev1.List{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
 	for i := range n {
@@ -145,6 +160,7 @@ func (c *Cluster) addNodes(ctx context.Context, n int) error {
 				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 				Labels: map[string]string{
 					corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64", "type": "kwok",
+					corev1.LabelTopologyZone: Zones[i%len(Zones)],
 				},
 			},
 			Status: corev1.NodeStatus{Allocatable: nodeAllocatable, Capacity: nodeAllocatable},
