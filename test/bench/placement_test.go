@@ -213,7 +213,7 @@ func apart(t *testing.T, admin client.Client, pods []corev1.Pod) (nodesApart, zo
 func placementReport(results [][]placementRound) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Placement: the scheduler's cost\n\n%d StatefulSets of %d pods each (%d pods), created at once, "+
-		"%d concurrent requests, on %d simulated nodes in %d zones; %d rounds per rule, one rule after the other. "+
+		"%d concurrent requests, on %d simulated nodes in %d zones; rounds per rule: %d, one rule after the other. "+
 		"Median (worst) of the rounds. Written by `make bench-placement` (%s, %d CPUs).\n\n",
 		*caches, *replicas, *caches**replicas, *concurrency, *placementNodes, len(localcluster.Zones), *rounds,
 		time.Now().UTC().Format("2006-01-02"), machine().CPUs)
