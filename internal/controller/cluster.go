@@ -126,7 +126,7 @@ func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cac
 		pod := &pods.Items[i]
 		if pod.DeletionTimestamp == nil && pod.Status.PodIP != "" && pod.Status.Phase == corev1.PodRunning {
 			m := clusterMember{pod: pod, auth: auth, Member: topology.Member{
-				Pod: pod.Name, IP: pod.Status.PodIP, Port: resources.Port,
+				Pod: pod.Name, Node: pod.Spec.NodeName, IP: pod.Status.PodIP, Port: resources.Port,
 				Leaving: ordinal(cache, pod) >= cache.Spec.Nodes(),
 			}}
 			if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[annotationHandoverSeen]); err == nil {

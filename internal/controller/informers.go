@@ -89,7 +89,7 @@ func InformerOptions(operatorNamespace string, watched ...string) cache.Options 
 }
 
 // clusterMemberPod is what the reconciler reads of a Cluster Cache's pod: which it is, whether it
-// is going away, its IP, and when its handover was seen in an upgrade.
+// is going away, its node and IP, and when its handover was seen in an upgrade.
 func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
 	meta := resources.CachedMeta(pod.ObjectMeta)
 	if seen, ok := pod.Annotations[annotationHandoverSeen]; ok {
@@ -98,6 +98,7 @@ func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta:   pod.TypeMeta,
 		ObjectMeta: meta,
+		Spec:       corev1.PodSpec{NodeName: pod.Spec.NodeName},
 		Status:     corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
 	}
 }

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -306,5 +307,35 @@ func TestFormationOfNothingDoesNotPanic(t *testing.T) {
 	}
 	if h := Assess(Want{}, nil); h.Ready() {
 		t.Error("Assess of no members is ready")
+	}
+}
+
+// A replica goes to a primary on another Kubernetes node when one has room: where the scheduler
+// had to put two pods on one node, the operator does not make them one shard, which that node
+// would take down whole.
+func TestReplicasAttachToPrimariesOnOtherNodes(t *testing.T) {
+	half := []valkey.SlotRange{{Start: 0, End: 8191}}
+	rest := []valkey.SlotRange{{Start: 8192, End: 16383}}
+	members := world(all(server{pod: "pod-1", slots: half}, server{pod: "pod-2", slots: rest}, server{pod: "pod-3"}, server{pod: "pod-4"})...)
+	nodeOf := map[string]string{"pod-1": "node-a", "pod-2": "node-b", "pod-3": "node-a", "pod-4": "node-b"}
+	for i := range members {
+		members[i].Node = nodeOf[members[i].Pod]
+	}
+	plan, _ := attachReplicas(Want{Shards: 2, ReplicasPerShard: 1}, members)
+	got := map[string]string{}
+	for _, a := range plan.Actions {
+		got[a.On] = a.Replicate
+	}
+	if want := map[string]string{"pod-3": id("pod-2"), "pod-4": id("pod-1")}; !maps.Equal(got, want) {
+		t.Errorf("replicas attached %v, want %v (each on another node than its primary)", got, want)
+	}
+
+	// Without nodes known, the replicas go as before: to the primary with the fewest.
+	for i := range members {
+		members[i].Node = ""
+	}
+	plan, _ = attachReplicas(Want{Shards: 2, ReplicasPerShard: 1}, members)
+	if len(plan.Actions) != 2 || plan.Actions[0].Replicate == plan.Actions[1].Replicate {
+		t.Errorf("without nodes: %v, want one replica for each primary", plan.Actions)
 	}
 }

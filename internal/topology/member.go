@@ -11,6 +11,8 @@ type Member struct {
 	Pod  string
 	IP   string
 	Port int
+	// Node is the Kubernetes node the pod runs on; empty when not known.
+	Node string
 	// Nodes is CLUSTER NODES as this member's server reports it; nil when it could not be
 	// asked.
 	Nodes []valkey.ClusterNode

@@ -82,7 +82,9 @@ func freeReplica(want Want, members []Member) (Plan, bool) {
 
 // attachReplicas gives every target primary (see targets) its replicas: staying members that
 // serve no slot and are not targets themselves, and staying replicas of a primary that is not a
-// target (a leaving or drained one), replicate the target with the fewest replicas; a target
+// target (a leaving or drained one), replicate a target with fewer replicas than wanted,
+// preferring one whose shard has no pod on the same Kubernetes node yet (a node that goes takes
+// a primary and its replica with it otherwise), then the one with the fewest replicas; a target
 // with more replicas than wanted gives one to a target with fewer. Replicas of new targets
 // attach while those are still empty, before their slots arrive.
 func attachReplicas(want Want, members []Member) (Plan, bool) {
@@ -92,34 +94,55 @@ func attachReplicas(want Want, members []Member) (Plan, bool) {
 	}
 	ids := make([]string, len(chosen))
 	isTarget := map[string]bool{}
+	shardNodes := map[string][]string{} // by target, the Kubernetes nodes of its shard's pods
 	for i, t := range chosen {
 		self, _ := t.self()
 		ids[i] = self.ID
 		isTarget[self.ID] = true
+		shardNodes[self.ID] = []string{t.Node}
 	}
 	replicas := map[string][]string{}
-	var movable []string
+	var movable []*Member
 	for _, m := range staying(members) {
 		self, _ := m.self()
 		switch {
 		case isTarget[self.ID]:
 		case isTarget[self.PrimaryID]:
 			replicas[self.PrimaryID] = append(replicas[self.PrimaryID], m.Pod)
+			shardNodes[self.PrimaryID] = append(shardNodes[self.PrimaryID], m.Node)
 		case self.SlotsServed() == 0 && len(self.Importing) == 0:
-			movable = append(movable, m.Pod)
+			movable = append(movable, m)
 		}
+	}
+	// crowding is how many of the target's shard's pods share the Kubernetes node given.
+	crowding := func(target, node string) int {
+		if node == "" {
+			return 0
+		}
+		n := 0
+		for _, on := range shardNodes[target] {
+			n += boolInt(on == node)
+		}
+		return n
+	}
+	var actions []Action
+	for _, m := range movable {
+		open := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return len(replicas[id]) >= want.ReplicasPerShard })
+		if len(open) == 0 {
+			break
+		}
+		primary := slices.MinFunc(open, func(a, b string) int {
+			if d := crowding(a, m.Node) - crowding(b, m.Node); d != 0 {
+				return d
+			}
+			return len(replicas[a]) - len(replicas[b])
+		})
+		replicas[primary] = append(replicas[primary], m.Pod)
+		shardNodes[primary] = append(shardNodes[primary], m.Node)
+		actions = append(actions, Action{Kind: KindReplicate, On: m.Pod, Replicate: primary})
 	}
 	fewest := func() string {
 		return slices.MinFunc(ids, func(a, b string) int { return len(replicas[a]) - len(replicas[b]) })
-	}
-	var actions []Action
-	for _, pod := range movable {
-		primary := fewest()
-		if len(replicas[primary]) >= want.ReplicasPerShard {
-			break
-		}
-		replicas[primary] = append(replicas[primary], pod)
-		actions = append(actions, Action{Kind: KindReplicate, On: pod, Replicate: primary})
 	}
 	if len(actions) == 0 {
 		most := slices.MaxFunc(ids, func(a, b string) int { return len(replicas[a]) - len(replicas[b]) })
