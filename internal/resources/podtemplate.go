@@ -123,8 +123,9 @@ func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet
 // holdsReleaseTemplate reports whether the StatefulSet's pod template is to be kept although
 // this release would build it differently: it is as an operator release wrote it (a hand edit is
 // undone) and was built from the same spec (specInputs), so the difference is the operator
-// release's, and an upgrade of the operator alone restarts no cache pod. The newer template goes out with the next change of those, or at once when the Cache
-// carries AnnotationPodTemplate: latest.
+// release's, and an upgrade of the operator alone restarts no cache pod. The newer template goes
+// out with the next change of those, or at once when the Cache carries AnnotationPodTemplate:
+// latest.
 func holdsReleaseTemplate(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
 	return cache.Annotations[cachev2.AnnotationPodTemplate] != cachev2.PodTemplateLatest &&
 		templateAsWritten(sts) &&
@@ -207,11 +208,10 @@ func templateAsWritten(sts *appsv1.StatefulSet) bool {
 // specInputs names what a pod template took from its Cache's spec: the Valkey image (the
 // version), the memory limit, the Valkey settings (configInputs), the pod settings, if any
 // (AnnotationPodSettings), and whether it runs the metrics exporter (not which image: that is the
-// operator's). Two
-// templates with the same inputs that differ otherwise were built by different operator
-// releases, which is how the reconciler tells an upgrade of itself, which restarts no pod, from
-// a change of the spec. A template stripped by StripStatefulSet
-// gives the inputs it kept.
+// operator's). Two templates with the same inputs that differ otherwise were built by different
+// operator releases, which is how the reconciler tells an upgrade of itself, which restarts no
+// pod, from a change of the spec. A template stripped by StripStatefulSet gives the inputs it
+// kept.
 func specInputs(template *corev1.PodTemplateSpec) string {
 	if inputs, ok := template.Annotations[specInputsAnnotation]; ok && len(template.Spec.Containers) == 0 {
 		return inputs
