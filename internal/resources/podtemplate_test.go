@@ -44,7 +44,10 @@ func TestStatefulSetUpToDateAgreesWithTheMergeWhetherStrippedOrNot(t *testing.T)
 		{"volume mount", true, func(s *appsv1.StatefulSet) { valkey(s).VolumeMounts[0].MountPath = "/tmp" }},
 		{"Valkey container renamed", true, func(s *appsv1.StatefulSet) { valkey(s).Name = "cache" }},
 		{"pod security context", true, func(s *appsv1.StatefulSet) { pod(s).SecurityContext.RunAsUser = ptr.To[int64](0) }},
-		{"affinity", true, func(s *appsv1.StatefulSet) { pod(s).Affinity = nil }},
+		{"an affinity (an earlier release's anti-affinity)", true, func(s *appsv1.StatefulSet) {
+			pod(s).Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{}}
+		}},
+		{"spread removed", true, func(s *appsv1.StatefulSet) { pod(s).TopologySpreadConstraints = nil }},
 		{"data volume", true, func(s *appsv1.StatefulSet) {
 			pod(s).Volumes[0].EmptyDir = nil
 			pod(s).Volumes[0].HostPath = &corev1.HostPathVolumeSource{Path: "/var/lib/valkey"}
@@ -99,7 +102,7 @@ func TestStripStatefulSetKeepsWhatTheReconcilerReads(t *testing.T) {
 
 	template := stripped.Spec.Template
 	if len(template.Spec.Containers) != 0 || len(template.Spec.Volumes) != 0 || len(template.Labels) != 0 ||
-		template.Spec.Affinity != nil || template.Spec.SecurityContext != nil {
+		template.Spec.TopologySpreadConstraints != nil || template.Spec.SecurityContext != nil {
 		t.Errorf("stripped template still holds %+v", template)
 	}
 	if got, want := ownedTemplateDigest(&template), ownedTemplateDigest(&stored.Spec.Template); got != want {

@@ -322,3 +322,27 @@ func TestThePodDisruptionBudgetLetsOnePodGoAtATime(t *testing.T) {
 		t.Error("a budget edited to minAvailable 3 is up to date")
 	}
 }
+
+// A Cache's pods are spread evenly over nodes and zones, softly: the constraints select exactly
+// the Cache's own pods, and a pod that cannot be placed apart is placed anyway.
+func TestPodsSpreadOverNodesAndZones(t *testing.T) {
+	template := StatefulSet(testCache(), DefaultImages).Spec.Template
+	var keys []string
+	for _, c := range template.Spec.TopologySpreadConstraints {
+		keys = append(keys, c.TopologyKey)
+		selector, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := StatefulSet(&cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "shop"}}, DefaultImages).Spec.Template.Labels
+		if c.MaxSkew != 1 || c.WhenUnsatisfiable != corev1.ScheduleAnyway || !selector.Matches(labels.Set(template.Labels)) || selector.Matches(labels.Set(other)) {
+			t.Errorf("spread over %s: %+v; want a soft skew of 1 over this Cache's pods only", c.TopologyKey, c)
+		}
+	}
+	if !slices.Equal(keys, []string{corev1.LabelHostname, corev1.LabelTopologyZone}) {
+		t.Errorf("spread over %v, want nodes and zones", keys)
+	}
+	if template.Spec.Affinity != nil {
+		t.Errorf("affinity %+v beside the spread", template.Spec.Affinity)
+	}
+}

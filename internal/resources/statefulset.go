@@ -74,8 +74,8 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels(cache)},
 				Spec: corev1.PodSpec{
-					SecurityContext: podSecurityContext(),
-					Affinity:        spreadAcrossNodes(cache),
+					SecurityContext:           podSecurityContext(),
+					TopologySpreadConstraints: spreadOut(cache),
 					Containers:      []corev1.Container{valkeyContainer(cache, images.ValkeyRepository)},
 					Volumes:         []corev1.Volume{dataVolumeSource()},
 				},
@@ -107,8 +107,8 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 }
 
 // mergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
-// fields the operator owns: its labels, replicas, the pod labels, the pod security context and
-// affinity, the Valkey container, the exporter and the data volume. Everything else is left as it
+// fields the operator owns: its labels, replicas, the pod labels, the pod security context,
+// affinity and spread, the Valkey container, the exporter and the data volume. Everything else is left as it
 // is: the fields the API server defaults, annotations on the pod template such as the one
 // `kubectl rollout restart` sets, labels and containers added by others. So a stored StatefulSet
 // that already matches comes out unchanged, and the caller writes nothing.
@@ -144,7 +144,9 @@ func mergeOwnedTemplate(dst, src *corev1.PodTemplateSpec) {
 		}
 	}
 	dst.Spec.SecurityContext = src.Spec.SecurityContext
+	// The anti-affinity of earlier releases goes with their template; the spread replaces it.
 	dst.Spec.Affinity = src.Spec.Affinity
+	dst.Spec.TopologySpreadConstraints = src.Spec.TopologySpreadConstraints
 	mergePodSettings(dst, src)
 	for i := range src.Spec.Containers {
 		if c := &src.Spec.Containers[i]; c.Name == ContainerName {
@@ -459,18 +461,19 @@ func containerSecurityContext() *corev1.SecurityContext {
 	}
 }
 
-// spreadAcrossNodes prefers to place a Cache's nodes on different Kubernetes nodes, so that
-// losing one machine loses as little of the cache as possible.
-func spreadAcrossNodes(cache *cachev2.Cache) *corev1.Affinity {
-	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-			Weight: 100,
-			PodAffinityTerm: corev1.PodAffinityTerm{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: SelectorLabels(cache)},
-				TopologyKey:   corev1.LabelHostname,
-			},
-		}},
-	}}
+// spreadOut asks the scheduler to spread a Cache's pods evenly over the nodes and over the zones,
+// so that losing one machine, or one zone, loses as little of the cache as possible: with a pod
+// per node, no node holds a shard's primary and its replica (where the scheduler must put two on
+// one node, the operator keeps them in different shards, see topology.attachReplicas). The
+// constraints are soft: pods are scheduled on fewer nodes or zones rather than left pending. They
+// cost the scheduler no more than the preferred pod anti-affinity they replace (docs/benchmark.md,
+// Placement), and count only the nodes the pods may run on (spec.pod.nodeSelector).
+func spreadOut(cache *cachev2.Cache) []corev1.TopologySpreadConstraint {
+	selector := &metav1.LabelSelector{MatchLabels: SelectorLabels(cache)}
+	return []corev1.TopologySpreadConstraint{
+		{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: selector},
+		{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: selector},
+	}
 }
 
 // dataVolumeSource is Valkey's working directory: the root filesystem is read-only.
