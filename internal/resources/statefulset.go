@@ -76,8 +76,8 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 				Spec: corev1.PodSpec{
 					SecurityContext:           podSecurityContext(),
 					TopologySpreadConstraints: spreadOut(cache),
-					Containers:      []corev1.Container{valkeyContainer(cache, images.ValkeyRepository)},
-					Volumes:         []corev1.Volume{dataVolumeSource()},
+					Containers:                []corev1.Container{valkeyContainer(cache, images.ValkeyRepository)},
+					Volumes:                   []corev1.Volume{dataVolumeSource()},
 				},
 			},
 		},
