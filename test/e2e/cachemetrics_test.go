@@ -39,8 +39,9 @@ func scrapeExporter(pod *corev1.Pod) (map[string]*dto.MetricFamily, error) {
 // TestEachPodsExporterServesWhatTheCacheAlertsRead: in a Cluster with auth and metrics, every pod
 // (restricted, as the Pod Security Standard says) runs the exporter beside Valkey, which reads its server as the exporter's own user, without an
 // error. What it serves is what the cluster is: every node up, the cluster ok with all its slots
-// served, the replica's link to its primary up, a client's reads counted as hits and misses. And
-// every metric of the exporter's that the cache alerts and the dashboard read is served by a
+// served, the replica's link to its primary up, a client's reads counted as hits and misses. A
+// server that crashes restarts in place while its exporter keeps running and reads the new one.
+// And every metric of the exporter's that the cache alerts and the dashboard read is served by a
 // running exporter, so none of them waits on a series that never comes.
 func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 	runBeside(t, 1)
@@ -65,7 +66,7 @@ func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(c)
-	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 
 	app := clusterClientAs(t, key, cachev2.AppUser, string(appSecret(t, ns, "watched-auth").Data[resources.AppPasswordKey]))
 	ctx := context.Background()
@@ -108,6 +109,45 @@ func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 		}
 		return hitsSeen >= hits && missesSeen >= misses && linksUp == 1,
 			fmt.Sprintf("hits %v, misses %v, replicas linked %v", hitsSeen, missesSeen, linksUp)
+	})
+
+	// A server that crashes restarts in place, beside an exporter that keeps running and sees a
+	// new server: what CacheNodeRestartingOften counts.
+	replica, _ := podOfRole(t, c, cachev2.RoleReplica)
+	runID := func() (string, error) {
+		families, err := scrapeExporter(replica)
+		if err != nil || families == nil {
+			return "", fmt.Errorf("scraping %s: %v", replica.Name, err)
+		}
+		for _, m := range families["redis_instance_info"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "run_id" {
+					return l.GetValue(), nil
+				}
+			}
+		}
+		return "", fmt.Errorf("%s's exporter reports no run_id", replica.Name)
+	}
+	before, err := runID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.Crash(ns, replica.Name); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, replica.Name+"'s server restarted in place, its exporter still running and reading the new one", func() (bool, string) {
+		var pod corev1.Pod
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(replica), &pod); err != nil {
+			return false, err.Error()
+		}
+		restarts := map[string]int32{}
+		for _, cs := range pod.Status.ContainerStatuses {
+			restarts[cs.Name] = cs.RestartCount
+		}
+		now, err := runID()
+		return pod.UID == replica.UID && restarts[resources.ContainerName] == 1 && restarts[resources.ExporterContainerName] == 0 &&
+				err == nil && now != before,
+			fmt.Sprintf("restarts %v, run_id %s (was %s), %v", restarts, now, before, err)
 	})
 
 	var used []string
