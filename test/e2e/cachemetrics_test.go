@@ -116,8 +116,11 @@ func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 	replica, _ := podOfRole(t, c, cachev2.RoleReplica)
 	runID := func() (string, error) {
 		families, err := scrapeExporter(replica)
-		if err != nil || families == nil {
-			return "", fmt.Errorf("scraping %s: %v", replica.Name, err)
+		if err != nil {
+			return "", fmt.Errorf("scraping %s: %w", replica.Name, err)
+		}
+		if families == nil {
+			return "", fmt.Errorf("%s's exporter does not answer", replica.Name)
 		}
 		for _, m := range families["redis_instance_info"].GetMetric() {
 			for _, l := range m.GetLabel() {
