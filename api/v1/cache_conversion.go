@@ -12,7 +12,7 @@ import (
 
 // AnnotationV2Fields holds, on a Cache read through v1, what its v2 form has that v1 cannot
 // express (a Cluster's mode, shards beyond v1's bound, replicas per shard, the backup a Cache was
-// restored from, its auth, its pods' settings, metrics and Valkey settings, the cluster's
+// restored from, its auth, its pods' settings, metrics, Valkey settings and TLS, the cluster's
 // status), as JSON. Written back through v1, the object converts to the same v2 object it came
 // from, as Cluster API carries its hub's fields. A v1 client never needs to touch it; a change
 // it makes to spec.replicas still takes effect, as the number of shards.
@@ -31,6 +31,7 @@ type v2Fields struct {
 	Pod         *cachev2.PodSettings   `json:"pod,omitempty"`
 	Metrics     *cachev2.Metrics       `json:"metrics,omitempty"`
 	Config      *cachev2.ValkeyConfig  `json:"config,omitempty"`
+	TLS         *cachev2.TLS           `json:"tls,omitempty"`
 
 	StatusShards      int32                 `json:"statusShards,omitempty"`
 	StatusReadyShards int32                 `json:"statusReadyShards,omitempty"`
@@ -64,6 +65,7 @@ func (src *Cache) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Spec.Pod = fields.Pod
 	dst.Spec.Metrics = fields.Metrics
 	dst.Spec.Config = fields.Config
+	dst.Spec.TLS = fields.TLS
 	if src.Spec.Replicas == fields.Replicas {
 		dst.Spec.Shards = fields.Shards
 	}
@@ -131,6 +133,7 @@ func (dst *Cache) ConvertFrom(srcRaw conversion.Hub) error {
 		Pod:               src.Spec.Pod,
 		Metrics:           src.Spec.Metrics,
 		Config:            src.Spec.Config,
+		TLS:               src.Spec.TLS,
 		StatusShards:      src.Status.Shards,
 		StatusReadyShards: src.Status.ReadyShards,
 		SlotsAssigned:     src.Status.SlotsAssigned,

@@ -38,6 +38,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || self.shards <= 9",message="a Standalone Cache has at most 9 shards (nodes)"
 // +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",message="restoreFrom is set when a Cache is created and cannot be changed or removed: the restore happens once, at the nodes' first start"
 // +kubebuilder:validation:XValidation:rule="has(self.auth) == has(oldSelf.auth)",message="auth is set when a Cache is created and cannot be added or removed: clients and nodes that speak with and without credentials cannot serve side by side; create a new Cache (restoreFrom a backup keeps the data)"
+// +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls is set when a Cache is created and cannot be added or removed: clients and nodes that speak with and without TLS cannot serve side by side; create a new Cache (restoreFrom a backup keeps the data)"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Cluster' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster mode only; a Standalone Cache has no replicas"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !self.version.matches('^[0-9]+[.]') || int(self.version.split('.')[0]) >= 8",message="a Cluster needs Valkey 8.0 or later: the operator relies on a primary passing slot migrations on to its replicas, so that a migration survives a failover of its target, which Valkey does from 8.0"
 type CacheSpec struct {
@@ -115,6 +116,17 @@ type CacheSpec struct {
 	// +optional
 	Metrics *Metrics `json:"metrics,omitempty"`
 
+	// TLS, set when the Cache is created, makes its servers speak TLS only: to clients, between
+	// a primary and its replicas, and on a Cluster's bus, where a node must present a
+	// certificate of the Cache's CA to be let in (a process without one cannot join the
+	// cluster). The operator makes the Cache's CA and the nodes' certificate in the Secret
+	// <name>-tls, key ca.crt is what clients trust, and renews the certificate before it
+	// expires: the nodes serve the new one without a restart. Clients need no certificate of
+	// their own. Set it empty (tls: {}) for the defaults. It cannot be added to or removed from a
+	// Cache that exists.
+	// +optional
+	TLS *TLS `json:"tls,omitempty"`
+
 	// Config is the Valkey settings the user may choose, each within bounds that keep the node a
 	// cache the operator can run. A change of it restarts the pods as a change of pod settings
 	// does. Unset, every setting has the value its field names as the default.
@@ -148,6 +160,26 @@ type ValkeyConfig struct {
 	// +kubebuilder:validation:Pattern=`^[KEg$lshzxetmdnA]*$`
 	// +optional
 	NotifyKeyspaceEvents string `json:"notifyKeyspaceEvents,omitempty"`
+}
+
+// TLS is how a Cache's servers speak TLS.
+type TLS struct {
+	// CertificateValidity is how long each certificate the operator issues for the nodes is
+	// valid. A new one is issued, and served at once, when a third of that is left. Defaults to
+	// 2160h (90 days); at least 1h, at most 8760h (a year).
+	// +kubebuilder:default="2160h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('8760h')",message="certificateValidity must be between 1h and 8760h"
+	// +optional
+	CertificateValidity *metav1.Duration `json:"certificateValidity,omitempty"`
+}
+
+// TLSSecretName is the name of the Secret with a Cache's CA and its nodes' certificate; empty for
+// a Cache without TLS.
+func (c *Cache) TLSSecretName() string {
+	if c.Spec.TLS == nil {
+		return ""
+	}
+	return c.Name + "-tls"
 }
 
 // Metrics is how a Cache's nodes report what Valkey says of itself.

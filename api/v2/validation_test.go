@@ -69,6 +69,8 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		{"memory that is no quantity", "memory", "lots", "spec.memory", "should match"},
 		{"auth with a Secret name that is none", "auth", map[string]any{"secretName": "Not_A_Name"}, "spec.auth.secretName", "must be the name of a Secret"},
 		{"auth with a negative grace period", "auth", map[string]any{"rotationGracePeriod": "-1m"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
+		{"tls with certificates valid for a minute", "tls", map[string]any{"certificateValidity": "1m"}, "spec.tls.certificateValidity", "between 1h and 8760h"},
+		{"tls with certificates valid for two years", "tls", map[string]any{"certificateValidity": "17520h"}, "spec.tls.certificateValidity", "between 1h and 8760h"},
 		{"auth with a grace period of a month", "auth", map[string]any{"rotationGracePeriod": "720h"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
 		{"a pod label of the operator's", "pod", map[string]any{"labels": map[string]any{"app.kubernetes.io/name": "x"}}, "spec.pod.labels", "are the operator's"},
 		{"a pod label value too long", "pod", map[string]any{"labels": map[string]any{"team": strings.Repeat("a", 64)}}, "spec.pod.labels.team", "may not be more than 63"},
@@ -281,36 +283,42 @@ func TestSchemaKeepsRestoreFromAsCreated(t *testing.T) {
 	}
 }
 
-// auth is the Cache's from its creation: it cannot be added or removed after; its Secret and
-// grace period may change, and its grace period defaults to 10m.
-func TestSchemaKeepsAuthAsCreated(t *testing.T) {
+// auth and tls are the Cache's from its creation: neither can be added or removed after; what
+// they hold may change, and each has its default.
+func TestSchemaKeepsAuthAndTLSAsCreated(t *testing.T) {
 	ctx := context.Background()
-	secured := cacheObject("secured", map[string]any{"shards": int64(1), "version": "8.1.1", "auth": map[string]any{}})
-	plain := cacheObject("unsecured", map[string]any{"shards": int64(1), "version": "8.1.1"})
-	for _, u := range []*unstructured.Unstructured{secured, plain} {
-		if err := k8s.Create(ctx, u); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
-	}
-	if grace, _, _ := unstructured.NestedString(secured.Object, "spec", "auth", "rotationGracePeriod"); grace != "10m" {
-		t.Errorf("rotationGracePeriod defaulted to %q, want 10m", grace)
-	}
-	for _, c := range []struct {
-		u     *unstructured.Unstructured
-		patch string
+	for _, f := range []struct {
+		field, defaulted, defaultValue, change string
 	}{
-		{secured, `{"spec":{"auth":null}}`},
-		{plain, `{"spec":{"auth":{}}}`},
+		{"auth", "rotationGracePeriod", "10m", `{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s"}}}`},
+		{"tls", "certificateValidity", "2160h", `{"spec":{"tls":{"certificateValidity":"24h"}}}`},
 	} {
-		err := k8s.Patch(ctx, c.u, client.RawPatch(types.MergePatchType, []byte(c.patch)))
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "auth is set when a Cache is created") {
-			t.Errorf("%s on %s: got %v, want invalid: auth is set when a Cache is created", c.patch, c.u.GetName(), err)
+		with := cacheObject("with-"+f.field, map[string]any{"shards": int64(1), "version": "8.1.1", f.field: map[string]any{}})
+		without := cacheObject("without-"+f.field, map[string]any{"shards": int64(1), "version": "8.1.1"})
+		for _, u := range []*unstructured.Unstructured{with, without} {
+			if err := k8s.Create(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
 		}
-	}
-	if err := k8s.Patch(ctx, secured, client.RawPatch(types.MergePatchType,
-		[]byte(`{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s"}}}`))); err != nil {
-		t.Errorf("naming another Secret: %v", err)
+		if got, _, _ := unstructured.NestedString(with.Object, "spec", f.field, f.defaulted); got != f.defaultValue {
+			t.Errorf("%s.%s defaulted to %q, want %s", f.field, f.defaulted, got, f.defaultValue)
+		}
+		for _, c := range []struct {
+			u     *unstructured.Unstructured
+			patch string
+		}{
+			{with, `{"spec":{"` + f.field + `":null}}`},
+			{without, `{"spec":{"` + f.field + `":{}}}`},
+		} {
+			err := k8s.Patch(ctx, c.u, client.RawPatch(types.MergePatchType, []byte(c.patch)))
+			if want := f.field + " is set when a Cache is created"; !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s on %s: got %v, want invalid: %s", c.patch, c.u.GetName(), err, want)
+			}
+		}
+		if err := k8s.Patch(ctx, with, client.RawPatch(types.MergePatchType, []byte(f.change))); err != nil {
+			t.Errorf("%s: %v", f.change, err)
+		}
 	}
 }
 
