@@ -2,6 +2,7 @@ package resources
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,7 +140,7 @@ func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 			if !strings.Contains(args, "--masteruser "+ReplicationUser+" --masterauth $("+envReplicationPassword+")") {
 				t.Errorf("args %q, want replicas to authenticate as %s", args, ReplicationUser)
 			}
-			if hook := strings.Join(c.Lifecycle.PreStop.Exec.Command, " "); !strings.Contains(hook, `cli="`+cliAsOperator+`"`) {
+			if hook := strings.Join(c.Lifecycle.PreStop.Exec.Command, " "); !strings.Contains(hook, `cli="valkey-cli --user `+OperatorUser+` -p `+strconv.Itoa(Port)+`"`) {
 				t.Errorf("preStop hook %q does not speak as the operator's user", hook)
 			}
 		}

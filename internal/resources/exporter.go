@@ -50,7 +50,9 @@ const (
 
 // exporterContainer is the exporter of a Cache's pod. With auth, it connects as ExporterUser,
 // whose password it reads from the ACL Secret: it may read what the server reports, and nothing
-// else, so a leak of its password exposes no key.
+// else, so a leak of its password exposes no key. With TLS, it connects through the server's
+// Unix socket in the data volume: a connection that never leaves the pod needs no TLS, and the
+// exporter no certificate files.
 func exporterContainer(cache *cachev2.Cache, image string) corev1.Container {
 	c := corev1.Container{
 		Name:    ExporterContainerName,
@@ -73,6 +75,10 @@ func exporterContainer(cache *cachev2.Cache, image string) corev1.Container {
 			TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(MetricsPortName)},
 		}, 10),
 		SecurityContext: containerSecurityContext(),
+	}
+	if cache.Spec.TLS != nil {
+		c.Args[0] = "--redis.addr=unix://" + dataPath + "/" + socketFile
+		c.VolumeMounts = []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}}
 	}
 	if cache.Spec.Auth != nil {
 		c.Env = []corev1.EnvVar{

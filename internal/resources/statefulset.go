@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -98,6 +99,9 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 		// template when the operator deletes old ones.
 		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
 	}
+	if cache.Spec.TLS != nil {
+		sts.Spec.Template.Spec.Volumes = append(sts.Spec.Template.Spec.Volumes, tlsVolumeSource(cache))
+	}
 	if cache.Spec.MetricsEnabled() {
 		sts.Spec.Template.Spec.Containers = append(sts.Spec.Template.Spec.Containers, exporterContainer(cache, images.Exporter))
 	}
@@ -108,7 +112,7 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 
 // mergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
 // fields the operator owns: its labels, replicas, the pod labels, the pod security context,
-// affinity and spread, the Valkey container, the exporter and the data volume. Everything else is left as it
+// affinity and spread, the Valkey container, the exporter, the data volume and the TLS volume. Everything else is left as it
 // is: the fields the API server defaults, annotations on the pod template such as the one
 // `kubectl rollout restart` sets, labels and containers added by others. So a stored StatefulSet
 // that already matches comes out unchanged, and the caller writes nothing.
@@ -155,7 +159,7 @@ func mergeOwnedTemplate(dst, src *corev1.PodTemplateSpec) {
 	}
 	mergeExporter(dst, src)
 	for _, v := range src.Spec.Volumes {
-		if v.Name == dataVolume {
+		if v.Name == dataVolume || v.Name == TLSVolume {
 			upsertByName(&dst.Spec.Volumes, v, func(v corev1.Volume) string { return v.Name })
 		}
 	}
@@ -209,12 +213,11 @@ func upsertByName[T any](items *[]T, want T, name func(T) string) {
 func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Container {
 	memory := cache.Spec.Memory
 	cpuRequest, cpuLimit := cpuResources(cache.Spec.Pod)
+	cli := cliOf(cache)
 	c := corev1.Container{
 		Name:  ContainerName,
 		Image: Image(imageRepository, cache.Spec.Version),
-		Args: slices.Concat([]string{
-			"valkey-server",
-			"--port", strconv.Itoa(Port),
+		Args: slices.Concat([]string{"valkey-server"}, listening(cache), []string{
 			"--maxmemory", strconv.FormatInt(MaxMemory(memory), 10),
 		}, valkeyConfigArgs(cache.Spec.Config), []string{
 			// A cache keeps nothing on disk: no snapshots, no append-only file, and so no
@@ -231,7 +234,7 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 			Limits: corev1.ResourceList{corev1.ResourceMemory: memory},
 		},
 		ReadinessProbe: probe(corev1.ProbeHandler{
-			Exec: &corev1.ExecAction{Command: []string{"valkey-cli", "-p", strconv.Itoa(Port), "ping"}},
+			Exec: &corev1.ExecAction{Command: append(strings.Fields(cli.local), "ping")},
 		}, 5),
 		LivenessProbe: probe(corev1.ProbeHandler{
 			TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PortName)},
@@ -241,12 +244,15 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 	}
 	switch {
 	case cache.Spec.Mode == cachev2.ModeCluster:
-		clusterNode(&c, cache.Spec.Auth != nil)
+		clusterNode(&c, cache.Spec.Auth != nil, cli)
 	case cache.Spec.RestoreFrom != nil:
 		c.Command = startRestored
 	}
 	if cache.Spec.Auth != nil {
-		authenticated(&c, cache)
+		authenticated(&c, cache, cli)
+	}
+	if cache.Spec.TLS != nil {
+		servingTLS(&c, cache)
 	}
 	if cpuLimit != nil {
 		c.Resources.Limits[corev1.ResourceCPU] = *cpuLimit
@@ -269,27 +275,39 @@ const (
 )
 
 // authenticated makes the container's server require credentials: it loads the ACL file of the
-// Cache's ACL Secret, a replica authenticates to its primary as the replication user, and the
-// readiness probe and the preStop hook speak as the operator's user. The probe checks the reply:
-// valkey-cli exits 0 when the server refuses it.
-func authenticated(c *corev1.Container, cache *cachev2.Cache) {
+// Cache's ACL Secret, and a replica authenticates to its primary as the replication user. The
+// readiness probe and the preStop hook speak as the operator's user (cliOf); a Standalone
+// node's probe checks the reply: valkey-cli exits 0 when the server refuses it.
+func authenticated(c *corev1.Container, cache *cachev2.Cache, cli nodeCLI) {
 	secret := ACLSecretName(cache)
 	c.Env = append(c.Env, secretKey(envACL, secret, ACLFileKey, false), secretKey(envCLIAuth, secret, OperatorUser, false))
 	c.Args = append(c.Args, "--aclfile", aclFile)
 	if cache.Spec.Mode == cachev2.ModeCluster {
 		c.Env = append(c.Env, secretKey(envReplicationPassword, secret, ReplicationUser, false))
 		c.Args = append(c.Args, "--masteruser", ReplicationUser, "--masterauth", "$("+envReplicationPassword+")")
-		c.Lifecycle.PreStop.Exec.Command = handOverScript(cliAsOperator)
-		c.ReadinessProbe.Exec.Command = replicaInSync(cliAsOperator)
 	} else {
-		c.ReadinessProbe.Exec.Command = []string{"sh", "-c", cliAsOperator + " ping | grep -qx PONG"}
+		c.ReadinessProbe.Exec.Command = []string{"sh", "-c", cli.local + " ping | grep -qx PONG"}
 	}
 	c.Command = writingACL(c.Command)
 }
 
-// cliAsOperator is valkey-cli speaking to the pod's own server as the operator's user, with the
-// password in envCLIAuth.
-var cliAsOperator = "valkey-cli --user " + OperatorUser + " -p " + strconv.Itoa(Port)
+// nodeCLI is how a node's probes and preStop hook call valkey-cli: local, to the pod's own
+// server; peer, to another node, or empty to call it as local with another host and port.
+type nodeCLI struct{ local, peer string }
+
+// cliOf is how valkey-cli is called in a Cache's pods: as the operator's user with auth, with
+// the password in envCLIAuth; with TLS, to the pod's own server through its Unix socket, which
+// needs no certificate, and to another node over TLS, with the node's certificate.
+func cliOf(cache *cachev2.Cache) nodeCLI {
+	cli := "valkey-cli"
+	if cache.Spec.Auth != nil {
+		cli += " --user " + OperatorUser
+	}
+	if cache.Spec.TLS == nil {
+		return nodeCLI{local: cli + " -p " + strconv.Itoa(Port)}
+	}
+	return nodeCLI{local: cli + " -s " + socketFile, peer: cli + " " + strings.Join(tlsClientArgs, " ")}
+}
 
 // writingACL is the entrypoint command that writes the ACL file from envACL and then runs
 // command's script, or the server when command is nil.
@@ -312,7 +330,7 @@ func writingACL(command []string) []string {
 //
 // Every start of the container is a new, empty node (see startFresh), and it starts fenced: it
 // refuses to serve a replica's SYNC until the operator lifts the fence (FenceRule).
-func clusterNode(c *corev1.Container, auth bool) {
+func clusterNode(c *corev1.Container, auth bool, cli nodeCLI) {
 	c.Command = startFresh
 	c.Args = append(c.Args,
 		"--cluster-enabled", "yes",
@@ -332,8 +350,8 @@ func clusterNode(c *corev1.Container, auth bool) {
 	}
 	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
-	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOver}}}
-	c.ReadinessProbe.Exec.Command = replicaInSync("valkey-cli -p " + strconv.Itoa(Port))
+	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOverScript(cli)}}}
+	c.ReadinessProbe.Exec.Command = replicaInSync(cli.local)
 }
 
 // replicaInSync is a Cluster node's readiness probe, with valkey-cli called as cli: the server
@@ -352,7 +370,7 @@ case "$r" in
 esac`}
 }
 
-// handOver is a Cluster node's preStop hook. A pod that goes of itself (deleted, evicted by a
+// handOverScript is a Cluster node's preStop hook. A pod that goes of itself (deleted, evicted by a
 // node drain) would otherwise take its shard's primary with it: clients then fail until the
 // other nodes find it gone and its replica is elected, a few seconds. So a primary with a
 // replica in sync first asks a connected replica, at the address the cluster announces, to take
@@ -361,15 +379,15 @@ esac`}
 // replica itself; the server is stopped after. A replica, a primary with no replica in sync, or
 // a failover refused: nothing happens, as before. The operator's own restarts hand over first
 // already (topology.Roll), and find a replica here.
-var handOver = handOverScript("valkey-cli -p " + strconv.Itoa(Port))
-
-// handOverScript is handOver with valkey-cli called as cli.
-func handOverScript(cli string) []string {
-	return []string{"sh", "-c", `cli="` + cli + `"
-[ "$($cli ROLE | head -n 1)" = master ] && $cli INFO replication | grep -q '^slave[0-9]*:.*state=online' || exit 0
+func handOverScript(cli nodeCLI) []string {
+	script, peer := `cli="`+cli.local+`"`+"\n", "$cli"
+	if cli.peer != "" {
+		script, peer = script+`peer="`+cli.peer+`"`+"\n", "$peer"
+	}
+	return []string{"sh", "-c", script + `[ "$($cli ROLE | head -n 1)" = master ] && $cli INFO replication | grep -q '^slave[0-9]*:.*state=online' || exit 0
 addr=$($cli CLUSTER REPLICAS "$($cli CLUSTER MYID)" | awk '$8 == "connected" && $3 !~ /fail/ { print $2; exit }')
 host=${addr%%:*} port=${addr#*:} port=${port%%@*}
-[ -n "$host" ] && $cli -h "$host" -p "$port" CLUSTER FAILOVER | grep -q OK || exit 0
+[ -n "$host" ] && ` + peer + ` -h "$host" -p "$port" CLUSTER FAILOVER | grep -q OK || exit 0
 for i in $(seq 50); do
   [ "$($cli ROLE | head -n 1)" = slave ] && exit 0
   sleep 0.2

@@ -5,6 +5,9 @@ package valkey
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -25,12 +28,16 @@ type Server struct {
 	client valkeygo.Client
 }
 
-// Auth is who a connection authenticates as; the zero Auth is no one, for a server without auth.
+// Auth is who a connection authenticates as, and whether it speaks TLS; the zero Auth is no one,
+// in plain text, for a server without auth or TLS.
 type Auth struct {
 	User, Password string
 	// ReplicationUser is the user replicas authenticate as, whose rights the fence takes away
 	// (Fenced, Unfence); "default" when empty.
 	ReplicationUser string
+	// TLS, when set, is how a connection speaks TLS: the server's CA, and the name its
+	// certificate must have, whatever address is dialled.
+	TLS *tls.Config
 }
 
 // Connect connects to the server at ip:port, authenticating as auth says. Close it when done.
@@ -46,6 +53,7 @@ func Connect(ip string, port int, auth Auth) (*Server, error) {
 		DisableRetry:      true,
 		Dialer:            net.Dialer{Timeout: Timeout},
 		ConnWriteTimeout:  Timeout,
+		TLSConfig:         auth.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Valkey at %s: %w", addr, err)
@@ -228,4 +236,42 @@ func (s *Server) Databases(ctx context.Context) ([]int, error) {
 		}
 	}
 	return dbs, nil
+}
+
+// ReloadCertificates makes the server read its certificate, its key and its CA's certificate
+// again from the files it was started with: the files of a Secret volume, which the kubelet
+// updates in place when the Secret changes. Valkey reads them again whenever a tls-* setting is
+// set, to the same value too, and serves the new certificate to the next connection; those
+// already open stay up.
+func (s *Server) ReloadCertificates(ctx context.Context) error {
+	files, err := s.do(ctx, s.client.B().ConfigGet().Parameter("tls-cert-file", "tls-key-file", "tls-ca-cert-file").Build()).AsStrMap()
+	if err != nil {
+		return s.wrap("CONFIG GET", err)
+	}
+	set := s.client.B().ConfigSet().ParameterValue()
+	for _, name := range []string{"tls-cert-file", "tls-key-file", "tls-ca-cert-file"} {
+		if files[name] == "" {
+			return fmt.Errorf("%s has no %s: it does not serve TLS", s.Addr, name)
+		}
+		set = set.ParameterValue(name, files[name])
+	}
+	return s.wrap("CONFIG SET", s.do(ctx, set.Build()).Error())
+}
+
+// ServedCertificate is the certificate the server at ip:port shows a new TLS connection, checked
+// as config says.
+func ServedCertificate(ctx context.Context, ip string, port int, config *tls.Config) (*x509.Certificate, error) {
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	conn, err := (&tls.Dialer{Config: config}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("a TLS handshake with %s: %w", addr, err)
+	}
+	defer conn.Close() //nolint:errcheck // only read from
+	certs := conn.(*tls.Conn).ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return nil, errors.New("the server at " + addr + " showed no certificate")
+	}
+	return certs[0], nil
 }

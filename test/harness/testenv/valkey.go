@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -84,6 +85,12 @@ func startListening(t testing.TB, dir, addr, program string, args ...string) *os
 // ends.
 func Valkey(t testing.TB, ip string, port int) valkey.Client {
 	t.Helper()
+	return ValkeyOverTLS(t, ip, port, nil)
+}
+
+// ValkeyOverTLS is Valkey speaking TLS as config says; nil config, plain text.
+func ValkeyOverTLS(t testing.TB, ip string, port int, config *tls.Config) valkey.Client {
+	t.Helper()
 	if addr := net.ParseIP(ip); addr == nil || !loopback.Contains(addr) {
 		t.Fatalf("refusing to connect to %s: tests only talk to servers on 127.0.0.0/8", ip)
 	}
@@ -94,6 +101,7 @@ func Valkey(t testing.TB, ip string, port int) valkey.Client {
 		DisableCache:      true,
 		Dialer:            net.Dialer{Timeout: 5 * time.Second},
 		ConnWriteTimeout:  5 * time.Second,
+		TLSConfig:         config,
 	})
 	if err != nil {
 		t.Fatalf("connecting to Valkey at %s: %v", ip, err)

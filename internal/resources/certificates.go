@@ -1,0 +1,264 @@
+package resources
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev2 "example.com/cache-operator/api/v2"
+)
+
+// This file is the certificates of a Cache with TLS: a CA of the Cache's own and one certificate
+// its nodes share, kept in the Secret cache.TLSSecretName() (TLSSecret). NextCertificates decides
+// from what the Secret holds and the clock whether anything is to be issued; the operator writes
+// what it returns, and the nodes, which mount the Secret, are told to read it again (see the
+// controller's certificates.go).
+//
+// The certificates are issued with crypto/x509 rather than cert-controller, which the conversion
+// webhook uses: cert-controller gives every certificate the serial number 1, and a client tells a
+// renewed certificate from the one before by its serial.
+
+// Keys of the TLS Secret. The pods mount the certificate, its key and the CA's certificate, never
+// the CA's key.
+const (
+	TLSCAKey   = "ca.crt"
+	TLSCertKey = corev1.TLSCertKey
+	TLSKeyKey  = corev1.TLSPrivateKeyKey
+	tlsCAKey   = "ca.key"
+)
+
+// caValidity is how long a Cache's CA is valid. Clients trust it, so it is not renewed: a CA
+// that is missing or no longer valid for a certificate's whole validity is replaced, and clients
+// must then trust the new one (docs/operations.md).
+const caValidity = 10 * 365 * 24 * time.Hour
+
+// backdate is how long before its issue a certificate is valid from, for clocks that are behind.
+const backdate = time.Hour
+
+// CertificateNames are the DNS names in a Cache's certificate: its Service's, which lists every
+// node, and each node's under it (<pod>.<service>), in each form a client in the cluster may dial,
+// and localhost, for a port-forward. A Cluster's clients are sent to the nodes' IPs, which no
+// certificate names: they verify the certificate by ServerName (docs/operations.md).
+func CertificateNames(cache *cachev2.Cache) []string {
+	service := cache.Name + "." + cache.Namespace
+	return []string{
+		cache.Name, service, service + ".svc", "*." + service + ".svc",
+		service + ".svc.cluster.local", "*." + service + ".svc.cluster.local",
+		"localhost",
+	}
+}
+
+// ServerName is the name by which a client that dials a node's IP verifies its certificate: the
+// Service's, which every certificate of the Cache names.
+func ServerName(cache *cachev2.Cache) string { return cache.Name + "." + cache.Namespace + ".svc" }
+
+// certificateUsages are the uses of a node's certificate: it serves clients, and it is the client
+// certificate a node shows when it connects to another, on the cluster bus and for replication.
+var certificateUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+
+// NextCertificates is what a Cache's TLS Secret is to hold, given what it holds (nil for none)
+// and the time: the same data while its CA and certificate are valid, and new ones where not. A
+// certificate is renewed once a third of its validity is left, or when it is missing, does not
+// match its key or the CA, or names other names. The second result is when the certificate it
+// returns is due for renewal.
+func NextCertificates(cache *cachev2.Cache, data map[string][]byte, now time.Time) (map[string][]byte, time.Time, error) {
+	validity := certificateValidity(cache)
+	next := map[string][]byte{}
+	ca, caKey, err := parseCA(data)
+	if err != nil || now.Before(ca.NotBefore) || now.Add(validity).After(ca.NotAfter) {
+		if ca, caKey, err = issueCA(cache, now); err != nil {
+			return nil, time.Time{}, err
+		}
+		next[TLSCAKey] = pemCert(ca.Raw)
+		if next[tlsCAKey], err = pemKey(caKey); err != nil {
+			return nil, time.Time{}, err
+		}
+	} else {
+		next[TLSCAKey], next[tlsCAKey] = data[TLSCAKey], data[tlsCAKey]
+	}
+
+	if cert, err := validCertificate(cache, ca, data, now); err == nil && bytes.Equal(next[TLSCAKey], data[TLSCAKey]) {
+		next[TLSCertKey], next[TLSKeyKey] = data[TLSCertKey], data[TLSKeyKey]
+		return next, renewalTime(cert), nil
+	}
+	cert, key, err := issueCertificate(cache, ca, caKey, now.Add(-backdate), now.Add(validity))
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	next[TLSCertKey] = pemCert(cert.Raw)
+	if next[TLSKeyKey], err = pemKey(key); err != nil {
+		return nil, time.Time{}, err
+	}
+	return next, renewalTime(cert), nil
+}
+
+// certificateValidity is the validity of the certificates the spec asks for, the schema's default
+// when unset.
+func certificateValidity(cache *cachev2.Cache) time.Duration {
+	if v := cache.Spec.TLS.CertificateValidity; v != nil && v.Duration > 0 {
+		return v.Duration
+	}
+	return 90 * 24 * time.Hour
+}
+
+// renewalTime is when a certificate is renewed: once a third of its validity is left.
+func renewalTime(cert *x509.Certificate) time.Time {
+	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3)
+}
+
+// LeafCertificate is the certificate the data of a TLS Secret holds, parsed.
+func LeafCertificate(data map[string][]byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(data[TLSCertKey])
+	if block == nil {
+		return nil, fmt.Errorf("no PEM certificate under %s", TLSCertKey)
+	}
+	return x509.ParseCertificate(block.Bytes)
+}
+
+// validCertificate is the certificate in data if it is signed by ca, matches its key, names the
+// Cache's names, serves and authenticates, and is not yet due for renewal.
+func validCertificate(cache *cachev2.Cache, ca *x509.Certificate, data map[string][]byte, now time.Time) (*x509.Certificate, error) {
+	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
+		return nil, err
+	}
+	cert, err := LeafCertificate(data)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: certificateUsages}); err != nil {
+		return nil, err
+	}
+	switch {
+	case !slices.Equal(cert.DNSNames, CertificateNames(cache)):
+		return nil, errors.New("the certificate names other names than the Cache's")
+	case !now.Before(renewalTime(cert)):
+		return nil, errors.New("the certificate is due for renewal")
+	}
+	return cert, nil
+}
+
+// parseCA is the CA certificate and key in data.
+func parseCA(data map[string][]byte) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	pair, err := tls.X509KeyPair(data[TLSCAKey], data[tlsCAKey])
+	if err != nil {
+		return nil, nil, err
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, nil, errors.New("the CA's key is not an ECDSA key")
+	}
+	ca, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ca.IsCA {
+		return nil, nil, errors.New("the CA certificate is not a CA's")
+	}
+	return ca, key, nil
+}
+
+// issueCA makes a new CA for the Cache.
+func issueCA(cache *cachev2.Cache, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	template := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: cache.Namespace + "/" + cache.Name + " CA", Organization: []string{"cache-operator"}},
+		NotBefore:             now.Add(-backdate),
+		NotAfter:              now.Add(caValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	return sign(template, nil, nil)
+}
+
+// issueCertificate makes a certificate for the Cache's nodes, signed by its CA.
+func issueCertificate(cache *cachev2.Cache, ca *x509.Certificate, caKey *ecdsa.PrivateKey, begin, end time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	template := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: ServerName(cache), Organization: []string{"cache-operator"}},
+		DNSNames:    CertificateNames(cache),
+		NotBefore:   begin,
+		NotAfter:    end,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: certificateUsages,
+	}
+	return sign(template, ca, caKey)
+}
+
+// sign makes a key and a certificate of it from template, with a random serial number, signed by
+// parent and its key, or by itself when parent is nil.
+func sign(template, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if template.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128)); err != nil {
+		return nil, nil, err
+	}
+	if parent == nil {
+		parent, parentKey = template, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("issuing a certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	return cert, key, err
+}
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func pemKey(key *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// TLSSecret is the TLS Secret of a Cache that holds data (NextCertificates).
+func TLSSecret(cache *cachev2.Cache, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: cache.TLSSecretName(), Namespace: cache.Namespace, Labels: credentialLabels(cache)},
+		Type:       corev1.SecretTypeTLS,
+		Data:       data,
+	}
+}
+
+// MergeTLSSecret makes dst, a stored TLS Secret or a new empty one, hold what desired holds, and
+// leaves labels and annotations of others alone.
+func MergeTLSSecret(dst, desired *corev1.Secret) {
+	mergeLabels(&dst.Labels, desired.Labels)
+	if dst.CreationTimestamp.IsZero() {
+		dst.Type = desired.Type // immutable
+	}
+	dst.Data = desired.Data
+}
+
+// TLSClientConfig is how a client of the Cache's nodes speaks TLS given the CA certificate of
+// its TLS Secret: it trusts that CA only, and verifies a node's certificate by ServerName,
+// whatever address it dials. It shows no certificate of its own: the nodes ask none of a client
+// (only of each other, on the cluster bus).
+func TLSClientConfig(cache *cachev2.Cache, caPEM []byte) (*tls.Config, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no CA certificate in key %s of Secret %s", TLSCAKey, cache.TLSSecretName())
+	}
+	return &tls.Config{RootCAs: roots, ServerName: ServerName(cache), MinVersion: tls.VersionTLS12}, nil
+}

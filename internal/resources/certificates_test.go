@@ -1,0 +1,119 @@
+package resources
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev2 "example.com/cache-operator/api/v2"
+)
+
+func tlsCache(validity time.Duration) *cachev2.Cache {
+	c := testCache()
+	c.Spec.TLS = &cachev2.TLS{CertificateValidity: &metav1.Duration{Duration: validity}}
+	return c
+}
+
+// A Cache's first certificates: a CA, and a certificate for its nodes that a client trusting
+// the CA accepts by the Service's name, that serves and authenticates (the cluster bus asks a
+// certificate of every node), and that is renewed once a third of its validity is left.
+func TestTheFirstCertificatesServeAndAuthenticateByTheCachesNames(t *testing.T) {
+	cache := tlsCache(90 * 24 * time.Hour)
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	data, renewAt, err := NextCertificates(cache, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := data[tlsCAKey]; !ok || len(data) != 4 {
+		t.Fatalf("keys %v, want the CA's certificate and key, and the nodes' certificate and key", slices.Sorted(maps.Keys(data)))
+	}
+	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := LeafCertificate(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, err := TLSClientConfig(cache, data[TLSCAKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{ServerName(cache), "orders-cache-0.orders-cache.shop.svc", "orders-cache.shop.svc.cluster.local", "localhost"} {
+		for _, usage := range certificateUsages {
+			if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: config.RootCAs, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+				t.Errorf("the certificate for %s, use %v: %v", name, usage, err)
+			}
+		}
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "other-cache.shop.svc", Roots: config.RootCAs, CurrentTime: now}); err == nil {
+		t.Error("the certificate is good for another Cache's name")
+	}
+	if want := now.Add(60 * 24 * time.Hour); renewAt.Sub(want).Abs() > time.Hour {
+		t.Errorf("renewal at %v, want about %v (a third of 90 days left)", renewAt, want)
+	}
+}
+
+// What the Secret holds stays while it is valid; the certificate is renewed, by the same CA
+// and with a new serial, once it is due, when it was taken away, or when it names another
+// Cache; the CA is replaced only when it is gone or broken.
+func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
+	cache := tlsCache(3 * time.Hour)
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	first, renewAt, err := NextCertificates(cache, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, sameRenewAt, err := NextCertificates(cache, first, renewAt.Add(-time.Second))
+	if err != nil || !maps.EqualFunc(same, first, bytesEqual) || !sameRenewAt.Equal(renewAt) {
+		t.Fatalf("before renewal: changed %v, renewal %v, %v", !maps.EqualFunc(same, first, bytesEqual), sameRenewAt, err)
+	}
+	serial := func(data map[string][]byte) string {
+		cert, err := LeafCertificate(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert.SerialNumber.String()
+	}
+	withoutCert := maps.Clone(first)
+	delete(withoutCert, TLSCertKey)
+	for name, tc := range map[string]struct {
+		data map[string][]byte
+		at   time.Time
+	}{
+		"due":                 {first, renewAt},
+		"certificate removed": {withoutCert, now},
+		"another Cache's":     {first, now}, // below, by name
+	} {
+		c := cache
+		if name == "another Cache's" {
+			c = tlsCache(3 * time.Hour)
+			c.Name = "other-cache"
+		}
+		next, _, err := NextCertificates(c, tc.data, tc.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytesEqual(next[TLSCAKey], first[TLSCAKey]) || !bytesEqual(next[tlsCAKey], first[tlsCAKey]) {
+			t.Errorf("%s: the CA changed", name)
+		}
+		if serial(next) == serial(first) || bytesEqual(next[TLSKeyKey], first[TLSKeyKey]) {
+			t.Errorf("%s: the certificate was not renewed with a new serial and key", name)
+		}
+	}
+	broken := maps.Clone(first)
+	broken[tlsCAKey] = []byte("not a key")
+	next, _, err := NextCertificates(cache, broken, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytesEqual(next[TLSCAKey], first[TLSCAKey]) || serial(next) == serial(first) {
+		t.Error("a CA whose key is broken was kept")
+	}
+}
+
+func bytesEqual(a, b []byte) bool { return string(a) == string(b) }

@@ -1,0 +1,167 @@
+//go:build integration
+
+package resources
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/testenv"
+)
+
+// tlsNode starts a Cluster node of cache on ip with the TLS arguments the pods get and the
+// certificates of data, in a directory standing for the TLS volume, which it returns.
+func tlsNode(t *testing.T, cache *cachev2.Cache, ip string, data map[string][]byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeTLSVolume(t, dir, data)
+	var c corev1.Container
+	servingTLS(&c, cache)
+	args := slices.Concat(listening(cache), []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(BusPort),
+		"--cluster-node-timeout", "1000"}, c.Args, []string{"--unixsocket", filepath.Join(dir, socketFile)})
+	for i, arg := range args {
+		args[i] = strings.Replace(arg, TLSPath, dir, 1)
+	}
+	testenv.StartValkey(t, ip, Port, args...)
+	return dir
+}
+
+// writeTLSVolume writes the files the pods mount from the TLS Secret's data.
+func writeTLSVolume(t *testing.T, dir string, data map[string][]byte) {
+	t.Helper()
+	for _, item := range tlsVolumeSource(testCache()).Secret.Items {
+		if err := os.WriteFile(filepath.Join(dir, item.Path), data[item.Key], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// On real servers: nodes with a Cache's certificates serve TLS only, to a client that trusts
+// the Cache's CA and shows no certificate of its own, and form a cluster over a TLS bus; a node
+// whose certificate comes from another CA cannot join it, though it MEETs a member; and a
+// renewed certificate, once its files change, is served after ReloadCertificates by the same
+// process.
+func TestTLSNodesRefuseStrangersAndServeARenewedCertificateWithoutARestart(t *testing.T) {
+	ctx := t.Context()
+	ips := testenv.LoopbackIPs(15)[12:]
+	cache, stranger := tlsCache(3*time.Hour), tlsCache(3*time.Hour)
+	cache.Spec.Mode, stranger.Spec.Mode = cachev2.ModeCluster, cachev2.ModeCluster
+	stranger.Name = "stranger"
+	now := time.Now()
+	data, _, err := NextCertificates(cache, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerData, _, err := NextCertificates(stranger, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := tlsNode(t, cache, ips[0], data)
+	tlsNode(t, cache, ips[1], data)
+	tlsNode(t, stranger, ips[2], strangerData)
+
+	if plain, err := valkey.Connect(ips[0], Port, valkey.Auth{}); err == nil {
+		_, err = plain.ClusterState(ctx)
+		plain.Close()
+		if err == nil {
+			t.Error("a client in plain text was served")
+		}
+	}
+	servers := make([]*valkey.Server, len(ips))
+	for i, ip := range ips {
+		c, d := cache, data
+		if i == 2 {
+			c, d = stranger, strangerData
+		}
+		config, err := TLSClientConfig(c, d[TLSCAKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if servers[i], err = valkey.Connect(ip, Port, valkey.Auth{TLS: config}); err != nil {
+			t.Fatal(err)
+		}
+		defer servers[i].Close()
+	}
+	if err := servers[0].Meet(ctx, ips[1], Port); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[2].Meet(ctx, ips[0], Port); err != nil {
+		t.Fatal(err)
+	}
+	views := func() ([]map[string]valkey.ClusterNode, error) {
+		var views []map[string]valkey.ClusterNode
+		for _, s := range servers {
+			nodes, err := s.ClusterNodes(ctx)
+			if err != nil {
+				return nil, err
+			}
+			byIP := map[string]valkey.ClusterNode{}
+			for _, n := range nodes {
+				if !n.Myself {
+					byIP[n.IP] = n
+				}
+			}
+			views = append(views, byIP)
+		}
+		return views, nil
+	}
+	// The members see each other connected, and the stranger's handshake with the first ends
+	// (after the node timeout) without the first having learnt of it.
+	testenv.WaitFor(t, 30*time.Second, "the members to meet and the stranger's handshake to end", func() (bool, string) {
+		seen, err := views()
+		if err != nil {
+			return false, err.Error()
+		}
+		_, strangerTries := seen[2][ips[0]]
+		return seen[0][ips[1]].Connected && seen[1][ips[0]].Connected && !strangerTries, fmt.Sprintf("%+v", seen)
+	})
+	if seen, err := views(); err != nil || len(seen[0]) != 1 || len(seen[1]) != 1 {
+		t.Errorf("the members see %+v (%v), want each other only", seen, err)
+	}
+
+	client := testenv.ValkeyOverTLS(t, ips[0], Port, servers[0].Auth().TLS)
+	runID := testenv.ValkeyInfo(t, client, "server", "run_id")
+	served := func() string {
+		cert, err := valkey.ServedCertificate(ctx, ips[0], Port, servers[0].Auth().TLS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert.SerialNumber.String()
+	}
+	first := served()
+	// A certificate taken out of the Secret is issued anew, as one due for renewal is.
+	withoutCert := maps.Clone(data)
+	delete(withoutCert, TLSCertKey)
+	renewed, _, err := NextCertificates(cache, withoutCert, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTLSVolume(t, dir, renewed)
+	if got := served(); got != first {
+		t.Fatalf("the server served serial %s before it was told to read its files again, want %s", got, first)
+	}
+	if err := servers[0].ReloadCertificates(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := LeafCertificate(renewed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := served(); got != cert.SerialNumber.String() || got == first {
+		t.Errorf("after the reload the server serves serial %s, want the renewed %s", got, cert.SerialNumber)
+	}
+	if got := testenv.ValkeyInfo(t, client, "server", "run_id"); got != runID {
+		t.Errorf("the server restarted: run_id %s, was %s", got, runID)
+	}
+}

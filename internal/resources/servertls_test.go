@@ -1,0 +1,62 @@
+package resources
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	cachev2 "example.com/cache-operator/api/v2"
+)
+
+// A Cache with TLS listens over TLS only, with the certificate of its Secret mounted from the
+// Secret without the CA's key; a Cluster's replication and bus speak TLS too. The probes, the
+// hook and the exporter reach their own server through its Unix socket, and the hook asks the
+// replica over TLS.
+func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T) {
+	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
+		cache := tlsCache(24 * time.Hour)
+		cache.Spec.Mode = mode
+		cache.Spec.Auth = &cachev2.Auth{}
+		cache.Spec.Metrics = &cachev2.Metrics{Enabled: true}
+		pod := StatefulSet(cache, DefaultImages).Spec.Template.Spec
+		valkey, exporter := pod.Containers[0], pod.Containers[1]
+		args := strings.Join(valkey.Args, " ")
+		for _, want := range []string{"--port 0 --tls-port 6379", "--tls-cert-file /tls/tls.crt", "--tls-key-file /tls/tls.key",
+			"--tls-ca-cert-file /tls/ca.crt", "--tls-auth-clients optional", "--unixsocket valkey.sock --unixsocketperm 700"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("%s: args %q lack %q", mode, args, want)
+			}
+		}
+		if cluster := strings.Contains(args, "--tls-replication yes --tls-cluster yes"); cluster != (mode == cachev2.ModeCluster) {
+			t.Errorf("%s: args %q: replication and bus over TLS %v", mode, args, cluster)
+		}
+		i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == TLSVolume })
+		if i < 0 || pod.Volumes[i].Secret == nil || pod.Volumes[i].Secret.SecretName != "orders-cache-tls" {
+			t.Fatalf("%s: volumes %+v, want the TLS Secret", mode, pod.Volumes)
+		}
+		for _, item := range pod.Volumes[i].Secret.Items {
+			if item.Key == tlsCAKey {
+				t.Errorf("%s: the pods mount the CA's key", mode)
+			}
+		}
+		if !slices.ContainsFunc(valkey.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == TLSVolume && m.MountPath == TLSPath && m.ReadOnly }) {
+			t.Errorf("%s: mounts %+v", mode, valkey.VolumeMounts)
+		}
+		if probe := strings.Join(valkey.ReadinessProbe.Exec.Command, " "); !strings.Contains(probe, "valkey-cli --user operator -s valkey.sock") {
+			t.Errorf("%s: readiness probe %q does not use the socket", mode, probe)
+		}
+		if mode == cachev2.ModeCluster {
+			hook := strings.Join(valkey.Lifecycle.PreStop.Exec.Command, " ")
+			if !strings.Contains(hook, `peer="valkey-cli --user operator --tls --cacert /tls/ca.crt --cert /tls/tls.crt --key /tls/tls.key"`) ||
+				!strings.Contains(hook, `$peer -h "$host" -p "$port" CLUSTER FAILOVER`) {
+				t.Errorf("preStop hook %q does not ask the replica over TLS", hook)
+			}
+		}
+		if exporter.Args[0] != "--redis.addr=unix:///data/valkey.sock" || len(exporter.VolumeMounts) != 1 || exporter.VolumeMounts[0].Name != dataVolume {
+			t.Errorf("%s: exporter %q %+v, want it on the socket in the data volume", mode, exporter.Args, exporter.VolumeMounts)
+		}
+	}
+}
