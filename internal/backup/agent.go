@@ -37,9 +37,26 @@ const (
 	EnvValkeyPassword = "VALKEY_PASSWORD"
 )
 
-// serverAuth is who the agent is to the Cache's servers, from the environment.
-func serverAuth() valkey.Auth {
-	return valkey.Auth{User: os.Getenv(EnvValkeyUser), Password: os.Getenv(EnvValkeyPassword)}
+// The environment variables the agent reads how it speaks TLS to a Cache's servers from, when
+// the Cache has TLS: the CA's certificate, from the Cache's TLS Secret, and the name the servers'
+// certificate has.
+const (
+	EnvValkeyCA         = "VALKEY_CA_CERT"
+	EnvValkeyServerName = "VALKEY_SERVER_NAME"
+)
+
+// serverAuth is who the agent is to the Cache's servers, and how it speaks TLS to them, from the
+// environment.
+func serverAuth() (valkey.Auth, error) {
+	auth := valkey.Auth{User: os.Getenv(EnvValkeyUser), Password: os.Getenv(EnvValkeyPassword)}
+	if ca := os.Getenv(EnvValkeyCA); ca != "" {
+		config, err := valkey.TLSConfig([]byte(ca), os.Getenv(EnvValkeyServerName))
+		if err != nil {
+			return valkey.Auth{}, fmt.Errorf("%s: %w", EnvValkeyCA, err)
+		}
+		auth.TLS = config
+	}
+	return auth, nil
 }
 
 // MaxResultBytes is how much of a result the kubelet keeps as a container's termination message.
@@ -229,8 +246,11 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 		}
 		unmoved = func(ctx context.Context) error { return slotsUnmoved(ctx, shards) }
 	}
-	auth := serverAuth()
-	m, err := Take(ctx, b, p.Path, p.ValkeyVersion, shards, snapshot.Source{Stall: p.Stall, User: auth.User, Password: auth.Password}, unmoved)
+	auth, err := serverAuth()
+	if err != nil {
+		return Result{}, err
+	}
+	m, err := Take(ctx, b, p.Path, p.ValkeyVersion, shards, snapshot.Source{Stall: p.Stall, User: auth.User, Password: auth.Password, TLS: auth.TLS}, unmoved)
 	if err != nil {
 		return Result{}, err
 	}
@@ -257,7 +277,11 @@ func connect(addr string) (*valkey.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return valkey.Connect(host, portNumber, serverAuth())
+	auth, err := serverAuth()
+	if err != nil {
+		return nil, err
+	}
+	return valkey.Connect(host, portNumber, auth)
 }
 
 // onlyDatabase0 fails for a server that holds keys in a database other than 0: a backup counts,

@@ -96,8 +96,16 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return r.waitForBackup(ctx, cache, rs.waiting)
 	}
 
-	// A Cache with auth has its credentials first: its pods load them at their start.
-	creds, err := r.ensureCredentials(ctx, cache)
+	// A Cache with TLS has its certificates first, and with auth its credentials: its pods
+	// mount or load them at their start, and the operator speaks to them with both.
+	certs, err := r.ensureCertificates(ctx, cache)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
+	case certs.pending:
+		return ctrl.Result{RequeueAfter: staleReadRetryAfter}, nil
+	}
+	creds, err := r.ensureCredentials(ctx, cache, certs.client)
 	switch {
 	case err != nil:
 		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
@@ -164,6 +172,11 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if creds.condition != nil {
 		meta.SetStatusCondition(&status.Conditions, *creds.condition)
 	}
+	served, recheck, serveErr := r.serveCertificate(ctx, cache, certs, creds.auth)
+	if served != nil {
+		meta.SetStatusCondition(&status.Conditions, *served)
+		pollAfter = soonest(pollAfter, recheck)
+	}
 	verified, err := r.gateOnRestore(ctx, cache, rs, creds.auth, &status)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -177,11 +190,13 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
 	}
 	r.announceOperation(cache, before, meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady))
-	if err := errors.Join(registerErr, clusterErr, creds.applyErr); err != nil {
+	if err := errors.Join(registerErr, clusterErr, creds.applyErr, serveErr); err != nil {
 		return ctrl.Result{}, err // the queue's backoff decides when to look again
 	}
-	if !creds.due.IsZero() {
-		pollAfter = soonest(pollAfter, max(time.Until(creds.due), time.Second))
+	for _, due := range []time.Time{creds.due, certs.renewal} {
+		if !due.IsZero() {
+			pollAfter = soonest(pollAfter, max(time.Until(due), time.Second))
+		}
 	}
 	return ctrl.Result{RequeueAfter: pollAfter}, nil
 }

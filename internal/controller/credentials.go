@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -50,9 +51,9 @@ type credentials struct {
 // ACL Secret holds them whenever it holds others than they were last given. Servers that start
 // later load the ACL Secret's file. Every step is decided by what the Secrets hold, so a pass
 // that crashed half-way is taken up by the next.
-func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.Cache) (credentials, error) {
+func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.Cache, tlsConfig *tls.Config) (credentials, error) {
 	if cache.Spec.Auth == nil {
-		return credentials{}, nil
+		return credentials{auth: valkey.Auth{TLS: tlsConfig}}, nil
 	}
 	password, invalid, pending, err := r.appPassword(ctx, cache)
 	if err != nil || pending {
@@ -72,7 +73,7 @@ func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.
 	if invalid != "" {
 		// The nodes keep the passwords they were given. A Secret without the label sends no
 		// event when it is made or fixed, so it is looked at again after a while.
-		return credentials{auth: operatorAuth(cache, acl), missing: stored == nil, due: time.Now().Add(credentialsRecheck),
+		return credentials{auth: operatorAuth(cache, acl, tlsConfig), missing: stored == nil, due: time.Now().Add(credentialsRecheck),
 			condition: credentialsCondition(cache, metav1.ConditionFalse, cachev2.ReasonCredentialsInvalid, invalid)}, nil
 	}
 
@@ -86,7 +87,7 @@ func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.
 			return credentials{}, fmt.Errorf("writing the ACL Secret: %w", err)
 		}
 	}
-	creds := credentials{auth: operatorAuth(cache, next), due: due}
+	creds := credentials{auth: operatorAuth(cache, next, tlsConfig), due: due}
 	if next.Applied != next.Digest(cache) {
 		if creds.applyErr = r.applyPasswords(ctx, cache, next, creds.auth); creds.applyErr != nil {
 			creds.condition = credentialsCondition(cache, metav1.ConditionFalse, cachev2.ReasonApplyingCredentials, creds.applyErr.Error())
@@ -107,9 +108,10 @@ func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.
 	return creds, nil
 }
 
-// operatorAuth is who the operator is to the servers of a Cache with auth.
-func operatorAuth(cache *cachev2.Cache, acl resources.ACL) valkey.Auth {
-	auth := valkey.Auth{User: resources.OperatorUser, Password: acl.Passwords[resources.OperatorUser]}
+// operatorAuth is who the operator is to the servers of a Cache with auth, speaking TLS as
+// tlsConfig says (nil: plain text).
+func operatorAuth(cache *cachev2.Cache, acl resources.ACL, tlsConfig *tls.Config) valkey.Auth {
+	auth := valkey.Auth{User: resources.OperatorUser, Password: acl.Passwords[resources.OperatorUser], TLS: tlsConfig}
 	if cache.Spec.Mode == cachev2.ModeCluster {
 		auth.ReplicationUser = resources.ReplicationUser
 	}

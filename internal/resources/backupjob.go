@@ -48,7 +48,8 @@ func BackupLabels(b *cachev1alpha1.CacheBackup) map[string]string {
 // credentials from the user's Secret, and has no access to the API server: it reaches the Cache's
 // servers and the bucket, nothing else. It runs once: a backup that fails is retried as a new
 // CacheBackup, which takes a new, whole snapshot. The plan's result file is set here. For a Cache
-// with auth, the pod also reads the operator user's password from the Cache's ACL Secret.
+// with auth, the pod also reads the operator user's password from the Cache's ACL Secret, and for
+// one with TLS the CA's certificate from its TLS Secret.
 func BackupJob(b *cachev1alpha1.CacheBackup, cache *cachev2.Cache, plan backup.Plan, agentImage string) *batchv1.Job {
 	plan.ResultFile = terminationMessagePath
 	env := bucketCredentials(b)
@@ -56,6 +57,10 @@ func BackupJob(b *cachev1alpha1.CacheBackup, cache *cachev2.Cache, plan backup.P
 		// The agent speaks to the servers as the operator's user.
 		env = append(env, corev1.EnvVar{Name: backup.EnvValkeyUser, Value: OperatorUser},
 			secretKey(backup.EnvValkeyPassword, ACLSecretName(cache), OperatorUser, false))
+	}
+	if cache.Spec.TLS != nil {
+		env = append(env, secretKey(backup.EnvValkeyCA, cache.TLSSecretName(), TLSCAKey, false),
+			corev1.EnvVar{Name: backup.EnvValkeyServerName, Value: ServerName(cache)})
 	}
 	// Each shard's upload holds one part in memory (backup.MaxParallelShards at once).
 	return agentJob(b, BackupJobName(b), BackupDeadline, agentContainer(BackupContainerName, agentImage, backup.AgentCommand,

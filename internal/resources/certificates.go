@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/valkey"
 )
 
 // This file is the certificates of a Cache with TLS: a CA of the Cache's own and one certificate
@@ -232,6 +233,19 @@ func pemKey(key *ecdsa.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
+// AnnotationCertificateServed, on a Cache's TLS Secret, is the serial number of the certificate
+// that every node running when it was written serves. The operator asks the nodes only while it
+// differs from the Secret's certificate.
+const AnnotationCertificateServed = "cache.example.com/certificate-served"
+
+// MarkCertificateServed records on a stored TLS Secret that every running node serves the
+// certificate with the given serial, if the Secret still holds that one.
+func MarkCertificateServed(secret *corev1.Secret, serial string) {
+	if cert, err := LeafCertificate(secret.Data); err == nil && cert.SerialNumber.String() == serial {
+		mergeAnnotations(&secret.Annotations, map[string]string{AnnotationCertificateServed: serial})
+	}
+}
+
 // TLSSecret is the TLS Secret of a Cache that holds data (NextCertificates).
 func TLSSecret(cache *cachev2.Cache, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
@@ -251,14 +265,12 @@ func MergeTLSSecret(dst, desired *corev1.Secret) {
 	dst.Data = desired.Data
 }
 
-// TLSClientConfig is how a client of the Cache's nodes speaks TLS given the CA certificate of
-// its TLS Secret: it trusts that CA only, and verifies a node's certificate by ServerName,
-// whatever address it dials. It shows no certificate of its own: the nodes ask none of a client
-// (only of each other, on the cluster bus).
+// TLSClientConfig is how the operator and a backup's agent speak TLS to the Cache's nodes, given
+// the CA certificate of its TLS Secret (valkey.TLSConfig).
 func TLSClientConfig(cache *cachev2.Cache, caPEM []byte) (*tls.Config, error) {
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("no CA certificate in key %s of Secret %s", TLSCAKey, cache.TLSSecretName())
+	config, err := valkey.TLSConfig(caPEM, ServerName(cache))
+	if err != nil {
+		return nil, fmt.Errorf("key %s of Secret %s: %w", TLSCAKey, cache.TLSSecretName(), err)
 	}
-	return &tls.Config{RootCAs: roots, ServerName: ServerName(cache), MinVersion: tls.VersionTLS12}, nil
+	return config, nil
 }

@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,8 @@ type Source struct {
 	// User and Password, if User is set, are who the snapshot is taken as: a user allowed SYNC
 	// and REPLCONF.
 	User, Password string
+	// TLS, if set, is how the snapshot speaks TLS to the server.
+	TLS *tls.Config
 }
 
 // eofMarkLength is the length of the mark that ends a diskless transfer.
@@ -47,7 +50,12 @@ func (s Source) Take(ctx context.Context, w io.Writer) (int64, error) {
 	if stall == 0 {
 		stall = DefaultStall
 	}
-	var dialer net.Dialer
+	var dialer interface {
+		DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+	} = &net.Dialer{}
+	if s.TLS != nil {
+		dialer = &tls.Dialer{Config: s.TLS}
+	}
 	conn, err := dialer.DialContext(ctx, "tcp", s.Addr)
 	if err != nil {
 		return 0, fmt.Errorf("connecting to %s for a snapshot: %w", s.Addr, err)

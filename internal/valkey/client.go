@@ -238,6 +238,18 @@ func (s *Server) Databases(ctx context.Context) ([]int, error) {
 	return dbs, nil
 }
 
+// TLSConfig is how a client of a Cache's servers speaks TLS: it trusts the CA whose certificate
+// caPEM holds, and only it, and verifies a server's certificate by serverName, whatever address
+// it dials (a Cluster's nodes announce their IPs, which no certificate names). It shows no
+// certificate of its own: the servers ask none of a client, only of each other on the bus.
+func TLSConfig(caPEM []byte, serverName string) (*tls.Config, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("no PEM CA certificate")
+	}
+	return &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}, nil
+}
+
 // ReloadCertificates makes the server read its certificate, its key and its CA's certificate
 // again from the files it was started with: the files of a Secret volume, which the kubelet
 // updates in place when the Secret changes. Valkey reads them again whenever a tls-* setting is
