@@ -37,6 +37,9 @@ type container struct {
 	configError string
 	// terminationLog is where the container's termination message file is, here.
 	terminationLog string
+	// mounts are where the container sees its volumes, and the directories here that stand for
+	// them: paths under them in its command line and its probes' and hook's are moved there.
+	mounts []mount
 
 	// pod and spec are the pod and the container's spec as the pod started, from which a
 	// restart makes its environment again (refreshEnv).
@@ -89,7 +92,7 @@ func (r *Runner) newContainer(pod *corev1.Pod, b *sandbox, c *corev1.Container, 
 		name: c.Name, image: c.Image, ip: b.ip, ports: map[string]int32{},
 		dir: b.dataDir(), logPath: filepath.Join(b.dir, c.Name+".log"),
 		terminationLog: filepath.Join(b.dir, c.Name+".termination-log"),
-		readiness:      c.ReadinessProbe, liveness: c.LivenessProbe, pod: pod, spec: c,
+		readiness:      c.ReadinessProbe, liveness: c.LivenessProbe, pod: pod, spec: c, mounts: mountsOf(c, b.volumes),
 		state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}},
 	}
 	if len(c.Ports) > 0 {
@@ -129,7 +132,7 @@ func (ct *container) prepare(r *Runner, pod *corev1.Pod, c *corev1.Container, so
 	if err != nil {
 		return err
 	}
-	ct.binary, ct.args, err = r.command(c.Image, ct.ip, expandAll(commandLine(c), env))
+	ct.binary, ct.args, err = r.command(c.Image, ct.ip, onHostPaths(expandAll(commandLine(c), env), ct.mounts))
 	if err != nil {
 		return err
 	}

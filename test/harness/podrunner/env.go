@@ -66,10 +66,17 @@ func (e configError) Error() string { return string(e) }
 // "Kind/name"; one that could not be read is absent.
 type envSources map[string]map[string]string
 
-// sourcesOf reads the Secrets and ConfigMaps that the pod's containers take variables from, as
-// the kubelet does when it starts the pod.
+// sourcesOf reads the Secrets and ConfigMaps that the pod's containers take variables from, and
+// the Secrets of its Secret volumes, as the kubelet does when it starts the pod.
 func (r *Runner) sourcesOf(ctx context.Context, pod *corev1.Pod) envSources {
 	sources := envSources{}
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil {
+			if data, err := r.read(ctx, pod.Namespace, "Secret", v.Secret.SecretName); err == nil {
+				sources["Secret/"+v.Secret.SecretName] = data
+			}
+		}
+	}
 	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		for _, e := range c.Env {
 			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil && e.ValueFrom.ConfigMapKeyRef == nil {

@@ -62,7 +62,7 @@ func (r *Runner) probe(ctx context.Context, c *container, probe *corev1.Probe) (
 // programs (images), as the kubelet execs a probe's or a hook's command in the container, and
 // returns its output.
 func (r *Runner) execIn(ctx context.Context, c *container, command []string, timeout time.Duration) ([]byte, error) {
-	binary, args, err := r.command(c.image, c.ip, command)
+	binary, args, err := r.command(c.image, c.ip, onHostPaths(command, c.mounts))
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,12 @@
 //     read again for each start of a container, so that a restart in place sees a Secret's new
 //     value; a container whose Secret, ConfigMap or key is missing (and not optional) at the
 //     pod's start waits, reported as CreateContainerConfigError;
+//   - Secret volumes: the Secret's keys (or the items named) as files with the volume's modes,
+//     written before the pod's containers start, and updated in place while the pod runs when
+//     the Secret changes, as the kubelet's atomic writer does (a ..data link switched to a new
+//     directory in one rename), so that a server told to read its certificate again reads the
+//     new one; a Secret or key that is missing, and not optional, keeps the pod's containers
+//     from starting;
 //   - what a run writes to its termination message file is its terminated state's message (at
 //     most 4096 bytes).
 //
@@ -46,15 +52,25 @@
 //     shell script alike, and gives the pod's IP for the hosts of redis_exporter's
 //     --web.listen-address and --redis.addr. A script that calls localhost or 127.0.0.1 by name,
 //     expecting its own pod, reaches the machine instead;
-//   - a container's volumes are the pod's one data directory, its working directory, whatever
-//     the mounts say: a path under the mount (/data/...) must be given relative to it;
+//   - every emptyDir volume is the pod's one data directory, every container's working
+//     directory; a Secret volume is a directory of its own; other kinds of volume (the service
+//     account's token among them) are not mounted. A container sees none at its mount path: the
+//     runner moves a path under a mount in its command line and in its probes' and hook's
+//     commands (/data/valkey.sock, /tls/tls.crt: as an argument or inside one, a URL or a
+//     script) to the directory that stands for the volume, and a program must not build such a
+//     path itself. A Unix socket's path so moved must stay within the system's limit (108 bytes);
+//   - a Secret volume is brought up to date every 2 s, where the kubelet takes up to a minute
+//     and more (its sync period and its cache): a test does not wait that out, and an operator
+//     that must wait for it is not tested waiting that long;
 //   - the first readiness probe runs as soon as the server accepts connections rather than at
 //     some point within the first period, so that tests do not wait out a period per pod;
 //   - no resource limits: a server over its memory limit is not OOM-killed, and one over its
 //     CPU limit is not throttled;
 //   - the termination message file is not mounted at its path: a program must be told its path
 //     in its arguments, where the runner puts the file's place in the pod's directory instead;
-//   - a container that waits for a missing Secret or ConfigMap waits for good: the kubelet would
+//   - a container that waits for a missing Secret or ConfigMap, or a pod for a Secret volume's
+//     Secret, waits for good, reported as CreateContainerConfigError (the kubelet reports a
+//     volume it cannot mount as ContainerCreating, with a FailedMount event): the kubelet would
 //     start it once it appears; and one restarted in place after its Secret went keeps the
 //     values it had, where the kubelet would wait;
 //   - the processes run as long as the runner: a runner that stops stops them all.
@@ -137,6 +153,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	factory.Start(ctx.Done())
+	r.goWork(func() { r.syncSecretVolumes(ctx) })
 	<-ctx.Done()
 	factory.Shutdown()
 

@@ -1,6 +1,7 @@
 package podrunner
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,6 +26,10 @@ type sandbox struct {
 	// init are the init containers, run one after the other to completion before main, the
 	// pod's containers, start side by side.
 	init, main []*container
+	// volumes are the directories that stand for the pod's volumes, by name; secrets are its
+	// Secret volumes, which the runner keeps up to date (syncSecretVolumes).
+	volumes map[string]string
+	secrets []*secretVolume
 
 	// Guarded by the runner's lock: whether every init container has completed, the phase the
 	// pod ended in (empty while it runs), when it was first ready, and whether the pod's
@@ -53,11 +58,15 @@ func (r *Runner) newSandbox(pod *corev1.Pod, sources envSources) *sandbox {
 		pod: podKey(pod), uid: pod.UID, ip: pod.Status.PodIP, dir: r.podDir(pod.UID),
 		restartPolicy: pod.Spec.RestartPolicy, grace: gracePeriod(pod), stopping: make(chan struct{}),
 	}
-	var refusal error
+	var refusal, mountErr error
 	if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !ip.IsLoopback() {
 		refusal = fmt.Errorf("the pod's IP %s is not a loopback address: a server behind it would be "+
 			"reached off this machine (a cluster made before pods got loopback IPs? `make local-cluster-down`)", pod.Status.PodIP)
 	} else if err := os.MkdirAll(b.dataDir(), 0o700); err != nil {
+		refusal = err
+	} else if b.volumes, b.secrets, err = b.volumesOf(pod, sources); errors.As(err, new(configError)) {
+		mountErr = err
+	} else if err != nil {
 		refusal = err
 	}
 	for i := range pod.Spec.InitContainers {
@@ -69,6 +78,14 @@ func (r *Runner) newSandbox(pod *corev1.Pod, sources envSources) *sandbox {
 	}
 	for i := range pod.Spec.Containers {
 		b.main = append(b.main, r.newContainer(pod, b, &pod.Spec.Containers[i], sources, refusal))
+	}
+	if mountErr != nil {
+		// The kubelet starts no container of a pod whose volumes it cannot mount.
+		for _, c := range append(b.init[:len(b.init):len(b.init)], b.main...) {
+			if c.refusal == "" {
+				c.configError = mountErr.Error()
+			}
+		}
 	}
 	return b
 }

@@ -184,3 +184,84 @@ func TestClusterNodeRestartedInPlaceIsANewFencedNode(t *testing.T) {
 		t.Errorf("the restarted node serves %d slots with none of their keys", second.SlotsServed())
 	}
 }
+
+// A Cache pod with TLS runs on the files of its Secret volume: its server serves the Secret's
+// certificate over TLS, its readiness probe passes through the server's socket, and when the
+// Secret changes, the files change in place (the kubelet's atomic writer), so that the server,
+// told to read them again, serves the renewed certificate without a restart.
+func TestTLSCachePodServesItsSecretVolumeAndItsUpdates(t *testing.T) {
+	pod := cachePod(cachev2.ModeStandalone)
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi"), TLS: &cachev2.TLS{}}}
+	pod.Spec = resources.StatefulSet(cache, resources.DefaultImages).Spec.Template.Spec
+	data, _, err := resources.NextCertificates(cache, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := func(data map[string][]byte) map[string]string {
+		out := map[string]string{}
+		for k, v := range data {
+			out[k] = string(v)
+		}
+		return out
+	}
+	r := &Runner{BinDir: testenv.BinDir(), Workdir: t.TempDir(), Log: testr.New(t)}
+	if c := r.newSandbox(pod, nil).serverContainer(); !strings.Contains(c.configError, `secret "orders-cache-tls" not found`) {
+		t.Errorf("without its Secret the container is %q %q, want it waiting for the Secret", c.configError, c.refusal)
+	}
+	b := r.newSandbox(pod, envSources{"Secret/orders-cache-tls": secret(data)})
+	s := b.serverContainer()
+	if s.refusal != "" || s.configError != "" {
+		t.Fatal(s.refusal, s.configError)
+	}
+	p, err := s.launch(&r.work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.kill(); <-p.exited })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.waitAccepting(ctx, p)
+	if ok, err := r.probe(ctx, s, pod.Spec.Containers[0].ReadinessProbe); !ok {
+		t.Fatalf("the readiness probe fails: %v", err)
+	}
+	config, err := resources.TLSClientConfig(cache, data[resources.TLSCAKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := func() string {
+		cert, err := valkey.ServedCertificate(ctx, s.ip, int(s.port), config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert.SerialNumber.String()
+	}
+	first := serial()
+
+	delete(data, resources.TLSCertKey)
+	renewed, _, err := resources.NextCertificates(cache, data, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.secrets[0].write(secret(renewed), true); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := valkey.Connect(s.ip, int(s.port), valkey.Auth{TLS: config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.ReloadCertificates(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := resources.LeafCertificate(renewed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := serial(); got == first || got != cert.SerialNumber.String() {
+		t.Errorf("after the Secret's update the server serves serial %s, want the renewed %s (first %s)", got, cert.SerialNumber, first)
+	}
+	if !p.running() {
+		t.Error("the server stopped")
+	}
+}
