@@ -46,16 +46,8 @@ func scrapeExporter(pod *corev1.Pod) (map[string]*dto.MetricFamily, error) {
 func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
-	ns := newNamespace(t)
 	// The pods, exporter included, meet the restricted Pod Security Standard, or none is made.
-	namespace := &corev1.Namespace{}
-	if err := admin.Get(context.Background(), client.ObjectKey{Name: ns}, namespace); err != nil {
-		t.Fatal(err)
-	}
-	namespace.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
-	if err := admin.Update(context.Background(), namespace); err != nil {
-		t.Fatal(err)
-	}
+	ns := newRestrictedNamespace(t)
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "watched", Namespace: ns},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, ReplicasPerShard: new(int32(1)),

@@ -41,6 +41,22 @@ func newNamespace(t *testing.T) string {
 	return ns.Name
 }
 
+// newRestrictedNamespace is newNamespace enforcing the restricted Pod Security Standard: a pod
+// that does not meet it is refused, and its StatefulSet makes none.
+func newRestrictedNamespace(t *testing.T) string {
+	t.Helper()
+	ns := newNamespace(t)
+	namespace := &corev1.Namespace{}
+	if err := admin.Get(context.Background(), client.ObjectKey{Name: ns}, namespace); err != nil {
+		t.Fatal(err)
+	}
+	namespace.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	if err := admin.Update(context.Background(), namespace); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
 // deleteAllCaches deletes the namespace's Caches and waits until they are gone, which takes a
 // running operator when they carry its finalizer.
 func deleteAllCaches(t *testing.T, namespace string) {

@@ -1,0 +1,195 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/testenv"
+)
+
+// tlsSecret reads the Cache's TLS Secret, and how a client trusts what it holds.
+func tlsSecret(t *testing.T, c *cachev2.Cache) (*corev1.Secret, *tls.Config) {
+	t.Helper()
+	secret := appSecret(t, c.Namespace, c.TLSSecretName())
+	config, err := resources.TLSClientConfig(c, secret.Data[resources.TLSCAKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret, config
+}
+
+// serialIn is the serial number of the certificate the TLS Secret holds.
+func serialIn(t *testing.T, secret *corev1.Secret) string {
+	t.Helper()
+	cert, err := resources.LeafCertificate(secret.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert.SerialNumber.String()
+}
+
+// waitCertificateServed waits until every pod of the Cache serves the certificate with the
+// serial given, and the Cache says so.
+func waitCertificateServed(t *testing.T, c *cachev2.Cache, config *tls.Config, serial string) {
+	t.Helper()
+	key := client.ObjectKeyFromObject(c)
+	testenv.WaitFor(t, 2*time.Minute, "every node to serve the certificate with serial "+serial, func() (bool, string) {
+		for _, pod := range cachePods(t, key) {
+			cert, err := valkey.ServedCertificate(context.Background(), pod.Status.PodIP, resources.Port, config)
+			if err != nil {
+				return false, err.Error()
+			}
+			if got := cert.SerialNumber.String(); got != serial {
+				return false, fmt.Sprintf("%s serves serial %s", pod.Name, got)
+			}
+		}
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionCertificateServed)
+		if cond == nil {
+			return false, "no CertificateServed condition"
+		}
+		return cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, serial), cond.Reason + ": " + cond.Message
+	})
+}
+
+// restarts are the Cache's pods by name, each with its UID and its containers' restarts.
+func restarts(t *testing.T, key client.ObjectKey) map[string]string {
+	t.Helper()
+	pods := map[string]string{}
+	for _, pod := range cachePods(t, key) {
+		var counts []string
+		for _, s := range pod.Status.ContainerStatuses {
+			counts = append(counts, fmt.Sprintf("%s:%d", s.Name, s.RestartCount))
+		}
+		pods[pod.Name] = string(pod.UID) + " " + strings.Join(counts, ",")
+	}
+	return pods
+}
+
+// TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart: a Cluster with TLS,
+// auth and metrics forms over a TLS bus, its replica syncs over TLS, and its pods (restricted,
+// as the Pod Security Standard says) pass their probes and export their metrics through the
+// server's socket. Every node refuses a client in plain text and serves one that trusts the
+// Cache's CA, by the Service's name, though it dials the nodes' IPs. A backup's Job speaks TLS to
+// the nodes. A certificate renewed in the Secret is served by every node, and the Cache says so,
+// with no pod restarted and a session opened before still up.
+func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *testing.T) {
+	runBeside(t, 1)
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newRestrictedNamespace(t)
+	ctx := context.Background()
+	c := &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "sealed", Namespace: ns},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, ReplicasPerShard: new(int32(1)),
+			Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+			Auth: &cachev2.Auth{}, Metrics: &cachev2.Metrics{Enabled: true}, TLS: &cachev2.TLS{}},
+	}
+	if err := admin.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(c)
+	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	secret, config := tlsSecret(t, c)
+	first := serialIn(t, secret)
+	waitCertificateServed(t, c, config, first)
+
+	password := string(appSecret(t, ns, "sealed-auth").Data[resources.AppPasswordKey])
+	for _, pod := range cachePods(t, key) {
+		if plain, err := connectAs(t, pod.Status.PodIP, cachev2.AppUser, password); err == nil {
+			if err := plain.Do(ctx, plain.B().Ping().Build()).Error(); err == nil {
+				t.Errorf("%s served a client in plain text", pod.Name)
+			}
+		}
+	}
+	app := tlsClusterClient(t, key, config, password)
+	const keys = 100
+	for i := range keys {
+		if err := app.Do(ctx, app.B().Set().Key(fmt.Sprint("sealed-", i)).Value(fmt.Sprint(i)).Build()).Error(); err != nil {
+			t.Fatalf("SET over TLS: %v", err)
+		}
+	}
+	testenv.WaitFor(t, time.Minute, "every exporter to read its server through the socket, and the replica linked", func() (bool, string) {
+		var linked float64
+		for _, pod := range cachePods(t, key) {
+			families, err := scrapeExporter(&pod)
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", pod.Name, err)
+			}
+			if up, errs := testenv.Sum(families, "redis_up", nil), testenv.Sum(families, "redis_exporter_last_scrape_error", nil); up != 1 || errs != 0 {
+				return false, fmt.Sprintf("%s: redis_up %v, scrape errors %v", pod.Name, up, errs)
+			}
+			linked += testenv.Sum(families, "redis_master_link_up", nil)
+		}
+		return linked == 1, fmt.Sprintf("%v replicas linked", linked)
+	})
+
+	store := newBackupStore(t, ns)
+	b := waitBackup(t, newBackup(t, ns, "sealed-nightly", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+	if b.Status.Keys != keys {
+		t.Errorf("the backup over TLS holds %d keys, want %d", b.Status.Keys, keys)
+	}
+	waitJobGone(t, b)
+
+	session := tlsClusterClient(t, key, config, password)
+	before := restarts(t, key)
+	delete(secret.Data, resources.TLSCertKey)
+	if err := admin.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	var renewed string
+	testenv.WaitFor(t, time.Minute, "a new certificate in the Secret", func() (bool, string) {
+		secret, _ = tlsSecret(t, c)
+		if _, ok := secret.Data[resources.TLSCertKey]; !ok {
+			return false, "no certificate yet"
+		}
+		renewed = serialIn(t, secret)
+		return renewed != first, "serial " + renewed
+	})
+	waitCertificateServed(t, c, config, renewed)
+	if after := restarts(t, key); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("pods restarted with the new certificate: before %v, after %v", before, after)
+	}
+	for i := range keys {
+		if v, err := session.Do(ctx, session.B().Get().Key(fmt.Sprint("sealed-", i)).Build()).ToString(); err != nil || v != fmt.Sprint(i) {
+			t.Fatalf("sealed-%d through the session opened before the renewal: %q, %v", i, v, err)
+		}
+	}
+}
+
+// tlsClusterClient is a cluster client of the Cache as the application user, over TLS as config
+// says.
+func tlsClusterClient(t *testing.T, key client.ObjectKey, config *tls.Config, password string) valkeygo.Client {
+	t.Helper()
+	pods := cachePods(t, key)
+	c, err := valkeygo.NewClient(valkeygo.ClientOption{
+		InitAddress: []string{net.JoinHostPort(pods[0].Status.PodIP, fmt.Sprint(resources.Port))},
+		Username:    cachev2.AppUser, Password: password, TLSConfig: config,
+		DisableCache: true, Dialer: net.Dialer{Timeout: 5 * time.Second}, ConnWriteTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
