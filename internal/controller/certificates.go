@@ -57,7 +57,7 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 	case err != nil:
 		return certificates{}, err
 	}
-	next, renewal, err := resources.NextCertificates(cache, secret.Data, time.Now())
+	next, renewal, err := resources.NextCertificates(cache, r.ClusterDomain, secret.Data, time.Now())
 	if err != nil {
 		return certificates{}, err
 	}
@@ -79,7 +79,7 @@ func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.
 	var issueErr error
 	_, err := r.ensureChild(ctx, c, cache, secret, func() {
 		var next map[string][]byte
-		if next, _, issueErr = resources.NextCertificates(cache, secret.Data, time.Now()); issueErr == nil {
+		if next, _, issueErr = resources.NextCertificates(cache, r.ClusterDomain, secret.Data, time.Now()); issueErr == nil {
 			resources.MergeTLSSecret(secret, resources.TLSSecret(cache, next))
 		}
 	})

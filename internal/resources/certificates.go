@@ -50,14 +50,15 @@ const caValidity = 10 * 365 * 24 * time.Hour
 const backdate = time.Hour
 
 // CertificateNames are the DNS names in a Cache's certificate: its Service's, which lists every
-// node, and each node's under it (<pod>.<service>), in each form a client in the cluster may dial,
-// and localhost, for a port-forward. A Cluster's clients are sent to the nodes' IPs, which no
-// certificate names: they verify the certificate by ServerName (docs/operations.md).
-func CertificateNames(cache *cachev2.Cache) []string {
+// node, and each node's under it (<pod>.<service>), in each form a client in a cluster of the
+// given DNS domain may dial, and localhost, for a port-forward. A Cluster's clients are sent to
+// the nodes' IPs, which no certificate names: they verify the certificate by ServerName
+// (docs/operations.md).
+func CertificateNames(cache *cachev2.Cache, clusterDomain string) []string {
 	service := cache.Name + "." + cache.Namespace
 	return []string{
 		cache.Name, service, service + ".svc", "*." + service + ".svc",
-		service + ".svc.cluster.local", "*." + service + ".svc.cluster.local",
+		service + ".svc." + clusterDomain, "*." + service + ".svc." + clusterDomain,
 		"localhost",
 	}
 }
@@ -70,12 +71,12 @@ func ServerName(cache *cachev2.Cache) string { return cache.Name + "." + cache.N
 // certificate a node shows when it connects to another, on the cluster bus and for replication.
 var certificateUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 
-// NextCertificates is what a Cache's TLS Secret is to hold, given what it holds (nil for none)
-// and the time: the same data while its CA and certificate are valid, and new ones where not. A
+// NextCertificates is what a Cache's TLS Secret is to hold in a cluster of the given DNS domain,
+// given what it holds (nil for none) and the time: the same data while its CA and certificate are valid, and new ones where not. A
 // certificate is renewed once a third of its validity is left, or when it is missing, does not
 // match its key or the CA, or names other names. The second result is when the certificate it
 // returns is due for renewal.
-func NextCertificates(cache *cachev2.Cache, data map[string][]byte, now time.Time) (map[string][]byte, time.Time, error) {
+func NextCertificates(cache *cachev2.Cache, clusterDomain string, data map[string][]byte, now time.Time) (map[string][]byte, time.Time, error) {
 	validity := certificateValidity(cache)
 	next := map[string][]byte{}
 	ca, caKey, err := parseCA(data)
@@ -91,11 +92,11 @@ func NextCertificates(cache *cachev2.Cache, data map[string][]byte, now time.Tim
 		next[TLSCAKey], next[tlsCAKey] = data[TLSCAKey], data[tlsCAKey]
 	}
 
-	if cert, err := validCertificate(cache, ca, data, now); err == nil && bytes.Equal(next[TLSCAKey], data[TLSCAKey]) {
+	if cert, err := validCertificate(CertificateNames(cache, clusterDomain), ca, data, now); err == nil && bytes.Equal(next[TLSCAKey], data[TLSCAKey]) {
 		next[TLSCertKey], next[TLSKeyKey] = data[TLSCertKey], data[TLSKeyKey]
 		return next, renewalTime(cert), nil
 	}
-	cert, key, err := issueCertificate(cache, ca, caKey, now.Add(-backdate), now.Add(validity))
+	cert, key, err := issueCertificate(cache, CertificateNames(cache, clusterDomain), ca, caKey, now.Add(-backdate), now.Add(validity))
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -129,9 +130,9 @@ func LeafCertificate(data map[string][]byte) (*x509.Certificate, error) {
 	return x509.ParseCertificate(block.Bytes)
 }
 
-// validCertificate is the certificate in data if it is signed by ca, matches its key, names the
-// Cache's names, serves and authenticates, and is not yet due for renewal.
-func validCertificate(cache *cachev2.Cache, ca *x509.Certificate, data map[string][]byte, now time.Time) (*x509.Certificate, error) {
+// validCertificate is the certificate in data if it is signed by ca, matches its key, has the
+// names given, serves and authenticates, and is not yet due for renewal.
+func validCertificate(names []string, ca *x509.Certificate, data map[string][]byte, now time.Time) (*x509.Certificate, error) {
 	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
 		return nil, err
 	}
@@ -145,7 +146,7 @@ func validCertificate(cache *cachev2.Cache, ca *x509.Certificate, data map[strin
 		return nil, err
 	}
 	switch {
-	case !slices.Equal(cert.DNSNames, CertificateNames(cache)):
+	case !slices.Equal(cert.DNSNames, names):
 		return nil, errors.New("the certificate names other names than the Cache's")
 	case !now.Before(renewalTime(cert)):
 		return nil, errors.New("the certificate is due for renewal")
@@ -187,11 +188,12 @@ func issueCA(cache *cachev2.Cache, now time.Time) (*x509.Certificate, *ecdsa.Pri
 	return sign(template, nil, nil)
 }
 
-// issueCertificate makes a certificate for the Cache's nodes, signed by its CA.
-func issueCertificate(cache *cachev2.Cache, ca *x509.Certificate, caKey *ecdsa.PrivateKey, begin, end time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+// issueCertificate makes a certificate for the Cache's nodes with the names given, signed by its
+// CA.
+func issueCertificate(cache *cachev2.Cache, names []string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, begin, end time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	template := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: ServerName(cache), Organization: []string{"cache-operator"}},
-		DNSNames:    CertificateNames(cache),
+		DNSNames:    names,
 		NotBefore:   begin,
 		NotAfter:    end,
 		KeyUsage:    x509.KeyUsageDigitalSignature,

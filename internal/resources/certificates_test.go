@@ -25,7 +25,7 @@ func tlsCache(validity time.Duration) *cachev2.Cache {
 func TestTheFirstCertificatesServeAndAuthenticateByTheCachesNames(t *testing.T) {
 	cache := tlsCache(90 * 24 * time.Hour)
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	data, renewAt, err := NextCertificates(cache, nil, now)
+	data, renewAt, err := NextCertificates(cache, "cluster.local", nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +64,11 @@ func TestTheFirstCertificatesServeAndAuthenticateByTheCachesNames(t *testing.T) 
 func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 	cache := tlsCache(3 * time.Hour)
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	first, renewAt, err := NextCertificates(cache, nil, now)
+	first, renewAt, err := NextCertificates(cache, "cluster.local", nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same, sameRenewAt, err := NextCertificates(cache, first, renewAt.Add(-time.Second))
+	same, sameRenewAt, err := NextCertificates(cache, "cluster.local", first, renewAt.Add(-time.Second))
 	if err != nil || !maps.EqualFunc(same, first, bytesEqual) || !sameRenewAt.Equal(renewAt) {
 		t.Fatalf("before renewal: changed %v, renewal %v, %v", !maps.EqualFunc(same, first, bytesEqual), sameRenewAt, err)
 	}
@@ -94,7 +94,7 @@ func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 			c = tlsCache(3 * time.Hour)
 			c.Name = "other-cache"
 		}
-		next, _, err := NextCertificates(c, tc.data, tc.at)
+		next, _, err := NextCertificates(c, "cluster.local", tc.data, tc.at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +107,7 @@ func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 	}
 	broken := maps.Clone(first)
 	broken[tlsCAKey] = []byte("not a key")
-	next, _, err := NextCertificates(cache, broken, now)
+	next, _, err := NextCertificates(cache, "cluster.local", broken, now)
 	if err != nil {
 		t.Fatal(err)
 	}
