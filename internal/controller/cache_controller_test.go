@@ -202,19 +202,19 @@ func TestUnchangedPassesMakeNoWrites(t *testing.T) {
 			spec.Metrics = &cachev2.Metrics{Enabled: true}
 		})
 	})
+	t.Run("with auth and TLS", func(t *testing.T) {
+		unchangedPassesMakeNoWrites(t, func(spec *cachev2.CacheSpec) {
+			spec.Auth = &cachev2.Auth{}
+			spec.TLS = &cachev2.TLS{}
+		})
+	})
 }
 
 // unchangedPassesMakeNoWrites is TestUnchangedPassesMakeNoWrites for a Cache whose spec the
 // user set as set says (nil: as newCache makes it).
 func unchangedPassesMakeNoWrites(t *testing.T, set func(*cachev2.CacheSpec)) {
 	ns := newNamespace(t)
-	cache := newCache(t, ns)
-	if set != nil {
-		set(&cache.Spec)
-		if err := k8s.Update(context.Background(), cache); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cache := newCacheWith(t, ns, set)
 	firstPass(t, cache)
 	// The direct client reads objects exactly as stored, with every field the API server
 	// defaulted, so a merge that fought defaulting would show up as writes here.

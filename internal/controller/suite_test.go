@@ -60,9 +60,19 @@ func newNamespace(t *testing.T) string {
 // newCache creates a Cache of three replicas as a user would and returns it as stored.
 func newCache(t *testing.T, namespace string) *cachev2.Cache {
 	t.Helper()
+	return newCacheWith(t, namespace, nil)
+}
+
+// newCacheWith is newCache with the spec set as set says before the Cache is created (nil: as
+// newCache makes it), for what may be set only then.
+func newCacheWith(t *testing.T, namespace string, set func(*cachev2.CacheSpec)) *cachev2.Cache {
+	t.Helper()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: namespace},
 		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 3, Version: "8.1.1", Memory: resource.MustParse("256Mi")},
+	}
+	if set != nil {
+		set(&c.Spec)
 	}
 	if err := k8s.Create(context.Background(), c); err != nil {
 		t.Fatal(err)
