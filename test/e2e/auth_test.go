@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -28,8 +29,15 @@ import (
 // cannot: a connection refused at its handshake.
 func connectAs(t *testing.T, ip, user, password string) (valkeygo.Client, error) {
 	t.Helper()
+	return connectOverTLS(t, ip, user, password, nil)
+}
+
+// connectOverTLS is connectAs speaking TLS as config says (nil: plain text).
+func connectOverTLS(t *testing.T, ip, user, password string, config *tls.Config) (valkeygo.Client, error) {
+	t.Helper()
 	c, err := valkeygo.NewClient(valkeygo.ClientOption{
 		InitAddress: []string{net.JoinHostPort(ip, fmt.Sprint(resources.Port))}, Username: user, Password: password,
+		TLSConfig:         config,
 		ForceSingleClient: true, DisableCache: true, DisableRetry: true,
 		Dialer: net.Dialer{Timeout: 5 * time.Second}, ConnWriteTimeout: 5 * time.Second,
 	})

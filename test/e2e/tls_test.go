@@ -93,7 +93,8 @@ func restarts(t *testing.T, key client.ObjectKey) map[string]string {
 // server's socket. Every node refuses a client in plain text and serves one that trusts the
 // Cache's CA, by the Service's name, though it dials the nodes' IPs. A backup's Job speaks TLS to
 // the nodes. A certificate renewed in the Secret is served by every node, and the Cache says so,
-// with no pod restarted and a session opened before still up.
+// with no pod restarted and a session opened before still up. An evicted primary hands its shard
+// over to its replica over TLS, and loses no key.
 func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
@@ -174,6 +175,35 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 	for i := range keys {
 		if v, err := session.Do(ctx, session.B().Get().Key(fmt.Sprint("sealed-", i)).Build()).ToString(); err != nil || v != fmt.Sprint(i) {
 			t.Fatalf("sealed-%d through the session opened before the renewal: %q, %v", i, v, err)
+		}
+	}
+
+	// A primary's pod evicted, as a node drain does, hands its shard to its replica over TLS
+	// first (the preStop hook, with the nodes' certificate), and its replacement joins.
+	primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
+	replicaPod := replicaOf(t, c, primaryPod.Name)
+	acl := appSecret(t, ns, resources.ACLSecretName(c))
+	operator, err := connectOverTLS(t, replicaPod.Status.PodIP, resources.OperatorUser, string(acl.Data[resources.OperatorUser]), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDisruptionsAllowed(t, key, 1)
+	if err := evict(primaryPod); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "the evicted primary's replica to take over by a handover", func() (bool, string) {
+		info, err := operator.Do(ctx, operator.B().ClusterInfo().Build()).ToString()
+		if err != nil {
+			return false, err.Error()
+		}
+		sent := clusterInfoField(info, "cluster_stats_messages_mfstart_sent")
+		return sent > 0, fmt.Sprintf("MFSTART sent %d times", sent)
+	})
+	waitReadyWithNewNodes(t, key, 2, map[string]bool{primary.ID: true}, 3*time.Minute)
+	app = tlsClusterClient(t, key, config, password)
+	for i := range keys {
+		if v, err := app.Do(ctx, app.B().Get().Key(fmt.Sprint("sealed-", i)).Build()).ToString(); err != nil || v != fmt.Sprint(i) {
+			t.Fatalf("sealed-%d after the handover: %q, %v", i, v, err)
 		}
 	}
 }
