@@ -220,7 +220,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 		sent := clusterInfoField(info, "cluster_stats_messages_mfstart_sent")
 		return sent > 0, fmt.Sprintf("MFSTART sent %d times", sent)
 	})
-	waitReadyWithNewNodes(t, key, 6, map[string]bool{primary.ID: true}, 3*time.Minute)
+	waitReadyWithNewNodes(t, key, 6, map[string]bool{primary.ID: true})
 	waitDisruptionsAllowed(t, key, 1)
 	for _, pod := range cachePods(t, key) {
 		if pod.Name != primaryPod.Name {

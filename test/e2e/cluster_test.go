@@ -64,11 +64,12 @@ func waitReadyAs(t *testing.T, key client.ObjectKey, status metav1.ConditionStat
 // waitReadyWithNewNodes waits until the Cache is Ready as a cluster whose status lists n nodes,
 // each with an ID and none of them one of the old IDs, and returns the Cache. Pods replaced
 // without a change to the spec leave the Ready condition of the generation as it was written
-// before; only new node IDs in the same status show that the operator judged the new nodes.
-func waitReadyWithNewNodes(t *testing.T, key client.ObjectKey, n int, old map[string]bool, timeout time.Duration) *cachev2.Cache {
+// before; only new node IDs in the same status show that the operator judged the new nodes. It
+// waits 3 minutes at most: pods replaced, and their nodes joined.
+func waitReadyWithNewNodes(t *testing.T, key client.ObjectKey, n int, old map[string]bool) *cachev2.Cache {
 	t.Helper()
 	var c *cachev2.Cache
-	testenv.WaitFor(t, timeout, fmt.Sprintf("%s Ready with %d new nodes", key, n), func() (bool, string) {
+	testenv.WaitFor(t, 3*time.Minute, fmt.Sprintf("%s Ready with %d new nodes", key, n), func() (bool, string) {
 		var err error
 		if c, err = getCache(t, key); err != nil {
 			return false, err.Error()
@@ -369,7 +370,7 @@ func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
 		sent, role := handovers()
 		return role == "master" && sent > before, fmt.Sprintf("%s is %s, MFSTART sent %d times (%d before)", replicaPod.Name, role, sent, before)
 	})
-	c = waitReadyWithNewNodes(t, key, 6, map[string]bool{primary.ID: true}, 3*time.Minute)
+	c = waitReadyWithNewNodes(t, key, 6, map[string]bool{primary.ID: true})
 	for _, pod := range cachePods(t, key) {
 		reply, err := do(t, &pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClusterNodes().Build() }).ToString()
 		if err != nil {
@@ -395,7 +396,7 @@ func TestClusterFormsAgainAfterPodsAreReplaced(t *testing.T) {
 	waitPodsReplaced(t, key, oldPods, 6)
 	// Ready with only new nodes, not the Ready of the old ones, before any server is asked: the
 	// new servers say cluster_state:fail until the operator has formed them into a cluster.
-	waitReadyWithNewNodes(t, key, 6, oldNodes, 3*time.Minute)
+	waitReadyWithNewNodes(t, key, 6, oldNodes)
 	assertClusterStateOK(t, key)
 	assertClusterServesKeys(t, key, 1000)
 }

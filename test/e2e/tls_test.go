@@ -199,7 +199,7 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 		sent := clusterInfoField(info, "cluster_stats_messages_mfstart_sent")
 		return sent > 0, fmt.Sprintf("MFSTART sent %d times", sent)
 	})
-	waitReadyWithNewNodes(t, key, 2, map[string]bool{primary.ID: true}, 3*time.Minute)
+	waitReadyWithNewNodes(t, key, 2, map[string]bool{primary.ID: true})
 	app = tlsClusterClient(t, key, config, password)
 	for i := range keys {
 		if v, err := app.Do(ctx, app.B().Get().Key(fmt.Sprint("sealed-", i)).Build()).ToString(); err != nil || v != fmt.Sprint(i) {
