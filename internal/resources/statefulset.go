@@ -379,15 +379,19 @@ esac`}
 // replica itself; the server is stopped after. A replica, a primary with no replica in sync, or
 // a failover refused: nothing happens, as before. The operator's own restarts hand over first
 // already (topology.Roll), and find a replica here.
+//
+// With TLS, the replica is asked over TLS, at Port: the hook's own connection, through the
+// socket, is in plain text, and to such a connection Valkey reports the nodes' plain-text port,
+// which is 0 (off), not the TLS port they serve on.
 func handOverScript(cli nodeCLI) []string {
-	script, peer := `cli="`+cli.local+`"`+"\n", "$cli"
+	script, peer := `cli="`+cli.local+`"`+"\n", `$cli -h "$host" -p "$port"`
 	if cli.peer != "" {
-		script, peer = script+`peer="`+cli.peer+`"`+"\n", "$peer"
+		script, peer = script+`peer="`+cli.peer+`"`+"\n", `$peer -h "$host" -p `+strconv.Itoa(Port)
 	}
 	return []string{"sh", "-c", script + `[ "$($cli ROLE | head -n 1)" = master ] && $cli INFO replication | grep -q '^slave[0-9]*:.*state=online' || exit 0
 addr=$($cli CLUSTER REPLICAS "$($cli CLUSTER MYID)" | awk '$8 == "connected" && $3 !~ /fail/ { print $2; exit }')
 host=${addr%%:*} port=${addr#*:} port=${port%%@*}
-[ -n "$host" ] && ` + peer + ` -h "$host" -p "$port" CLUSTER FAILOVER | grep -q OK || exit 0
+[ -n "$host" ] && ` + peer + ` CLUSTER FAILOVER | grep -q OK || exit 0
 for i in $(seq 50); do
   [ "$($cli ROLE | head -n 1)" = slave ] && exit 0
   sleep 0.2
