@@ -49,7 +49,8 @@ func writeTLSVolume(t *testing.T, dir string, data map[string][]byte) {
 
 // On real servers: nodes with a Cache's certificates serve TLS only, to a client that trusts
 // the Cache's CA and shows no certificate of its own, and form a cluster over a TLS bus; a node
-// whose certificate comes from another CA cannot join it, though it MEETs a member; and a
+// whose certificate comes from another CA cannot join it, though it MEETs a member; a key
+// MIGRATEs from one member to the other over TLS; and a
 // renewed certificate, once its files change, is served after ReloadCertificates by the same
 // process.
 func TestTLSNodesRefuseStrangersAndServeARenewedCertificateWithoutARestart(t *testing.T) {
@@ -130,7 +131,49 @@ func TestTLSNodesRefuseStrangersAndServeARenewedCertificateWithoutARestart(t *te
 		t.Errorf("the members see %+v (%v), want each other only", seen, err)
 	}
 
+	// A key moves from one member to the other over TLS (MIGRATE, node to node), as the
+	// operator moves slots.
 	client := testenv.ValkeyOverTLS(t, ips[0], Port, servers[0].Auth().TLS)
+	ids := make([]string, 2)
+	for i := range ids {
+		nodes, err := servers[i].ClusterNodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		self, _ := valkey.Myself(nodes)
+		ids[i] = self.ID
+	}
+	if err := servers[0].AddSlots(ctx, []valkey.SlotRange{{Start: 0, End: valkey.SlotCount - 1}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "both members to see every slot served", func() (bool, string) {
+		for _, s := range servers[:2] {
+			if state, err := s.ClusterState(ctx); state != "ok" {
+				return false, fmt.Sprint(s.Addr, " ", state, err)
+			}
+		}
+		return true, ""
+	})
+	if err := client.Do(ctx, client.B().Set().Key("moving").Value("over TLS").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := client.Do(ctx, client.B().ClusterKeyslot().Key("moving").Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[1].SetSlotsImporting(ctx, []int{int(slot)}, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].SetSlotsMigrating(ctx, []int{int(slot)}, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].MigrateKeys(ctx, ips[1], Port, []string{"moving"}); err != nil {
+		t.Fatalf("MIGRATE over TLS: %v", err)
+	}
+	if keys, err := servers[1].KeysInSlot(ctx, int(slot), 10); err != nil || len(keys) != 1 || keys[0] != "moving" {
+		t.Errorf("after MIGRATE the target holds %q in the slot (%v), want the key", keys, err)
+	}
+
 	runID := testenv.ValkeyInfo(t, client, "server", "run_id")
 	served := func() string {
 		cert, err := valkey.ServedCertificate(ctx, ips[0], Port, servers[0].Auth().TLS)
