@@ -172,18 +172,18 @@ const (
 	ReasonCredentialsInvalid = "CredentialsInvalid"
 )
 
-// CertificateServed reports, on a Cache with spec.tls, whether every running node serves the
+// CertificateServed reports, on a Cache with spec.tls, whether every node serves the
 // certificate its TLS Secret holds now. It is absent on a Cache without TLS.
 const (
 	// ConditionCertificateServed is the type of the CertificateServed condition.
 	ConditionCertificateServed = "CertificateServed"
 
-	// ReasonCertificateServed means every running node serves the Secret's certificate; the
+	// ReasonCertificateServed means every node serves the Secret's certificate; the
 	// message has its serial number and when it is renewed.
 	ReasonCertificateServed = "CertificateServed"
 
 	// ReasonServingNewCertificate means the Secret holds a certificate, new or renewed, that
-	// some running node does not serve yet: the operator has each read its files again once the
+	// some node does not serve yet: the operator has each read its files again once the
 	// kubelet has updated them (up to a minute or two after the Secret changed). The message
 	// names the nodes it waits on. Clients that trust the Cache's CA are served meanwhile.
 	ReasonServingNewCertificate = "ServingNewCertificate"

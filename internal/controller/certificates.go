@@ -57,7 +57,7 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 	case err != nil:
 		return certificates{}, err
 	}
-	next, renewal, err := resources.NextCertificates(cache, r.ClusterDomain, secret.Data, time.Now())
+	next, _, err := resources.NextCertificates(cache, r.ClusterDomain, secret.Data, time.Now())
 	if err != nil {
 		return certificates{}, err
 	}
@@ -66,7 +66,7 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 			return certificates{}, fmt.Errorf("writing Secret %s: %w", key.Name, err)
 		}
 	}
-	return r.certificatesOf(cache, secret, renewal)
+	return certificatesOf(cache, secret)
 }
 
 // writeCertificates stores in the Cache's TLS Secret what NextCertificates makes of what the
@@ -87,7 +87,7 @@ func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.
 }
 
 // certificatesOf is what the stored TLS Secret says.
-func (r *CacheReconciler) certificatesOf(cache *cachev2.Cache, secret *corev1.Secret, renewal time.Time) (certificates, error) {
+func certificatesOf(cache *cachev2.Cache, secret *corev1.Secret) (certificates, error) {
 	config, err := resources.TLSClientConfig(cache, secret.Data[resources.TLSCAKey])
 	if err != nil {
 		return certificates{}, err
@@ -97,22 +97,24 @@ func (r *CacheReconciler) certificatesOf(cache *cachev2.Cache, secret *corev1.Se
 		return certificates{}, err
 	}
 	serial := cert.SerialNumber.String()
-	return certificates{client: config, serial: serial, renewal: renewal,
+	return certificates{client: config, serial: serial, renewal: resources.RenewalTime(cert),
 		served: secret.Annotations[resources.AnnotationCertificateServed] == serial}, nil
 }
 
 // serveCertificate has every running node of a Cache with TLS serve the certificate its Secret
 // holds, once the Secret holds one that was not served yet: a node that serves another reads its
 // files again (ReloadCertificates), and serves the new one if the kubelet has updated them. Once
-// every running node serves it, the Secret says so (resources.AnnotationCertificateServed); until then the
-// condition names the nodes waited on, and the Cache is looked at again after
-// certificatesRecheck. A pod that starts later mounts the Secret as it is then.
+// every node serves it, the Secret says so (resources.AnnotationCertificateServed); until then
+// the condition names the nodes waited on, and the Cache is looked at again after
+// certificatesRecheck. Every pod with an IP counts, running or not yet: one whose server started
+// before the kubelet updated its files serves the certificate before; one that starts later
+// mounts the Secret as it is then.
 func (r *CacheReconciler) serveCertificate(ctx context.Context, cache *cachev2.Cache, certs certificates, auth valkey.Auth) (*metav1.Condition, time.Duration, error) {
 	if cache.Spec.TLS == nil {
 		return nil, 0, nil
 	}
 	served := certificateCondition(cache, metav1.ConditionTrue, cachev2.ReasonCertificateServed, fmt.Sprintf(
-		"every running node serves the certificate of Secret %s, serial %s, which is renewed at %s",
+		"every node serves the certificate of Secret %s, serial %s, which is renewed at %s",
 		cache.TLSSecretName(), certs.serial, certs.renewal.UTC().Format(time.RFC3339)))
 	if certs.served {
 		return served, 0, nil
@@ -123,7 +125,7 @@ func (r *CacheReconciler) serveCertificate(ctx context.Context, cache *cachev2.C
 	}
 	var waiting []string
 	for _, pod := range pods.Items {
-		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
+		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		if err := serveOn(ctx, pod.Status.PodIP, certs.serial, auth); err != nil {

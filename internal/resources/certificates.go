@@ -94,7 +94,7 @@ func NextCertificates(cache *cachev2.Cache, clusterDomain string, data map[strin
 
 	if cert, err := validCertificate(CertificateNames(cache, clusterDomain), ca, data, now); err == nil && bytes.Equal(next[TLSCAKey], data[TLSCAKey]) {
 		next[TLSCertKey], next[TLSKeyKey] = data[TLSCertKey], data[TLSKeyKey]
-		return next, renewalTime(cert), nil
+		return next, RenewalTime(cert), nil
 	}
 	cert, key, err := issueCertificate(cache, CertificateNames(cache, clusterDomain), ca, caKey, now.Add(-backdate), now.Add(validity))
 	if err != nil {
@@ -104,7 +104,7 @@ func NextCertificates(cache *cachev2.Cache, clusterDomain string, data map[strin
 	if next[TLSKeyKey], err = pemKey(key); err != nil {
 		return nil, time.Time{}, err
 	}
-	return next, renewalTime(cert), nil
+	return next, RenewalTime(cert), nil
 }
 
 // certificateValidity is the validity of the certificates the spec asks for, the schema's default
@@ -116,8 +116,8 @@ func certificateValidity(cache *cachev2.Cache) time.Duration {
 	return 90 * 24 * time.Hour
 }
 
-// renewalTime is when a certificate is renewed: once a third of its validity is left.
-func renewalTime(cert *x509.Certificate) time.Time {
+// RenewalTime is when a certificate is renewed: once a third of its validity is left.
+func RenewalTime(cert *x509.Certificate) time.Time {
 	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3)
 }
 
@@ -148,7 +148,7 @@ func validCertificate(names []string, ca *x509.Certificate, data map[string][]by
 	switch {
 	case !slices.Equal(cert.DNSNames, names):
 		return nil, errors.New("the certificate names other names than the Cache's")
-	case !now.Before(renewalTime(cert)):
+	case !now.Before(RenewalTime(cert)):
 		return nil, errors.New("the certificate is due for renewal")
 	}
 	return cert, nil
