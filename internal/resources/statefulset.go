@@ -112,10 +112,11 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 
 // mergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
 // fields the operator owns: its labels, replicas, the pod labels, the pod security context,
-// affinity and spread, the Valkey container, the exporter, the data volume and the TLS volume. Everything else is left as it
-// is: the fields the API server defaults, annotations on the pod template such as the one
-// `kubectl rollout restart` sets, labels and containers added by others. So a stored StatefulSet
-// that already matches comes out unchanged, and the caller writes nothing.
+// affinity and spread, the Valkey container, the exporter, the data volume and the TLS volume.
+// Everything else is left as it is: the fields the API server defaults, annotations on the pod
+// template such as the one `kubectl rollout restart` sets, labels and containers added by
+// others. So a stored StatefulSet that already matches comes out unchanged, and the caller
+// writes nothing.
 func mergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 	mergeLabels(&dst.Labels, desired.Labels)
 	if dst.CreationTimestamp.IsZero() {
