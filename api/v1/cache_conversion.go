@@ -39,6 +39,7 @@ type v2Fields struct {
 	SlotsToMove       int32                 `json:"slotsToMove,omitempty"`
 	SlotsMoved        int32                 `json:"slotsMoved,omitempty"`
 	Nodes             []cachev2.ClusterNode `json:"nodes,omitempty"`
+	CertificateSerial string                `json:"certificateSerial,omitempty"`
 }
 
 // ConvertTo converts this v1 Cache to the hub version, v2: replicas: N is mode: Standalone,
@@ -74,6 +75,7 @@ func (src *Cache) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Status.SlotsAssigned = fields.SlotsAssigned
 	dst.Status.SlotsToMove, dst.Status.SlotsMoved = fields.SlotsToMove, fields.SlotsMoved
 	dst.Status.Nodes = fields.Nodes
+	dst.Status.CertificateSerial = fields.CertificateSerial
 	return nil
 }
 
@@ -140,6 +142,7 @@ func (dst *Cache) ConvertFrom(srcRaw conversion.Hub) error {
 		SlotsToMove:       src.Status.SlotsToMove,
 		SlotsMoved:        src.Status.SlotsMoved,
 		Nodes:             src.Status.Nodes,
+		CertificateSerial: src.Status.CertificateSerial,
 	})
 	if err != nil {
 		return err

@@ -119,11 +119,12 @@ type CacheSpec struct {
 	// TLS, set when the Cache is created, makes its servers speak TLS only: to clients, between
 	// a primary and its replicas, and on a Cluster's bus, where a node must present a
 	// certificate of the Cache's CA to be let in (a process without one cannot join the
-	// cluster). The operator makes the Cache's CA and the nodes' certificate in the Secret
-	// <name>-tls, key ca.crt is what clients trust, and renews the certificate before it
-	// expires: the nodes serve the new one without a restart. Clients need no certificate of
-	// their own. Set it empty (tls: {}) for the defaults. It cannot be added to or removed from a
-	// Cache that exists.
+	// cluster). Unless tls.secretName names a Secret of the user's (one a cert-manager
+	// Certificate fills, say), the operator makes the Cache's CA and the nodes' certificate in
+	// the Secret <name>-tls, key ca.crt is what clients trust, and renews the certificate
+	// before it expires. The nodes serve a new certificate without a restart. Clients need no
+	// certificate of their own. Set it empty (tls: {}) for the defaults. It cannot be added to
+	// or removed from a Cache that exists.
 	// +optional
 	TLS *TLS `json:"tls,omitempty"`
 
@@ -163,21 +164,41 @@ type ValkeyConfig struct {
 }
 
 // TLS is how a Cache's servers speak TLS.
+// +kubebuilder:validation:XValidation:rule="has(self.secretName) == has(oldSelf.secretName) && (!has(self.secretName) || self.secretName == oldSelf.secretName)",message="tls.secretName is set when a Cache is created and cannot be changed: the pods mount that Secret"
 type TLS struct {
+	// SecretName names a Secret in the Cache's namespace whose certificate (tls.crt, with its
+	// key, tls.key) the nodes serve and whose CA (ca.crt) they trust: the Secret a cert-manager
+	// Certificate fills, for certificates from an Issuer of the user's. Unset, the operator
+	// makes its own CA and certificate. The certificate must be signed by that CA, be good for
+	// both server and client authentication (a node shows it to the others on the cluster
+	// bus), and name <name>.<namespace>.svc, which the operator verifies the nodes by. The
+	// Secret must carry the label LabelCredentialsOf (cache.example.com/credentials-of) with
+	// the Cache's name, so that the operator sees its changes: whoever fills it renews it, and
+	// the nodes serve each new certificate without a restart. Until it is usable, the Cache
+	// makes no pod. Set when the Cache is created; it cannot change.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="secretName must be the name of a Secret: lower-case letters, digits, '-' and '.'"
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
 	// CertificateValidity is how long each certificate the operator issues for the nodes is
 	// valid. A new one is issued, and served at once, when a third of that is left. Defaults to
-	// 2160h (90 days); at least 1h, at most 8760h (a year).
+	// 2160h (90 days); at least 1h, at most 8760h (a year). It does not apply to a Secret the
+	// user names: whoever fills that one decides.
 	// +kubebuilder:default="2160h"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('8760h')",message="certificateValidity must be between 1h and 8760h"
 	// +optional
 	CertificateValidity *metav1.Duration `json:"certificateValidity,omitempty"`
 }
 
-// TLSSecretName is the name of the Secret with a Cache's CA and its nodes' certificate; empty for
-// a Cache without TLS.
+// TLSSecretName is the name of the Secret with a Cache's CA and its nodes' certificate: the one
+// the spec names, or the one the operator makes; empty for a Cache without TLS.
 func (c *Cache) TLSSecretName() string {
-	if c.Spec.TLS == nil {
+	switch {
+	case c.Spec.TLS == nil:
 		return ""
+	case c.Spec.TLS.SecretName != "":
+		return c.Spec.TLS.SecretName
 	}
 	return c.Name + "-tls"
 }
@@ -377,6 +398,12 @@ type CacheStatus struct {
 	// +listMapKey=pod
 	// +optional
 	Nodes []ClusterNode `json:"nodes,omitempty"`
+
+	// CertificateSerial is the serial number of the TLS certificate every node of a Cache with
+	// spec.tls serves, in decimal: the operator has a node that serves another read its files
+	// again. Empty for a Cache without TLS.
+	// +optional
+	CertificateSerial string `json:"certificateSerial,omitempty"`
 
 	// Selector is the label selector of the cache node pods, in string form, for the scale
 	// subresource (a HorizontalPodAutoscaler needs it to find the pods).

@@ -69,6 +69,7 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		{"memory that is no quantity", "memory", "lots", "spec.memory", "should match"},
 		{"auth with a Secret name that is none", "auth", map[string]any{"secretName": "Not_A_Name"}, "spec.auth.secretName", "must be the name of a Secret"},
 		{"auth with a negative grace period", "auth", map[string]any{"rotationGracePeriod": "-1m"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
+		{"tls with a Secret name that is none", "tls", map[string]any{"secretName": "Not_A_Name"}, "spec.tls.secretName", "must be the name of a Secret"},
 		{"tls with certificates valid for a minute", "tls", map[string]any{"certificateValidity": "1m"}, "spec.tls.certificateValidity", "between 1h and 8760h"},
 		{"tls with certificates valid for two years", "tls", map[string]any{"certificateValidity": "17520h"}, "spec.tls.certificateValidity", "between 1h and 8760h"},
 		{"auth with a grace period of a month", "auth", map[string]any{"rotationGracePeriod": "720h"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
@@ -289,9 +290,12 @@ func TestSchemaKeepsAuthAndTLSAsCreated(t *testing.T) {
 	ctx := context.Background()
 	for _, f := range []struct {
 		field, defaulted, defaultValue, change string
+		// frozen is a change of what the field holds that is refused, with the message's start.
+		frozen, frozenMessage string
 	}{
-		{"auth", "rotationGracePeriod", "10m", `{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s"}}}`},
-		{"tls", "certificateValidity", "2160h", `{"spec":{"tls":{"certificateValidity":"24h"}}}`},
+		{"auth", "rotationGracePeriod", "10m", `{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s"}}}`, "", ""},
+		{"tls", "certificateValidity", "2160h", `{"spec":{"tls":{"certificateValidity":"24h"}}}`,
+			`{"spec":{"tls":{"secretName":"certificates-of-mine"}}}`, "tls.secretName is set when a Cache is created"},
 	} {
 		with := cacheObject("with-"+f.field, map[string]any{"shards": int64(1), "version": "8.1.1", f.field: map[string]any{}})
 		without := cacheObject("without-"+f.field, map[string]any{"shards": int64(1), "version": "8.1.1"})
@@ -318,6 +322,12 @@ func TestSchemaKeepsAuthAndTLSAsCreated(t *testing.T) {
 		}
 		if err := k8s.Patch(ctx, with, client.RawPatch(types.MergePatchType, []byte(f.change))); err != nil {
 			t.Errorf("%s: %v", f.change, err)
+		}
+		if f.frozen != "" {
+			err := k8s.Patch(ctx, with, client.RawPatch(types.MergePatchType, []byte(f.frozen)))
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), f.frozenMessage) {
+				t.Errorf("%s: got %v, want invalid: %s", f.frozen, err, f.frozenMessage)
+			}
 		}
 	}
 }
