@@ -187,4 +187,12 @@ const (
 	// kubelet has updated them (up to a minute or two after the Secret changed). The message
 	// names the nodes it waits on. Clients that trust the Cache's CA are served meanwhile.
 	ReasonServingNewCertificate = "ServingNewCertificate"
+
+	// ReasonCertificateInvalid means the Secret that spec.tls.secretName names cannot be
+	// served: it is missing, lacks the label cache.example.com/credentials-of, or its
+	// certificate does not match its key or its CA, is not good for server and client
+	// authentication, or does not name <name>.<namespace>.svc. The message says which. The
+	// nodes keep serving what they have; a Cache being created makes no pod until the Secret is
+	// usable, and its Ready condition has this reason too meanwhile.
+	ReasonCertificateInvalid = "CertificateInvalid"
 )

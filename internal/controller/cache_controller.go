@@ -104,6 +104,8 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
 	case certs.pending:
 		return ctrl.Result{RequeueAfter: staleReadRetryAfter}, nil
+	case certs.missing:
+		return r.waitForCredentials(ctx, cache, certs.invalid)
 	}
 	creds, err := r.ensureCredentials(ctx, cache, certs.client)
 	switch {
@@ -172,11 +174,8 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if creds.condition != nil {
 		meta.SetStatusCondition(&status.Conditions, *creds.condition)
 	}
-	served, recheck, serveErr := r.serveCertificate(ctx, cache, certs, creds.auth)
-	if served != nil {
-		meta.SetStatusCondition(&status.Conditions, *served)
-		pollAfter = soonest(pollAfter, recheck)
-	}
+	recheck, serveErr := r.serveCertificate(ctx, cache, certs, creds.auth, &status)
+	pollAfter = soonest(pollAfter, recheck)
 	verified, err := r.gateOnRestore(ctx, cache, rs, creds.auth, &status)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -9,8 +9,10 @@ import (
 	"maps"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,25 +28,32 @@ const certificatesRecheck = 10 * time.Second
 
 // certificates is what a pass made of a Cache's TLS (spec.tls).
 type certificates struct {
-	// client is how the operator speaks TLS to the Cache's servers; nil without TLS.
+	// client is how the operator speaks TLS to the Cache's servers; nil without TLS, or while
+	// the Secret holds no CA certificate.
 	client *tls.Config
-	// serial is the serial number of the certificate the Secret holds, and served says whether
-	// every running node serves it (resources.AnnotationCertificateServed): then the operator
-	// makes no connection for it.
-	serial string
-	served bool
-	// renewal is when the certificate is due for renewal.
+	// serial is the serial number of the certificate the Secret holds, and renewal when the
+	// operator renews it (zero for a Secret of the user's, which its filler renews).
+	serial  string
 	renewal time.Time
 	// pending: this reconciler created the Secret, which its informer does not show yet.
 	pending bool
+	// invalid, for a Secret of the user's, says why the nodes cannot serve it; missing: it is
+	// so before the Cache has pods, which mount it, so none are made yet.
+	invalid *metav1.Condition
+	missing bool
 }
 
-// ensureCertificates makes the TLS Secret of a Cache with TLS, with its CA and its nodes'
-// certificate, and renews them when due (resources.NextCertificates). Each write is decided on
-// what the API server holds, read afresh: a stale read never replaces a CA that exists.
+// ensureCertificates reads the TLS Secret of a Cache with TLS: the user's, which the spec names
+// (usersCertificates), or the operator's own, which it makes, with the Cache's CA and its nodes'
+// certificate, and renews when due (resources.NextCertificates). Each write of the operator's is
+// decided on what the API server holds, read afresh: a stale read never replaces a CA that
+// exists.
 func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
-	if cache.Spec.TLS == nil {
+	switch {
+	case cache.Spec.TLS == nil:
 		return certificates{}, nil
+	case cache.Spec.TLS.SecretName != "":
+		return r.usersCertificates(ctx, cache)
 	}
 	key := client.ObjectKey{Namespace: cache.Namespace, Name: cache.TLSSecretName()}
 	secret := &corev1.Secret{}
@@ -66,7 +75,15 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 			return certificates{}, fmt.Errorf("writing Secret %s: %w", key.Name, err)
 		}
 	}
-	return certificatesOf(cache, secret)
+	cert, err := resources.LeafCertificate(secret.Data)
+	if err != nil {
+		return certificates{}, err
+	}
+	config, err := resources.TLSClientConfig(cache, secret.Data[resources.TLSCAKey])
+	if err != nil {
+		return certificates{}, err
+	}
+	return certificates{client: config, serial: cert.SerialNumber.String(), renewal: resources.RenewalTime(cert)}, nil
 }
 
 // writeCertificates stores in the Cache's TLS Secret what NextCertificates makes of what the
@@ -86,42 +103,75 @@ func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.
 	return errors.Join(issueErr, err)
 }
 
-// certificatesOf is what the stored TLS Secret says.
-func certificatesOf(cache *cachev2.Cache, secret *corev1.Secret) (certificates, error) {
-	config, err := resources.TLSClientConfig(cache, secret.Data[resources.TLSCAKey])
-	if err != nil {
+// usersCertificates reads the TLS Secret the spec names, which the operator neither writes nor
+// renews, and says why the nodes cannot serve it, if they cannot (resources.UsableCertificate).
+// A Secret that cannot be used keeps a Cache that has no pods yet from making them; one whose
+// pods run keeps serving what they read last, and the operator does not have them read it again.
+func (r *CacheReconciler) usersCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
+	name := cache.TLSSecretName()
+	secret := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: name}, secret)
+	var why string
+	switch {
+	case apierrors.IsNotFound(err):
+		if why, err = r.unseenSecret(ctx, cache, name, "spec.tls.secretName"); err != nil {
+			return certificates{}, err
+		}
+	case err != nil:
 		return certificates{}, err
 	}
-	cert, err := resources.LeafCertificate(secret.Data)
-	if err != nil {
+	var certs certificates
+	if why == "" {
+		cert, err := resources.UsableCertificate(cache, secret.Data)
+		if err == nil {
+			certs.serial = cert.SerialNumber.String()
+		} else {
+			why = fmt.Sprintf("Secret %s, named by spec.tls.secretName, cannot be served: %v", name, err)
+		}
+		// The nodes' CA, for the operator's connections, even while the certificate is unusable.
+		certs.client, _ = resources.TLSClientConfig(cache, secret.Data[resources.TLSCAKey])
+	}
+	if why == "" {
+		return certs, nil
+	}
+	certs.invalid = certificateCondition(cache, metav1.ConditionFalse, cachev2.ReasonCertificateInvalid, why)
+	err = r.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: cache.Name}, &appsv1.StatefulSet{})
+	if certs.missing = apierrors.IsNotFound(err); !certs.missing && err != nil {
 		return certificates{}, err
 	}
-	serial := cert.SerialNumber.String()
-	return certificates{client: config, serial: serial, renewal: resources.RenewalTime(cert),
-		served: secret.Annotations[resources.AnnotationCertificateServed] == serial}, nil
+	return certs, nil
 }
 
-// serveCertificate has every running node of a Cache with TLS serve the certificate its Secret
-// holds, once the Secret holds one that was not served yet: a node that serves another reads its
-// files again (ReloadCertificates), and serves the new one if the kubelet has updated them. Once
-// every node serves it, the Secret says so (resources.AnnotationCertificateServed); until then
-// the condition names the nodes waited on, and the Cache is looked at again after
-// certificatesRecheck. Every pod with an IP counts, running or not yet: one whose server started
-// before the kubelet updated its files serves the certificate before; one that starts later
-// mounts the Secret as it is then.
-func (r *CacheReconciler) serveCertificate(ctx context.Context, cache *cachev2.Cache, certs certificates, auth valkey.Auth) (*metav1.Condition, time.Duration, error) {
-	if cache.Spec.TLS == nil {
-		return nil, 0, nil
+// serveCertificate has every node of a Cache with TLS serve the certificate its Secret holds,
+// once the Secret holds one that the status does not say every node serves
+// (status.certificateSerial): a node that serves another reads its files again
+// (ReloadCertificates), and serves the new one if the kubelet has updated them. Once every node
+// serves it, the status says so; until then the condition names the nodes waited on, and the
+// Cache is looked at again after certificatesRecheck. Every pod with an IP counts, running or not
+// yet: one whose server started before the kubelet updated its files serves the certificate
+// before; one that starts later mounts the Secret as it is then. It sets the CertificateServed
+// condition in status, and returns when to look again.
+func (r *CacheReconciler) serveCertificate(ctx context.Context, cache *cachev2.Cache, certs certificates, auth valkey.Auth, status *cachev2.CacheStatus) (time.Duration, error) {
+	switch {
+	case cache.Spec.TLS == nil:
+		return 0, nil
+	case certs.invalid != nil:
+		meta.SetStatusCondition(&status.Conditions, *certs.invalid)
+		return certificatesRecheck, nil
+	}
+	renewal := "its filler renews it"
+	if !certs.renewal.IsZero() {
+		renewal = "renewed at " + certs.renewal.UTC().Format(time.RFC3339)
 	}
 	served := certificateCondition(cache, metav1.ConditionTrue, cachev2.ReasonCertificateServed, fmt.Sprintf(
-		"every node serves the certificate of Secret %s, serial %s, which is renewed at %s",
-		cache.TLSSecretName(), certs.serial, certs.renewal.UTC().Format(time.RFC3339)))
-	if certs.served {
-		return served, 0, nil
+		"every node serves the certificate of Secret %s, serial %s (%s)", cache.TLSSecretName(), certs.serial, renewal))
+	if status.CertificateSerial == certs.serial {
+		meta.SetStatusCondition(&status.Conditions, *served)
+		return 0, nil
 	}
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
-		return nil, 0, fmt.Errorf("listing the Cache's pods: %w", err)
+		return 0, fmt.Errorf("listing the Cache's pods: %w", err)
 	}
 	var waiting []string
 	for _, pod := range pods.Items {
@@ -133,15 +183,14 @@ func (r *CacheReconciler) serveCertificate(ctx context.Context, cache *cachev2.C
 		}
 	}
 	if len(waiting) > 0 {
-		return certificateCondition(cache, metav1.ConditionFalse, cachev2.ReasonServingNewCertificate, fmt.Sprintf(
+		meta.SetStatusCondition(&status.Conditions, *certificateCondition(cache, metav1.ConditionFalse, cachev2.ReasonServingNewCertificate, fmt.Sprintf(
 			"Secret %s holds the certificate with serial %s, which these nodes do not serve yet: %v",
-			cache.TLSSecretName(), certs.serial, waiting)), certificatesRecheck, nil
+			cache.TLSSecretName(), certs.serial, waiting)))
+		return certificatesRecheck, nil
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cache.TLSSecretName(), Namespace: cache.Namespace}}
-	_, err := r.ensureChild(ctx, storedReads{Client: r.Client, reader: r.APIReader}, cache, secret, func() {
-		resources.MarkCertificateServed(secret, certs.serial)
-	})
-	return served, 0, err
+	status.CertificateSerial = certs.serial
+	meta.SetStatusCondition(&status.Conditions, *served)
+	return 0, nil
 }
 
 // serveOn has the server at ip serve the certificate with the given serial, and fails if it

@@ -141,13 +141,8 @@ func (r *CacheReconciler) appPassword(ctx context.Context, cache *cachev2.Cache)
 			return "", "", false, fmt.Errorf("making Secret %s: %w", name, err)
 		}
 	case apierrors.IsNotFound(err):
-		// The informer sees only the Secrets that carry the label; say which is the case.
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: name}, secret); err == nil {
-			return "", fmt.Sprintf("Secret %s lacks the label %s=%s, without which the operator does not see it", name, cachev2.LabelCredentialsOf, cache.Name), false, nil
-		} else if !apierrors.IsNotFound(err) {
-			return "", "", false, err
-		}
-		return "", fmt.Sprintf("Secret %s, named by spec.auth.secretName, does not exist", name), false, nil
+		invalid, err = r.unseenSecret(ctx, cache, name, "spec.auth.secretName")
+		return "", invalid, false, err
 	case err != nil:
 		return "", "", false, err
 	}
@@ -156,6 +151,20 @@ func (r *CacheReconciler) appPassword(ctx context.Context, cache *cachev2.Cache)
 		return "", err.Error(), false, nil
 	}
 	return password, "", false, nil
+}
+
+// unseenSecret says why the informer does not show a Secret of the user's that the spec names at
+// field: the informer sees only the Secrets that carry the label LabelCredentialsOf, so it is
+// missing, or unlabelled.
+func (r *CacheReconciler) unseenSecret(ctx context.Context, cache *cachev2.Cache, name, field string) (string, error) {
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: name}, &corev1.Secret{})
+	switch {
+	case err == nil:
+		return fmt.Sprintf("Secret %s lacks the label %s=%s, without which the operator does not see it", name, cachev2.LabelCredentialsOf, cache.Name), nil
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("Secret %s, named by %s, does not exist", name, field), nil
+	}
+	return "", err
 }
 
 // writeACL stores acl in the Cache's ACL Secret: it creates it when stored is nil, and
@@ -199,8 +208,9 @@ func (r *CacheReconciler) applyPasswords(ctx context.Context, cache *cachev2.Cac
 	return nil
 }
 
-// waitForCredentials records why a Cache with auth has no pods yet: it has no ACL Secret, and the
-// application user's Secret it would be made from cannot be used.
+// waitForCredentials records why a Cache has no pods yet, as the waiting condition says: with
+// auth, it has no ACL Secret, and the application user's Secret it would be made from cannot be
+// used; with TLS, the Secret the spec names cannot be served.
 func (r *CacheReconciler) waitForCredentials(ctx context.Context, cache *cachev2.Cache, waiting *metav1.Condition) (ctrl.Result, error) {
 	status := *cache.Status.DeepCopy()
 	meta.SetStatusCondition(&status.Conditions, *waiting)

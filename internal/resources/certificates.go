@@ -121,6 +121,37 @@ func RenewalTime(cert *x509.Certificate) time.Time {
 	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3)
 }
 
+// UsableCertificate is the certificate in the data of a TLS Secret the user names
+// (spec.tls.secretName), or why the nodes cannot serve it: it must match its key, be signed by
+// the CA beside it, be valid now, serve and authenticate (a node shows it to the others on the
+// cluster bus), and name ServerName, which the operator verifies the nodes by.
+func UsableCertificate(cache *cachev2.Cache, data map[string][]byte) (*x509.Certificate, error) {
+	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
+		return nil, fmt.Errorf("keys %s and %s: %w", TLSCertKey, TLSKeyKey, err)
+	}
+	cert, err := LeafCertificate(data)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(data[TLSCAKey]) {
+		return nil, fmt.Errorf("no PEM CA certificate under %s", TLSCAKey)
+	}
+	for _, usage := range certificateUsages {
+		opts := x509.VerifyOptions{Roots: roots, DNSName: ServerName(cache), KeyUsages: []x509.ExtKeyUsage{usage}}
+		if _, err := cert.Verify(opts); err != nil {
+			return nil, fmt.Errorf("the certificate in %s, for %s: %w", TLSCertKey, usageName[usage], err)
+		}
+	}
+	return cert, nil
+}
+
+// usageName says what a use of a certificate is for, in a message.
+var usageName = map[x509.ExtKeyUsage]string{
+	x509.ExtKeyUsageServerAuth: "server authentication (clients of the nodes)",
+	x509.ExtKeyUsageClientAuth: "client authentication (the cluster bus, replication)",
+}
+
 // LeafCertificate is the certificate the data of a TLS Secret holds, parsed.
 func LeafCertificate(data map[string][]byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(data[TLSCertKey])
@@ -233,19 +264,6 @@ func pemKey(key *ecdsa.PrivateKey) ([]byte, error) {
 		return nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-// AnnotationCertificateServed, on a Cache's TLS Secret, is the serial number of the certificate
-// that every node running when it was written serves. The operator asks the nodes only while it
-// differs from the Secret's certificate.
-const AnnotationCertificateServed = "cache.example.com/certificate-served"
-
-// MarkCertificateServed records on a stored TLS Secret that every running node serves the
-// certificate with the given serial, if the Secret still holds that one.
-func MarkCertificateServed(secret *corev1.Secret, serial string) {
-	if cert, err := LeafCertificate(secret.Data); err == nil && cert.SerialNumber.String() == serial {
-		mergeAnnotations(&secret.Annotations, map[string]string{AnnotationCertificateServed: serial})
-	}
 }
 
 // TLSSecret is the TLS Secret of a Cache that holds data (NextCertificates).

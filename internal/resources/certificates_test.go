@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,3 +118,54 @@ func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 }
 
 func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+// A Secret the user names is usable when its certificate is signed by its CA, serves and
+// authenticates, and names the Service; otherwise the reason says what is wrong.
+func TestAUsersCertificateMustServeAuthenticateAndNameTheService(t *testing.T) {
+	cache := tlsCache(24 * time.Hour)
+	now := time.Now()
+	good, _, err := NextCertificates(cache, "cluster.local", nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := UsableCertificate(cache, good); err != nil {
+		t.Errorf("a certificate as the operator issues it: %v", err)
+	}
+	other, _, err := NextCertificates(cache, "cluster.local", nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, caKey, err := parseCA(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverOnly := func() map[string][]byte {
+		cert, key, err := sign(&x509.Certificate{DNSNames: CertificateNames(cache, "cluster.local"), NotBefore: now.Add(-time.Hour),
+			NotAfter: now.Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pemKeyBytes, err := pemKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string][]byte{TLSCAKey: good[TLSCAKey], TLSCertKey: pemCert(cert.Raw), TLSKeyKey: pemKeyBytes}
+	}()
+	otherCache := tlsCache(24 * time.Hour)
+	otherCache.Name = "other-cache"
+	for name, tc := range map[string]struct {
+		cache *cachev2.Cache
+		data  map[string][]byte
+		want  string
+	}{
+		"another CA's":        {cache, map[string][]byte{TLSCAKey: other[TLSCAKey], TLSCertKey: good[TLSCertKey], TLSKeyKey: good[TLSKeyKey]}, "unknown authority"},
+		"another key":         {cache, map[string][]byte{TLSCAKey: good[TLSCAKey], TLSCertKey: good[TLSCertKey], TLSKeyKey: other[TLSKeyKey]}, "tls.key"},
+		"no CA":               {cache, map[string][]byte{TLSCertKey: good[TLSCertKey], TLSKeyKey: good[TLSKeyKey]}, "no PEM CA certificate"},
+		"for servers only":    {cache, serverOnly, "client authentication"},
+		"for another Service": {otherCache, good, "other-cache.shop.svc"},
+	} {
+		if _, err := UsableCertificate(tc.cache, tc.data); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error that says %q", name, err, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"testing"
@@ -223,4 +224,120 @@ func tlsClusterClient(t *testing.T, key client.ObjectKey, config *tls.Config, pa
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// waitCertificateCondition waits until the Cache's CertificateServed condition has the reason
+// given and its message says what is given.
+func waitCertificateCondition(t *testing.T, key client.ObjectKey, reason, says string) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("%s CertificateServed %s saying %q", key, reason, says), func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionCertificateServed)
+		if cond == nil {
+			return false, "no CertificateServed condition"
+		}
+		return cond.Reason == reason && strings.Contains(cond.Message, says), cond.Reason + ": " + cond.Message
+	})
+}
+
+// TestACacheServesTheCertificatesOfASecretItNames: a Cache whose spec.tls names a Secret of the
+// user's, as a cert-manager Certificate fills one (tls.crt, tls.key and ca.crt, no CA key), makes
+// no pod while the Secret is missing or unlabelled, and says so; once it is usable, its node
+// serves its certificate to clients that trust its CA. A renewed certificate in the Secret is
+// served without a restart; one that does not name the Cache is refused, and the node keeps
+// serving the one before.
+func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
+	runBeside(t, 1)
+	startOperator(t, "a", "")
+	ns := newNamespace(t)
+	ctx := context.Background()
+	c := &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "issued", Namespace: ns},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+			Auth: &cachev2.Auth{}, TLS: &cachev2.TLS{SecretName: "issued-by-mine"}},
+	}
+	if err := admin.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(c)
+	waitCertificateCondition(t, key, cachev2.ReasonCertificateInvalid, "does not exist")
+
+	// The user's own CA and certificate, as an Issuer of theirs would make them.
+	issued, _, err := resources.NextCertificates(c, "cluster.local", nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asFilled := func(data map[string][]byte) map[string][]byte {
+		return map[string][]byte{resources.TLSCAKey: data[resources.TLSCAKey], resources.TLSCertKey: data[resources.TLSCertKey], resources.TLSKeyKey: data[resources.TLSKeyKey]}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "issued-by-mine", Namespace: ns}, Type: corev1.SecretTypeTLS, Data: asFilled(issued)}
+	if err := admin.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	waitCertificateCondition(t, key, cachev2.ReasonCertificateInvalid, "lacks the label")
+	if n := len(cachePods(t, key)); n != 0 {
+		t.Fatalf("%d pods made before the Secret was usable", n)
+	}
+	secret.Labels = map[string]string{cachev2.LabelCredentialsOf: "issued"}
+	if err := admin.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
+	config, err := resources.TLSClientConfig(c, issued[resources.TLSCAKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := serialIn(t, secret)
+	waitCertificateServed(t, c, config, first)
+	pod := cachePods(t, key)[0]
+	app, err := connectOverTLS(t, pod.Status.PodIP, cachev2.AppUser, string(appSecret(t, ns, "issued-auth").Data[resources.AppPasswordKey]), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Do(ctx, app.B().Set().Key("k").Value("v").Build()).Error(); err != nil {
+		t.Fatalf("SET over TLS: %v", err)
+	}
+
+	// The issuer renews the certificate.
+	before := restarts(t, key)
+	withoutCert := maps.Clone(issued)
+	withoutCert[resources.TLSCertKey] = nil
+	renewed, _, err := resources.NextCertificates(c, "cluster.local", withoutCert, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret = appSecret(t, ns, "issued-by-mine")
+	secret.Data = asFilled(renewed)
+	if err := admin.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	second := serialIn(t, secret)
+	waitCertificateServed(t, c, config, second)
+	if after := restarts(t, key); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("the pod restarted with the renewed certificate: before %v, after %v", before, after)
+	}
+
+	// A certificate for another Cache's names is refused, and the node keeps the one it serves.
+	other := c.DeepCopy()
+	other.Name = "not-issued"
+	wrong, _, err := resources.NextCertificates(other, "cluster.local", renewed, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret = appSecret(t, ns, "issued-by-mine")
+	secret.Data = asFilled(wrong)
+	if err := admin.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	waitCertificateCondition(t, key, cachev2.ReasonCertificateInvalid, "not-issued")
+	cert, err := valkey.ServedCertificate(ctx, pod.Status.PodIP, resources.Port, config)
+	if err != nil || cert.SerialNumber.String() != second {
+		t.Errorf("with a certificate it cannot serve in the Secret, the node serves %v (%v), want the one before, %s", cert.SerialNumber, err, second)
+	}
+	if err := app.Do(ctx, app.B().Get().Key("k").Build()).Error(); err != nil {
+		t.Errorf("GET over TLS: %v", err)
+	}
 }
