@@ -121,6 +121,7 @@ func (s *secretVolume) write(data map[string]string, found bool) error {
 	}
 	link := filepath.Join(s.dir, "..data")
 	previous, _ := os.Readlink(link)
+	_ = os.Remove(link + "_tmp") // left by a write that failed half-way
 	if err := os.Symlink(filepath.Base(version), link+"_tmp"); err != nil {
 		return err
 	}
