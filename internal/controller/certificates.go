@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -66,12 +68,16 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 	case err != nil:
 		return certificates{}, err
 	}
-	next, _, err := resources.NextCertificates(cache, r.ClusterDomain, secret.Data, time.Now())
+	ips, err := r.podIPs(ctx, cache)
+	if err != nil {
+		return certificates{}, err
+	}
+	next, _, err := resources.NextCertificates(cache, r.ClusterDomain, ips, secret.Data, time.Now())
 	if err != nil {
 		return certificates{}, err
 	}
 	if secret.CreationTimestamp.IsZero() || !maps.EqualFunc(secret.Data, next, bytes.Equal) {
-		if err := r.writeCertificates(ctx, cache, secret); err != nil {
+		if err := r.writeCertificates(ctx, cache, ips, secret); err != nil {
 			return certificates{}, fmt.Errorf("writing Secret %s: %w", key.Name, err)
 		}
 	}
@@ -86,9 +92,37 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 	return certificates{client: config, serial: cert.SerialNumber.String(), renewal: resources.RenewalTime(cert)}, nil
 }
 
+// podIPs are the IPs of the Cache's pods that have one and run, or may: those its certificate
+// names (resources.NextCertificates), and whose servers are to serve it (serveCertificate).
+func (r *CacheReconciler) podIPs(ctx context.Context, cache *cachev2.Cache) ([]net.IP, error) {
+	pods, err := livePods(ctx, r.Client, cache)
+	if err != nil {
+		return nil, err
+	}
+	ips := make([]net.IP, 0, len(pods))
+	for _, pod := range pods {
+		if ip := net.ParseIP(pod.Status.PodIP); ip != nil {
+			ips = append(ips, ip)
+		}
+	}
+	return ips, nil
+}
+
+// livePods are the Cache's pods, read through reader, that have an IP and are not deleted nor
+// ended.
+func livePods(ctx context.Context, reader client.Reader, cache *cachev2.Cache) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := reader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
+		return nil, fmt.Errorf("listing the Cache's pods: %w", err)
+	}
+	return slices.DeleteFunc(pods.Items, func(pod corev1.Pod) bool {
+		return pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	}), nil
+}
+
 // writeCertificates stores in the Cache's TLS Secret what NextCertificates makes of what the
-// API server holds, and leaves secret as written.
-func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.Cache, secret *corev1.Secret) error {
+// API server holds and the pods' IPs, and leaves secret as written.
+func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.Cache, ips []net.IP, secret *corev1.Secret) error {
 	c := r.Client
 	if !secret.CreationTimestamp.IsZero() {
 		c = storedReads{Client: r.Client, reader: r.APIReader}
@@ -96,7 +130,7 @@ func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.
 	var issueErr error
 	_, err := r.ensureChild(ctx, c, cache, secret, func() {
 		var next map[string][]byte
-		if next, _, issueErr = resources.NextCertificates(cache, r.ClusterDomain, secret.Data, time.Now()); issueErr == nil {
+		if next, _, issueErr = resources.NextCertificates(cache, r.ClusterDomain, ips, secret.Data, time.Now()); issueErr == nil {
 			resources.MergeTLSSecret(secret, resources.TLSSecret(cache, next))
 		}
 	})
@@ -169,15 +203,12 @@ func (r *CacheReconciler) serveCertificate(ctx context.Context, cache *cachev2.C
 		meta.SetStatusCondition(&status.Conditions, *served)
 		return 0, nil
 	}
-	var pods corev1.PodList
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
-		return 0, fmt.Errorf("listing the Cache's pods: %w", err)
+	pods, err := livePods(ctx, r.APIReader, cache)
+	if err != nil {
+		return 0, err
 	}
 	var waiting []string
-	for _, pod := range pods.Items {
-		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
+	for _, pod := range pods {
 		if err := serveOn(ctx, pod.Status.PodIP, certs.serial, auth); err != nil {
 			waiting = append(waiting, fmt.Sprintf("%s (%v)", pod.Name, err))
 		}

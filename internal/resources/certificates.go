@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"slices"
 	"time"
 
@@ -51,9 +52,8 @@ const backdate = time.Hour
 
 // CertificateNames are the DNS names in a Cache's certificate: its Service's, which lists every
 // node, and each node's under it (<pod>.<service>), in each form a client in a cluster of the
-// given DNS domain may dial, and localhost, for a port-forward. A Cluster's clients are sent to
-// the nodes' IPs, which no certificate names: they verify the certificate by ServerName
-// (docs/operations.md).
+// given DNS domain may dial, and localhost, for a port-forward. The certificate also names the
+// IPs of the Cache's pods, to which a Cluster sends its clients (NextCertificates).
 func CertificateNames(cache *cachev2.Cache, clusterDomain string) []string {
 	service := cache.Name + "." + cache.Namespace
 	return []string{
@@ -63,8 +63,9 @@ func CertificateNames(cache *cachev2.Cache, clusterDomain string) []string {
 	}
 }
 
-// ServerName is the name by which a client that dials a node's IP verifies its certificate: the
-// Service's, which every certificate of the Cache names.
+// ServerName is the name by which the operator, and a client that dials a node whose IP the
+// certificate does not name yet, verifies its certificate: the Service's, which every
+// certificate of the Cache names.
 func ServerName(cache *cachev2.Cache) string { return cache.Name + "." + cache.Namespace + ".svc" }
 
 // certificateUsages are the uses of a node's certificate: it serves clients, and it is the client
@@ -72,11 +73,13 @@ func ServerName(cache *cachev2.Cache) string { return cache.Name + "." + cache.N
 var certificateUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 
 // NextCertificates is what a Cache's TLS Secret is to hold in a cluster of the given DNS domain,
-// given what it holds (nil for none) and the time: the same data while its CA and certificate are valid, and new ones where not. A
-// certificate is renewed once a third of its validity is left, or when it is missing, does not
-// match its key or the CA, or names other names. The second result is when the certificate it
-// returns is due for renewal.
-func NextCertificates(cache *cachev2.Cache, clusterDomain string, data map[string][]byte, now time.Time) (map[string][]byte, time.Time, error) {
+// given the IPs of the Cache's pods, what the Secret holds (nil for none) and the time: the same
+// data while its CA and certificate are valid, and new ones where not. A certificate is renewed
+// once a third of its validity is left, or when it is missing, does not match its key or the CA,
+// names other DNS names, or lacks the IP of a pod. A pod that starts with a new IP so brings a
+// new certificate, and one that is gone does not: its IP goes at the next renewal. The second
+// result is when the certificate it returns is due for renewal.
+func NextCertificates(cache *cachev2.Cache, clusterDomain string, podIPs []net.IP, data map[string][]byte, now time.Time) (map[string][]byte, time.Time, error) {
 	validity := certificateValidity(cache)
 	next := map[string][]byte{}
 	ca, caKey, err := parseCA(data)
@@ -92,11 +95,12 @@ func NextCertificates(cache *cachev2.Cache, clusterDomain string, data map[strin
 		next[TLSCAKey], next[tlsCAKey] = data[TLSCAKey], data[tlsCAKey]
 	}
 
-	if cert, err := validCertificate(CertificateNames(cache, clusterDomain), ca, data, now); err == nil && bytes.Equal(next[TLSCAKey], data[TLSCAKey]) {
+	names := CertificateNames(cache, clusterDomain)
+	if cert, err := validCertificate(names, podIPs, ca, data, now); err == nil && bytes.Equal(next[TLSCAKey], data[TLSCAKey]) {
 		next[TLSCertKey], next[TLSKeyKey] = data[TLSCertKey], data[TLSKeyKey]
 		return next, RenewalTime(cert), nil
 	}
-	cert, key, err := issueCertificate(cache, CertificateNames(cache, clusterDomain), ca, caKey, now.Add(-backdate), now.Add(validity))
+	cert, key, err := issueCertificate(cache, names, podIPs, ca, caKey, now.Add(-backdate), now.Add(validity))
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -162,8 +166,9 @@ func LeafCertificate(data map[string][]byte) (*x509.Certificate, error) {
 }
 
 // validCertificate is the certificate in data if it is signed by ca, matches its key, has the
-// names given, serves and authenticates, and is not yet due for renewal.
-func validCertificate(names []string, ca *x509.Certificate, data map[string][]byte, now time.Time) (*x509.Certificate, error) {
+// DNS names given and names every IP given, serves and authenticates, and is not yet due for
+// renewal.
+func validCertificate(names []string, ips []net.IP, ca *x509.Certificate, data map[string][]byte, now time.Time) (*x509.Certificate, error) {
 	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
 		return nil, err
 	}
@@ -179,6 +184,8 @@ func validCertificate(names []string, ca *x509.Certificate, data map[string][]by
 	switch {
 	case !slices.Equal(cert.DNSNames, names):
 		return nil, errors.New("the certificate names other names than the Cache's")
+	case slices.ContainsFunc(ips, func(ip net.IP) bool { return !slices.ContainsFunc(cert.IPAddresses, ip.Equal) }):
+		return nil, errors.New("the certificate does not name the IP of every pod")
 	case !now.Before(RenewalTime(cert)):
 		return nil, errors.New("the certificate is due for renewal")
 	}
@@ -219,12 +226,13 @@ func issueCA(cache *cachev2.Cache, now time.Time) (*x509.Certificate, *ecdsa.Pri
 	return sign(template, nil, nil)
 }
 
-// issueCertificate makes a certificate for the Cache's nodes with the names given, signed by its
-// CA.
-func issueCertificate(cache *cachev2.Cache, names []string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, begin, end time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+// issueCertificate makes a certificate for the Cache's nodes with the DNS names and IPs given,
+// signed by its CA.
+func issueCertificate(cache *cachev2.Cache, names []string, ips []net.IP, ca *x509.Certificate, caKey *ecdsa.PrivateKey, begin, end time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	template := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: ServerName(cache), Organization: []string{"cache-operator"}},
 		DNSNames:    names,
+		IPAddresses: ips,
 		NotBefore:   begin,
 		NotAfter:    end,
 		KeyUsage:    x509.KeyUsageDigitalSignature,

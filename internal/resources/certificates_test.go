@@ -3,7 +3,9 @@ package resources
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -26,7 +28,7 @@ func tlsCache(validity time.Duration) *cachev2.Cache {
 func TestTheFirstCertificatesServeAndAuthenticateByTheCachesNames(t *testing.T) {
 	cache := tlsCache(90 * 24 * time.Hour)
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	data, renewAt, err := NextCertificates(cache, "cluster.local", nil, now)
+	data, renewAt, err := NextCertificates(cache, "cluster.local", nil, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +67,11 @@ func TestTheFirstCertificatesServeAndAuthenticateByTheCachesNames(t *testing.T) 
 func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 	cache := tlsCache(3 * time.Hour)
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	first, renewAt, err := NextCertificates(cache, "cluster.local", nil, now)
+	first, renewAt, err := NextCertificates(cache, "cluster.local", nil, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	same, sameRenewAt, err := NextCertificates(cache, "cluster.local", first, renewAt.Add(-time.Second))
+	same, sameRenewAt, err := NextCertificates(cache, "cluster.local", nil, first, renewAt.Add(-time.Second))
 	if err != nil || !maps.EqualFunc(same, first, bytesEqual) || !sameRenewAt.Equal(renewAt) {
 		t.Fatalf("before renewal: changed %v, renewal %v, %v", !maps.EqualFunc(same, first, bytesEqual), sameRenewAt, err)
 	}
@@ -95,7 +97,7 @@ func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 			c = tlsCache(3 * time.Hour)
 			c.Name = "other-cache"
 		}
-		next, _, err := NextCertificates(c, "cluster.local", tc.data, tc.at)
+		next, _, err := NextCertificates(c, "cluster.local", nil, tc.data, tc.at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,12 +110,60 @@ func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 	}
 	broken := maps.Clone(first)
 	broken[tlsCAKey] = []byte("not a key")
-	next, _, err := NextCertificates(cache, "cluster.local", broken, now)
+	next, _, err := NextCertificates(cache, "cluster.local", nil, broken, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bytesEqual(next[TLSCAKey], first[TLSCAKey]) || serial(next) == serial(first) {
 		t.Error("a CA whose key is broken was kept")
+	}
+}
+
+// The certificate names the pods' IPs, to which a Cluster sends its clients: a client that
+// verifies by the IP it dials accepts it. A pod with a new IP brings a new certificate, which
+// names only the IPs of the pods there are; a pod that is gone brings none.
+func TestTheCertificateNamesThePodsIPsAndANewIPBringsANewOne(t *testing.T) {
+	cache := tlsCache(24 * time.Hour)
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	a, b, c := net.ParseIP("127.0.0.11"), net.ParseIP("127.0.0.12"), net.ParseIP("127.0.0.13")
+	first, _, err := NextCertificates(cache, "cluster.local", []net.IP{a, b}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := LeafCertificate(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, err := TLSClientConfig(cache, first[TLSCAKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []net.IP{a, b} {
+		if _, err := cert.Verify(x509.VerifyOptions{DNSName: ip.String(), Roots: config.RootCAs, CurrentTime: now}); err != nil {
+			t.Errorf("a client that dials %s: %v", ip, err)
+		}
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: c.String(), Roots: config.RootCAs, CurrentTime: now}); err == nil {
+		t.Errorf("the certificate is good for %s, which no pod has", c)
+	}
+
+	fewer, _, err := NextCertificates(cache, "cluster.local", []net.IP{b}, first, now)
+	if err != nil || !maps.EqualFunc(fewer, first, bytesEqual) {
+		t.Fatalf("a pod gone: the certificate changed (%v)", err)
+	}
+	more, _, err := NextCertificates(cache, "cluster.local", []net.IP{b, c}, first, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := LeafCertificate(more)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(renewed.IPAddresses); got != fmt.Sprint([]net.IP{b, c}) || renewed.SerialNumber.Cmp(cert.SerialNumber) == 0 {
+		t.Errorf("a pod with a new IP: the certificate names %s, serial %s (was %s); want the pods' IPs, a new serial", got, renewed.SerialNumber, cert.SerialNumber)
+	}
+	if !bytesEqual(more[TLSCAKey], first[TLSCAKey]) {
+		t.Error("a pod with a new IP: the CA changed")
 	}
 }
 
@@ -124,14 +174,14 @@ func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
 func TestAUsersCertificateMustServeAuthenticateAndNameTheService(t *testing.T) {
 	cache := tlsCache(24 * time.Hour)
 	now := time.Now()
-	good, _, err := NextCertificates(cache, "cluster.local", nil, now)
+	good, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := UsableCertificate(cache, good); err != nil {
 		t.Errorf("a certificate as the operator issues it: %v", err)
 	}
-	other, _, err := NextCertificates(cache, "cluster.local", nil, now)
+	other, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}

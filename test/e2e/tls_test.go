@@ -47,6 +47,28 @@ func serialIn(t *testing.T, secret *corev1.Secret) string {
 	return cert.SerialNumber.String()
 }
 
+// waitCertificateNamesThePods waits until the certificate in the Cache's TLS Secret names the IP
+// of each of its pods, and returns the Secret and how a client trusts it.
+func waitCertificateNamesThePods(t *testing.T, c *cachev2.Cache) (*corev1.Secret, *tls.Config) {
+	t.Helper()
+	var secret *corev1.Secret
+	var config *tls.Config
+	testenv.WaitFor(t, time.Minute, "the certificate to name every pod's IP", func() (bool, string) {
+		secret, config = tlsSecret(t, c)
+		cert, err := resources.LeafCertificate(secret.Data)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, pod := range cachePods(t, client.ObjectKeyFromObject(c)) {
+			if err := cert.VerifyHostname(pod.Status.PodIP); err != nil {
+				return false, fmt.Sprintf("%s: %v", pod.Name, err)
+			}
+		}
+		return true, ""
+	})
+	return secret, config
+}
+
 // waitCertificateServed waits until every pod of the Cache serves the certificate with the
 // serial given, and the Cache says so.
 func waitCertificateServed(t *testing.T, c *cachev2.Cache, config *tls.Config, serial string) {
@@ -92,8 +114,8 @@ func restarts(t *testing.T, key client.ObjectKey) map[string]string {
 // auth and metrics forms over a TLS bus, its replica syncs over TLS, and its pods (restricted,
 // as the Pod Security Standard says) pass their probes and export their metrics through the
 // server's socket. Every node refuses a client in plain text and serves one that trusts the
-// Cache's CA, by the Service's name, though it dials the nodes' IPs. A backup's Job speaks TLS to
-// the nodes. A certificate renewed in the Secret is served by every node, and the Cache says so,
+// Cache's CA, by the Service's name or by the IP it dials, which the certificate names. A
+// backup's Job speaks TLS to the nodes. A new pod's IP brings a new certificate. A certificate renewed in the Secret is served by every node, and the Cache says so,
 // with no pod restarted and a session opened before still up. An evicted primary hands its shard
 // over to its replica over TLS, and loses no key.
 func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *testing.T) {
@@ -112,7 +134,7 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 	}
 	key := client.ObjectKeyFromObject(c)
 	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
-	secret, config := tlsSecret(t, c)
+	secret, config := waitCertificateNamesThePods(t, c)
 	first := serialIn(t, secret)
 	waitCertificateServed(t, c, config, first)
 
@@ -124,7 +146,11 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 			}
 		}
 	}
-	app := tlsClusterClient(t, key, config, password)
+	// A client that sets no server name verifies each node by the IP it dials, which the
+	// cluster gives it (CLUSTER SLOTS).
+	byIP := config.Clone()
+	byIP.ServerName = ""
+	app := tlsClusterClient(t, key, byIP, password)
 	const keys = 100
 	for i := range keys {
 		if err := app.Do(ctx, app.B().Set().Key(fmt.Sprint("sealed-", i)).Value(fmt.Sprint(i)).Build()).Error(); err != nil {
@@ -201,7 +227,11 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 		return sent > 0, fmt.Sprintf("MFSTART sent %d times", sent)
 	})
 	waitReadyWithNewNodes(t, key, 2, map[string]bool{primary.ID: true})
-	app = tlsClusterClient(t, key, config, password)
+	// The new pod's IP brings a new certificate, which every node serves, the old ones without
+	// a restart.
+	secret, _ = waitCertificateNamesThePods(t, c)
+	waitCertificateServed(t, c, config, serialIn(t, secret))
+	app = tlsClusterClient(t, key, byIP, password)
 	for i := range keys {
 		if v, err := app.Do(ctx, app.B().Get().Key(fmt.Sprint("sealed-", i)).Build()).ToString(); err != nil || v != fmt.Sprint(i) {
 			t.Fatalf("sealed-%d after the handover: %q, %v", i, v, err)
@@ -266,7 +296,7 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 	waitCertificateCondition(t, key, cachev2.ReasonCertificateInvalid, "does not exist")
 
 	// The user's own CA and certificate, as an Issuer of theirs would make them.
-	issued, _, err := resources.NextCertificates(c, "cluster.local", nil, time.Now())
+	issued, _, err := resources.NextCertificates(c, "cluster.local", nil, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +335,7 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 	before := restarts(t, key)
 	withoutCert := maps.Clone(issued)
 	withoutCert[resources.TLSCertKey] = nil
-	renewed, _, err := resources.NextCertificates(c, "cluster.local", withoutCert, time.Now())
+	renewed, _, err := resources.NextCertificates(c, "cluster.local", nil, withoutCert, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +353,7 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 	// A certificate for another Cache's names is refused, and the node keeps the one it serves.
 	other := c.DeepCopy()
 	other.Name = "not-issued"
-	wrong, _, err := resources.NextCertificates(other, "cluster.local", renewed, time.Now())
+	wrong, _, err := resources.NextCertificates(other, "cluster.local", nil, renewed, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
