@@ -165,13 +165,16 @@ type ValkeyConfig struct {
 
 // TLS is how a Cache's servers speak TLS.
 // +kubebuilder:validation:XValidation:rule="has(self.secretName) == has(oldSelf.secretName) && (!has(self.secretName) || self.secretName == oldSelf.secretName)",message="tls.secretName is set when a Cache is created and cannot be changed: the pods mount that Secret"
+// +kubebuilder:validation:XValidation:rule="has(self.issuerRef) == has(oldSelf.issuerRef) && (!has(self.issuerRef) || self.issuerRef == oldSelf.issuerRef)",message="tls.issuerRef is set when a Cache is created and cannot be changed: its certificates are trusted by its CA"
+// +kubebuilder:validation:XValidation:rule="!(has(self.secretName) && has(self.issuerRef))",message="tls takes secretName or issuerRef, not both: with issuerRef, the operator names the Secret"
 type TLS struct {
 	// SecretName names a Secret in the Cache's namespace whose certificate (tls.crt, with its
 	// key, tls.key) the nodes serve and whose CA (ca.crt) they trust: the Secret a cert-manager
-	// Certificate fills, for certificates from an Issuer of the user's. Unset, the operator
-	// makes its own CA and certificate. The certificate must be signed by that CA, be good for
-	// both server and client authentication (a node shows it to the others on the cluster
-	// bus), and name <name>.<namespace>.svc, which the operator verifies the nodes by. The
+	// Certificate of the user's fills, say. Unset, the operator makes its own CA and
+	// certificate, or has the issuer of issuerRef make them. The certificate must be signed
+	// by that CA, be good for both server and client authentication (a node shows it to the
+	// others on the cluster bus), and name <name>.<namespace>.svc, which the operator verifies
+	// the nodes by. The
 	// Secret must carry the label LabelCredentialsOf (cache.example.com/credentials-of) with
 	// the Cache's name, so that the operator sees its changes: whoever fills it renews it, and
 	// the nodes serve each new certificate without a restart. Until it is usable, the Cache
@@ -181,14 +184,51 @@ type TLS struct {
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
 
-	// CertificateValidity is how long each certificate the operator issues for the nodes is
-	// valid. A new one is issued, and served at once, when a third of that is left. Defaults to
-	// 2160h (90 days); at least 1h, at most 8760h (a year). It does not apply to a Secret the
-	// user names: whoever fills that one decides.
+	// IssuerRef names a cert-manager Issuer or ClusterIssuer of the user's that issues the
+	// nodes' certificate. The operator makes a cert-manager Certificate, <name>-tls, that asks
+	// it for one naming the Cache's Service and its nodes' names, and the nodes serve what
+	// cert-manager puts in the Secret <name>-tls, checked as a Secret named by secretName is.
+	// The Issuer must put its CA's certificate in ca.crt (cert-manager's CA Issuer does; an
+	// ACME one does not). Needs cert-manager installed. Unset, with secretName unset too, the
+	// operator makes its own CA and certificate. Set when the Cache is created; it cannot
+	// change.
+	// +optional
+	IssuerRef *IssuerRef `json:"issuerRef,omitempty"`
+
+	// CertificateValidity is how long each certificate for the nodes is valid: the operator's,
+	// or, with issuerRef, each one cert-manager issues (the Certificate's duration). A new one is
+	// issued, and served at once, when a third of that is left. Defaults to 2160h (90 days); at
+	// least 1h, at most 8760h (a year). It does not apply to a Secret named by secretName:
+	// whoever fills that one decides.
 	// +kubebuilder:default="2160h"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('8760h')",message="certificateValidity must be between 1h and 8760h"
 	// +optional
 	CertificateValidity *metav1.Duration `json:"certificateValidity,omitempty"`
+}
+
+// IssuerRef names a cert-manager issuer.
+type IssuerRef struct {
+	// Name is the issuer's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="issuerRef.name must be the name of an issuer: lower-case letters, digits, '-' and '.'"
+	Name string `json:"name"`
+
+	// Kind is Issuer, one in the Cache's namespace (the default), or ClusterIssuer, or the
+	// kind of an external issuer in Group.
+	// +kubebuilder:default=Issuer
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
+	// +optional
+	Kind string `json:"kind,omitempty"`
+
+	// Group is the issuer's API group: cert-manager.io (the default), or an external issuer's.
+	// +kubebuilder:default="cert-manager.io"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	Group string `json:"group,omitempty"`
 }
 
 // TLSSecretName is the name of the Secret with a Cache's CA and its nodes' certificate: the one

@@ -70,6 +70,9 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		{"auth with a Secret name that is none", "auth", map[string]any{"secretName": "Not_A_Name"}, "spec.auth.secretName", "must be the name of a Secret"},
 		{"auth with a negative grace period", "auth", map[string]any{"rotationGracePeriod": "-1m"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
 		{"tls with a Secret name that is none", "tls", map[string]any{"secretName": "Not_A_Name"}, "spec.tls.secretName", "must be the name of a Secret"},
+		{"tls with both a Secret and an issuer", "tls", map[string]any{"secretName": "mine", "issuerRef": map[string]any{"name": "shop-ca"}}, "spec.tls", "secretName or issuerRef, not both"},
+		{"tls with an issuer with no name", "tls", map[string]any{"issuerRef": map[string]any{"kind": "ClusterIssuer"}}, "spec.tls.issuerRef.name", "Required value"},
+		{"tls with an issuer of a kind that is none", "tls", map[string]any{"issuerRef": map[string]any{"name": "shop-ca", "kind": "issuer"}}, "spec.tls.issuerRef.kind", "should match"},
 		{"tls with certificates valid for a minute", "tls", map[string]any{"certificateValidity": "1m"}, "spec.tls.certificateValidity", "between 1h and 8760h"},
 		{"tls with certificates valid for two years", "tls", map[string]any{"certificateValidity": "17520h"}, "spec.tls.certificateValidity", "between 1h and 8760h"},
 		{"auth with a grace period of a month", "auth", map[string]any{"rotationGracePeriod": "720h"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
@@ -290,12 +293,15 @@ func TestSchemaKeepsAuthAndTLSAsCreated(t *testing.T) {
 	ctx := context.Background()
 	for _, f := range []struct {
 		field, defaulted, defaultValue, change string
-		// frozen is a change of what the field holds that is refused, with the message's start.
-		frozen, frozenMessage string
+		// frozen are changes of what the field holds that are refused, each with the message's
+		// start.
+		frozen map[string]string
 	}{
-		{"auth", "rotationGracePeriod", "10m", `{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s"}}}`, "", ""},
-		{"tls", "certificateValidity", "2160h", `{"spec":{"tls":{"certificateValidity":"24h"}}}`,
-			`{"spec":{"tls":{"secretName":"certificates-of-mine"}}}`, "tls.secretName is set when a Cache is created"},
+		{"auth", "rotationGracePeriod", "10m", `{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s"}}}`, nil},
+		{"tls", "certificateValidity", "2160h", `{"spec":{"tls":{"certificateValidity":"24h"}}}`, map[string]string{
+			`{"spec":{"tls":{"secretName":"certificates-of-mine"}}}`:   "tls.secretName is set when a Cache is created",
+			`{"spec":{"tls":{"issuerRef":{"name":"issuer-of-mine"}}}}`: "tls.issuerRef is set when a Cache is created",
+		}},
 	} {
 		with := cacheObject("with-"+f.field, map[string]any{"shards": int64(1), "version": "8.1.1", f.field: map[string]any{}})
 		without := cacheObject("without-"+f.field, map[string]any{"shards": int64(1), "version": "8.1.1"})
@@ -323,10 +329,10 @@ func TestSchemaKeepsAuthAndTLSAsCreated(t *testing.T) {
 		if err := k8s.Patch(ctx, with, client.RawPatch(types.MergePatchType, []byte(f.change))); err != nil {
 			t.Errorf("%s: %v", f.change, err)
 		}
-		if f.frozen != "" {
-			err := k8s.Patch(ctx, with, client.RawPatch(types.MergePatchType, []byte(f.frozen)))
-			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), f.frozenMessage) {
-				t.Errorf("%s: got %v, want invalid: %s", f.frozen, err, f.frozenMessage)
+		for patch, message := range f.frozen {
+			err := k8s.Patch(ctx, with, client.RawPatch(types.MergePatchType, []byte(patch)))
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), message) {
+				t.Errorf("%s: got %v, want invalid: %s", patch, err, message)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev2 "example.com/cache-operator/api/v2"
@@ -34,9 +36,13 @@ type certificates struct {
 	// the Secret holds no CA certificate.
 	client *tls.Config
 	// serial is the serial number of the certificate the Secret holds, and renewal when the
-	// operator renews it (zero for a Secret of the user's, which its filler renews).
+	// operator renews it, or has cert-manager renew it (spec.tls.issuerRef); zero for a Secret
+	// of the user's, which its filler renews.
 	serial  string
 	renewal time.Time
+	// leaf is the certificate of a Secret the operator does not fill, when the nodes can serve
+	// it.
+	leaf *x509.Certificate
 	// pending: this reconciler created the Secret, which its informer does not show yet.
 	pending bool
 	// invalid, for a Secret of the user's, says why the nodes cannot serve it; missing: it is
@@ -56,6 +62,8 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 		return certificates{}, nil
 	case cache.Spec.TLS.SecretName != "":
 		return r.usersCertificates(ctx, cache)
+	case cache.Spec.TLS.IssuerRef != nil:
+		return r.issuedCertificates(ctx, cache)
 	}
 	key := client.ObjectKey{Namespace: cache.Namespace, Name: cache.TLSSecretName()}
 	secret := &corev1.Secret{}
@@ -143,12 +151,16 @@ func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.
 // pods run keeps serving what they read last, and the operator does not have them read it again.
 func (r *CacheReconciler) usersCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
 	name := cache.TLSSecretName()
+	namedBy := "spec.tls.secretName"
+	if cache.Spec.TLS.IssuerRef != nil {
+		namedBy = "the cert-manager Certificate " + name + " of spec.tls.issuerRef"
+	}
 	secret := &corev1.Secret{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: name}, secret)
 	var why string
 	switch {
 	case apierrors.IsNotFound(err):
-		if why, err = r.unseenSecret(ctx, cache, name, "spec.tls.secretName"); err != nil {
+		if why, err = r.unseenSecret(ctx, cache, name, namedBy); err != nil {
 			return certificates{}, err
 		}
 	case err != nil:
@@ -158,9 +170,9 @@ func (r *CacheReconciler) usersCertificates(ctx context.Context, cache *cachev2.
 	if why == "" {
 		cert, err := resources.UsableCertificate(cache, secret.Data)
 		if err == nil {
-			certs.serial = cert.SerialNumber.String()
+			certs.serial, certs.leaf = cert.SerialNumber.String(), cert
 		} else {
-			why = fmt.Sprintf("Secret %s, named by spec.tls.secretName, cannot be served: %v", name, err)
+			why = fmt.Sprintf("Secret %s, named by %s, cannot be served: %v", name, namedBy, err)
 		}
 		// The nodes' CA, for the operator's connections, even while the certificate is unusable.
 		certs.client, _ = resources.TLSClientConfig(cache, secret.Data[resources.TLSCAKey])
@@ -172,6 +184,48 @@ func (r *CacheReconciler) usersCertificates(ctx context.Context, cache *cachev2.
 	err = r.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: cache.Name}, &appsv1.StatefulSet{})
 	if certs.missing = apierrors.IsNotFound(err); !certs.missing && err != nil {
 		return certificates{}, err
+	}
+	return certs, nil
+}
+
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;create;update
+
+// issuedCertificates reads the TLS Secret that cert-manager fills for a Cache whose spec names an
+// issuer, as usersCertificates reads one the user names, and makes or mends the Certificate that
+// has cert-manager fill it (resources.IssuedCertificate) when the Secret holds no certificate the
+// nodes can serve, or one that is due for renewal. A Cache whose certificate is good so costs no
+// read of its Certificate, and the operator, which watches no Certificate, needs none in its
+// informers; a Certificate deleted by hand is made again by the renewal's time. The pass after
+// renewal time is due comes at least certificatesRecheck later, until cert-manager renews.
+func (r *CacheReconciler) issuedCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
+	certs, err := r.usersCertificates(ctx, cache)
+	if err != nil {
+		return certificates{}, err
+	}
+	if certs.leaf != nil {
+		certs.renewal = resources.RenewalTime(certs.leaf)
+	}
+	if certs.invalid == nil && time.Now().Before(certs.renewal) {
+		return certs, nil
+	}
+	desired := resources.IssuedCertificate(cache, r.ClusterDomain)
+	stored := &unstructured.Unstructured{}
+	stored.SetGroupVersionKind(resources.CertificateGVK)
+	stored.SetNamespace(desired.GetNamespace())
+	stored.SetName(desired.GetName())
+	_, err = r.ensureChild(ctx, storedReads{Client: r.Client, reader: r.APIReader}, cache, stored, func() {
+		resources.MergeIssuedCertificate(stored, desired)
+	})
+	switch {
+	case meta.IsNoMatchError(err):
+		certs.invalid = certificateCondition(cache, metav1.ConditionFalse, cachev2.ReasonCertificateInvalid,
+			"spec.tls.issuerRef needs cert-manager, and the API server knows no cert-manager.io/v1 Certificate: install cert-manager")
+		return certs, nil
+	case err != nil:
+		return certificates{}, fmt.Errorf("writing the cert-manager Certificate %s: %w", desired.GetName(), err)
+	}
+	if recheck := time.Now().Add(certificatesRecheck); certs.renewal.Before(recheck) {
+		certs.renewal = recheck
 	}
 	return certs, nil
 }
