@@ -19,7 +19,7 @@ run: build ## Run the operator; with no KUBECONFIG, on a local kwokctl cluster i
 # CoreDNS, promtool, valkey-server) and e2e (the operator on a local kwokctl cluster).
 .PHONY: test
 test: verify lint ## Run every test tier: unit, integration and end to end. CI runs this.
-	hack/toolchain.sh etcd kubernetes coredns kwok promtool helm valkey redis-exporter versitygw
+	hack/toolchain.sh etcd kubernetes coredns kwok promtool helm valkey redis-exporter versitygw cert-manager-crds
 	go test -tags integration,e2e ./... -count=1 -timeout 30m
 
 .PHONY: test-unit
@@ -33,7 +33,7 @@ test-integration: ## Run the unit and integration tests.
 
 .PHONY: test-e2e
 test-e2e: ## Run the end-to-end tests.
-	hack/toolchain.sh etcd kubernetes kwok helm valkey redis-exporter versitygw
+	hack/toolchain.sh etcd kubernetes kwok helm valkey redis-exporter versitygw cert-manager-crds
 	go test -tags e2e ./test/e2e -count=1 -timeout 30m
 
 .PHONY: manifests

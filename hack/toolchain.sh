@@ -2,8 +2,8 @@
 # Builds the binaries the project runs (a local Kubernetes control plane, kwok, CoreDNS, promtool,
 # helm, golangci-lint, versitygw: an S3-compatible server for the backup tests) from the Go module
 # proxy at pinned versions, fetches Valkey and the metrics exporter (redis_exporter) from Debian's
-# packages, caches them outside the checkout keyed by component and version, and links them into
-# $LOCALBIN.
+# packages and cert-manager's Certificate CRD from its Go module, caches them outside the checkout
+# keyed by component and version, and links them into $LOCALBIN.
 #
 #   hack/toolchain.sh [component...]     (default: every component)
 #
@@ -34,8 +34,11 @@ LZF_VERSION=3.6-3
 # The Cache pods' metrics exporter, the one the image oliver006/redis_exporter:v1.45.0 holds (the
 # Go module proxy does not serve its module); it links only libc.
 REDIS_EXPORTER_VERSION=1.45.0-2+b4
+# cert-manager, whose Certificate kind the tests install so that the operator's Certificates meet
+# its real schema; its controller, whose module the proxy does not serve, does not run.
+CERT_MANAGER_VERSION=v1.21.2
 
-all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint valkey redis-exporter versitygw)
+all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint valkey redis-exporter versitygw cert-manager-crds)
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
 
@@ -51,6 +54,7 @@ version_of() {
 	valkey) echo "$VALKEY_VERSION" ;;
 	redis-exporter) echo "$REDIS_EXPORTER_VERSION" ;;
 	versitygw) echo "$VERSITYGW_VERSION" ;;
+	cert-manager-crds) echo "$CERT_MANAGER_VERSION" ;;
 	*)
 		log "unknown component '$1' (known: ${all_components[*]})"
 		exit 2
@@ -87,6 +91,7 @@ build_into() {
 	valkey) fetch_valkey "$out" ;;
 	redis-exporter) fetch_redis_exporter "$out" ;;
 	versitygw) go_install "$out" github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
+	cert-manager-crds) fetch_cert_manager_crds "$out" ;;
 	esac
 }
 
@@ -151,6 +156,15 @@ fetch_redis_exporter() {
 	debian_unpack "$out" "prometheus-redis-exporter=$REDIS_EXPORTER_VERSION"
 	ln -s .root/usr/bin/prometheus-redis-exporter "$out/redis_exporter"
 	"$out/redis_exporter" --version >&2
+}
+
+# fetch_cert_manager_crds DIR copies the CRD of cert-manager's Certificate, as its release
+# installs it, from cert-manager's Go module into DIR.
+fetch_cert_manager_crds() {
+	local out=$1 module=github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION
+	(cd "$out" && GOFLAGS=-mod=mod go mod download "$module")
+	cp "$(go env GOMODCACHE)/$module/deploy/crds/cert-manager.io_certificates.yaml" "$out/"
+	chmod u+w "$out/cert-manager.io_certificates.yaml"
 }
 
 go_install() {

@@ -60,11 +60,11 @@ func TestTLSNodesRefuseStrangersAndServeARenewedCertificateWithoutARestart(t *te
 	cache.Spec.Mode, stranger.Spec.Mode = cachev2.ModeCluster, cachev2.ModeCluster
 	stranger.Name = "stranger"
 	now := time.Now()
-	data, _, err := NextCertificates(cache, "cluster.local", nil, now)
+	data, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	strangerData, _, err := NextCertificates(stranger, "cluster.local", nil, now)
+	strangerData, _, err := NextCertificates(stranger, "cluster.local", nil, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestTLSNodesRefuseStrangersAndServeARenewedCertificateWithoutARestart(t *te
 	// A certificate taken out of the Secret is issued anew, as one due for renewal is.
 	withoutCert := maps.Clone(data)
 	delete(withoutCert, TLSCertKey)
-	renewed, _, err := NextCertificates(cache, "cluster.local", withoutCert, now)
+	renewed, _, err := NextCertificates(cache, "cluster.local", nil, withoutCert, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,7 +194,7 @@ func TestTLSCachePodServesItsSecretVolumeAndItsUpdates(t *testing.T) {
 	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders-cache", Namespace: "default"},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi"), TLS: &cachev2.TLS{}}}
 	pod.Spec = resources.StatefulSet(cache, resources.DefaultImages).Spec.Template.Spec
-	data, _, err := resources.NextCertificates(cache, "cluster.local", nil, time.Now())
+	data, _, err := resources.NextCertificates(cache, "cluster.local", nil, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestTLSCachePodServesItsSecretVolumeAndItsUpdates(t *testing.T) {
 	first := serial()
 
 	delete(data, resources.TLSCertKey)
-	renewed, _, err := resources.NextCertificates(cache, "cluster.local", data, time.Now())
+	renewed, _, err := resources.NextCertificates(cache, "cluster.local", nil, data, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
