@@ -98,7 +98,7 @@ func TestACacheGetsItsCertificateFromTheIssuerItNames(t *testing.T) {
 	if spec("secretName") != c.TLSSecretName() {
 		t.Errorf("the Certificate fills Secret %q, want %s", spec("secretName"), c.TLSSecretName())
 	}
-	waitCertificateCondition(t, key, cachev2.ReasonCertificateInvalid, "does not exist")
+	waitCertificateInvalid(t, key, "does not exist")
 	if n := len(cachePods(t, key)); n != 0 {
 		t.Fatalf("%d pods made before cert-manager filled the Secret", n)
 	}

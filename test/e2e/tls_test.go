@@ -256,11 +256,11 @@ func tlsClusterClient(t *testing.T, key client.ObjectKey, config *tls.Config, pa
 	return c
 }
 
-// waitCertificateCondition waits until the Cache's CertificateServed condition has the reason
-// given and its message says what is given.
-func waitCertificateCondition(t *testing.T, key client.ObjectKey, reason, says string) {
+// waitCertificateInvalid waits until the Cache's CertificateServed condition says the
+// certificate cannot be served, and its message says what is given.
+func waitCertificateInvalid(t *testing.T, key client.ObjectKey, says string) {
 	t.Helper()
-	testenv.WaitFor(t, time.Minute, fmt.Sprintf("%s CertificateServed %s saying %q", key, reason, says), func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("%s CertificateServed %s saying %q", key, cachev2.ReasonCertificateInvalid, says), func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {
 			return false, err.Error()
@@ -269,7 +269,7 @@ func waitCertificateCondition(t *testing.T, key client.ObjectKey, reason, says s
 		if cond == nil {
 			return false, "no CertificateServed condition"
 		}
-		return cond.Reason == reason && strings.Contains(cond.Message, says), cond.Reason + ": " + cond.Message
+		return cond.Reason == cachev2.ReasonCertificateInvalid && strings.Contains(cond.Message, says), cond.Reason + ": " + cond.Message
 	})
 }
 
@@ -293,7 +293,7 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(c)
-	waitCertificateCondition(t, key, cachev2.ReasonCertificateInvalid, "does not exist")
+	waitCertificateInvalid(t, key, "does not exist")
 
 	// The user's own CA and certificate, as an Issuer of theirs would make them.
 	issued, _, err := resources.NextCertificates(c, "cluster.local", nil, nil, time.Now())
@@ -307,7 +307,7 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 	if err := admin.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	waitCertificateCondition(t, key, cachev2.ReasonCertificateInvalid, "lacks the label")
+	waitCertificateInvalid(t, key, "lacks the label")
 	if n := len(cachePods(t, key)); n != 0 {
 		t.Fatalf("%d pods made before the Secret was usable", n)
 	}
@@ -362,7 +362,7 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 	if err := admin.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	waitCertificateCondition(t, key, cachev2.ReasonCertificateInvalid, "not-issued")
+	waitCertificateInvalid(t, key, "not-issued")
 	cert, err := valkey.ServedCertificate(ctx, pod.Status.PodIP, resources.Port, config)
 	if err != nil || cert.SerialNumber.String() != second {
 		t.Errorf("with a certificate it cannot serve in the Secret, the node serves %v (%v), want the one before, %s", cert.SerialNumber, err, second)
