@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -51,6 +52,9 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*
 	}
 	if changed {
 		log.FromContext(ctx).Info("Registered in the catalogue", "nodes", len(nodes))
+		if err := r.unregisterIfGone(ctx, cache); err != nil {
+			return nil, err
+		}
 	}
 	return &metav1.Condition{
 		Type:               cachev2.ConditionRegistered,
@@ -59,6 +63,30 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*
 		ObservedGeneration: cache.Generation,
 		Message:            fmt.Sprintf("%d nodes listed in the catalogue", len(nodes)),
 	}, nil
+}
+
+// errGoneWhileRegistered ends a pass that registered a Cache that was gone already.
+var errGoneWhileRegistered = errors.New("the Cache was deleted before this pass registered it; its records are removed again")
+
+// unregisterIfGone removes the records just written for a Cache that the API server no longer
+// holds. A pass can act on a view of the Cache from before its deletion: an informer's first
+// list may come from the API server's watch cache, which can still hold a Cache whose finalizer
+// an operator before this one removed (seen in the crash storm, records of a deleted Cache left
+// behind). No pass would deregister it again, so each write to the catalogue is checked against
+// a read from the API server, which happens after the write: a Cache deleted later is finalized
+// by a later pass.
+func (r *CacheReconciler) unregisterIfGone(ctx context.Context, cache *cachev2.Cache) error {
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cache), &cachev2.Cache{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Catalog.Deregister(ctx, catalogKey(cache)); err != nil {
+			return fmt.Errorf("%w, but removing them failed: %w", errGoneWhileRegistered, err)
+		}
+		return errGoneWhileRegistered
+	case err != nil:
+		return fmt.Errorf("checking that the Cache registered still exists: %w", err)
+	}
+	return nil
 }
 
 // ensureFinalizer adds the finalizer when the operator runs with a catalogue. A merge patch

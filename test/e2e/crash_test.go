@@ -154,6 +154,19 @@ func assertChildrenAndRecords(t *testing.T, etcd *testenv.Etcd, namespace string
 	nsDir := "/skydns/internal/example/caches/" + namespace + "/"
 	testenv.WaitFor(t, 30*time.Second, "the catalogue to list exactly the live Caches", func() (bool, string) {
 		got := testenv.KeyValues(t, c, nsDir)
-		return maps.Equal(got, wantRecords), fmt.Sprintf("%d records, want %d", len(got), len(wantRecords))
+		var extra, missing []string
+		for key, value := range got {
+			if wantRecords[key] != value {
+				extra = append(extra, key)
+			}
+		}
+		for key := range wantRecords {
+			if _, ok := got[key]; !ok {
+				missing = append(missing, key)
+			}
+		}
+		slices.Sort(extra)
+		slices.Sort(missing)
+		return len(extra)+len(missing) == 0, fmt.Sprintf("%d records, want %d; not wanted or wrong: %v; missing: %v", len(got), len(wantRecords), extra, missing)
 	})
 }
