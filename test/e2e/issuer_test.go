@@ -4,13 +4,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -146,43 +140,13 @@ func signAsCertManager(t *testing.T, certificate *unstructured.Unstructured) ([]
 			extUsages = append(extUsages, ext)
 		}
 	}
-	now := time.Now()
-	caKey, caCert := signed(t, &x509.Certificate{Subject: pkix.Name{CommonName: "shop-ca"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}, nil, nil)
-	key, cert := signed(t, &x509.Certificate{DNSNames: names, NotBefore: now, NotAfter: now.Add(duration),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: extUsages}, caCert, caKey)
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
+	ca := testenv.NewCA(t, "shop-ca")
+	certFile, keyFile := ca.IssueForNames(t, names, duration, extUsages...)
+	data := map[string][]byte{}
+	for key, file := range map[string]string{resources.TLSCAKey: ca.CertFile, resources.TLSCertKey: certFile, resources.TLSKeyKey: keyFile} {
+		if data[key], err = os.ReadFile(file); err != nil {
+			t.Fatal(err)
+		}
 	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw})
-	return caPEM, map[string][]byte{
-		resources.TLSCAKey:   caPEM,
-		resources.TLSCertKey: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
-		resources.TLSKeyKey:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-	}
-}
-
-// signed is a new key and a certificate of it from template, signed by parent, or by itself.
-func signed(t *testing.T, template, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, *x509.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if template.SerialNumber, err = rand.Int(rand.Reader, big.NewInt(1<<62)); err != nil {
-		t.Fatal(err)
-	}
-	if parent == nil {
-		parent, parentKey = template, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, cert
+	return data[resources.TLSCAKey], data
 }

@@ -50,8 +50,28 @@ func (ca *CA) Issue(t testing.TB, cn string, ips []string, uses ...x509.ExtKeyUs
 	for _, ip := range ips {
 		template.IPAddresses = append(template.IPAddresses, net.ParseIP(ip))
 	}
-	_, key, certFile := ca.sign(t, cn, template, ca.cert, ca.key)
-	return certFile, writeKey(t, filepath.Join(ca.dir, cn+".key"), key)
+	return ca.issue(t, cn, template)
+}
+
+// IssueForNames issues a certificate for the DNS names given (at least one), valid for validity
+// from now, for the uses given, as a CA Issuer of cert-manager does, and returns its certificate
+// and key files.
+func (ca *CA) IssueForNames(t testing.TB, names []string, validity time.Duration, uses ...x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
+	template := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), DNSNames: names,
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(validity),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: uses,
+	}
+	return ca.issue(t, names[0], template)
+}
+
+// issue signs template with the CA, and writes the certificate and its key as name.crt and
+// name.key.
+func (ca *CA) issue(t testing.TB, name string, template *x509.Certificate) (certFile, keyFile string) {
+	t.Helper()
+	_, key, certFile := ca.sign(t, name, template, ca.cert, ca.key)
+	return certFile, writeKey(t, filepath.Join(ca.dir, name+".key"), key)
 }
 
 // sign makes a key and a certificate of template, signed by parent (itself when nil), and writes
