@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Builds the binaries the project runs (a local Kubernetes control plane, kwok, CoreDNS, promtool,
-# helm, golangci-lint, versitygw: an S3-compatible server for the backup tests) from the Go module
-# proxy at pinned versions, fetches Valkey and the metrics exporter (redis_exporter) from Debian's
-# packages and cert-manager's Certificate CRD from its Go module, caches them outside the checkout
-# keyed by component and version, and links them into $LOCALBIN.
+# Builds the binaries the project runs (a local Kubernetes control plane and its real nodes' kubelet
+# and kube-proxy, kwok, CoreDNS, helm, golangci-lint, versitygw: an S3-compatible server for the
+# backup tests, runc) from the Go module proxy at pinned versions, fetches from Debian's packages
+# Valkey, the metrics exporter (redis_exporter), promtool, the nodes' containerd, CNI plugins and
+# nft, the CA certificates of the operator's image and the root filesystem of the Valkey image, and
+# cert-manager's Certificate CRD from its Go module, caches them outside the checkout keyed by
+# component and version, and links them into $LOCALBIN.
 #
-#   hack/toolchain.sh [component...]     (default: every component)
+#   hack/toolchain.sh [component...]     (default, or "all": every component)
 #
-# No prebuilt binary can be downloaded on our machines, so everything is built from source. A
-# component is built into a temporary directory and renamed into place only when complete: an
-# interrupted build leaves nothing that a later call mistakes for a good binary.
+# No prebuilt binary can be downloaded on our machines but Debian's packages, so everything else is
+# built from source. A component is built into a temporary directory and renamed into place only
+# when complete: an interrupted build leaves nothing that a later call mistakes for a good binary.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,7 +23,6 @@ KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 KWOK_VERSION=v0.8.0
 COREDNS_VERSION=v1.14.3
-PROMETHEUS_VERSION=v0.316.0
 HELM_VERSION=v3.22.0
 GOLANGCI_LINT_VERSION=v2.15.0
 VERSITYGW_VERSION=v1.8.0
@@ -38,23 +39,84 @@ REDIS_EXPORTER_VERSION=1.45.0-2+b4
 # its real schema; its controller, whose module the proxy does not serve, does not run.
 CERT_MANAGER_VERSION=v1.21.2
 
-all_components=(etcd kubernetes kwok coredns promtool helm golangci-lint valkey redis-exporter versitygw cert-manager-crds)
+# The real nodes' OCI runtime. Debian has no runc 1.5, so it is built from its module, with seccomp:
+# cgo links libseccomp statically from bookworm's libseccomp-dev, and runc needs only libc.
+RUNC_VERSION=v1.5.3
+LIBSECCOMP_VERSION=2.5.4-1+deb12u1
+# Packages of Debian's releases after ours, whose Go programs link only libc and need no glibc
+# newer than bookworm's 2.36: promtool from trixie (Debian 13; a download instead of seven minutes
+# of go install), the nodes' containerd and CNI plugins from sid (unstable). The archive keeps only
+# each suite's current version of a package, so an exact version would stop resolving as soon as the
+# suite moves on: these are pinned by release line, resolved to the line's newest version in the
+# suites listed when the component is built, and the version used is written to the component's
+# VERSION file and to the log. The cache key is the line.
+PROMETHEUS_LINE=2.53
+PROMETHEUS_SUITES="trixie trixie-updates"
+CONTAINERD_LINE=2.1
+CNI_PLUGINS_LINE=1.9
+# Where sid's packages are looked for: sid, then testing (forky) and trixie's backports, which carry
+# the same line for a while when sid has moved on to the next.
+UNSTABLE_SUITES="sid forky trixie-backports"
+# kube-proxy's nftables mode runs nft: bookworm's, with every library that it links apart from libc
+# (the machines have none of them), which a wrapper points the loader at.
+NFTABLES_VERSION=1.0.6-2+deb12u2
+NFTABLES_PACKAGES=(
+	"nftables=$NFTABLES_VERSION" "libnftables1=$NFTABLES_VERSION" libmnl0=1.0.4-3 libnftnl11=1.2.4-2
+	libjansson4=2.14-2 libxtables12=1.8.9-2 libgmp10=2:6.2.1+dfsg1-1.1 libedit2=3.1-20221030-2
+	libbsd0=0.11.7-2 libmd0=1.0.4-2 libtinfo6=6.4-4
+)
+# The CA certificates of the operator's image: Debian's, as one PEM bundle.
+CA_CERTIFICATES_VERSION=20230311+deb12u1
+# The root filesystem of the tests' Valkey image (test/harness/images), laid out as the official
+# image's base, debian:bookworm-slim: Valkey, every library that it links, Debian's base directories
+# and files, and the shell and the programs that the pods' scripts and the image's entrypoint run.
+# The image's accounts (/etc/passwd and /etc/group) and links made by update-alternatives (awk)
+# are the image builder's.
+VALKEY_ROOTFS_PACKAGES=(
+	# Valkey and the libraries it links.
+	"valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" "libjemalloc2=$JEMALLOC_VERSION"
+	"liblzf1=$LZF_VERSION" libc6=2.36-9+deb12u14 libssl3=3.0.20-1~deb12u2 libatomic1=12.2.0-14+deb12u1
+	"libstdc++6=12.2.0-14+deb12u1" libgcc-s1=12.2.0-14+deb12u1 libsystemd0=252.39-1~deb12u2
+	libcap2=1:2.66-4+deb12u3+b1 libgcrypt20=1.10.1-3+deb12u1 libgpg-error0=1.46-1 liblz4-1=1.9.4-1
+	liblzma5=5.4.1-1+deb12u1 libzstd1=1.5.4+dfsg2-5
+	# The base system's directories and files, the shell (/bin/sh is dash), and the programs of the
+	# scripts (rm, mv, head, seq, sleep, id, chown; grep, sed, awk, find), with their libraries.
+	base-files=12.4+deb12u15 dash=0.5.12-2 coreutils=9.1-1 grep=3.8-5 sed=4.9-1+deb12u1
+	mawk=1.3.4.20200120-3.1 findutils=4.9.0-4 libacl1=2.3.1-3 libattr1=1:2.5.1-4 libselinux1=3.4-1+b6
+	libpcre2-8-0=10.42-1 libgmp10=2:6.2.1+dfsg1-1.1 libcap-ng0=0.8.3-1+b3
+)
+# setpriv, with which the image's entrypoint drops root, is util-linux's: only it is taken (it links
+# libc and libcap-ng), not util-linux's other programs and the dozen libraries they link.
+UTIL_LINUX_VERSION=2.38.1-5+deb12u3
+
+all_components=(etcd kubernetes kubelet kwok coredns promtool helm golangci-lint valkey redis-exporter versitygw
+	cert-manager-crds runc containerd cni-plugins nftables ca-certificates valkey-rootfs)
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
+
+# digest_of WORD... is a short digest of the words.
+digest_of() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
 
 version_of() {
 	case $1 in
 	etcd) echo "$ETCD_VERSION" ;;
-	kubernetes) echo "$KUBERNETES_VERSION" ;;
+	kubernetes | kubelet) echo "$KUBERNETES_VERSION" ;;
 	kwok) echo "$KWOK_VERSION" ;;
 	coredns) echo "$COREDNS_VERSION" ;;
-	promtool) echo "$PROMETHEUS_VERSION" ;;
+	promtool) echo "$PROMETHEUS_LINE" ;;
 	helm) echo "$HELM_VERSION" ;;
 	golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
 	valkey) echo "$VALKEY_VERSION" ;;
 	redis-exporter) echo "$REDIS_EXPORTER_VERSION" ;;
 	versitygw) echo "$VERSITYGW_VERSION" ;;
 	cert-manager-crds) echo "$CERT_MANAGER_VERSION" ;;
+	runc) echo "$RUNC_VERSION" ;;
+	containerd) echo "$CONTAINERD_LINE" ;;
+	cni-plugins) echo "$CNI_PLUGINS_LINE" ;;
+	# Made of many pinned packages: the key changes with any of their versions.
+	nftables) echo "$NFTABLES_VERSION-$(digest_of "${NFTABLES_PACKAGES[@]}")" ;;
+	ca-certificates) echo "$CA_CERTIFICATES_VERSION" ;;
+	valkey-rootfs) echo "$VALKEY_VERSION-$(digest_of "${VALKEY_ROOTFS_PACKAGES[@]}" "util-linux=$UTIL_LINUX_VERSION")" ;;
 	*)
 		log "unknown component '$1' (known: ${all_components[*]})"
 		exit 2
@@ -70,42 +132,78 @@ build_into() {
 		(cd "$root/hack/tools/etcd" && go build -mod=readonly -trimpath -o "$out/etcd" go.etcd.io/etcd/server/v3)
 		;;
 	kubernetes)
-		# Without the version stamped in, the server reports v0.0.0-master and kubectl cannot
-		# parse it.
-		local minor=${KUBERNETES_VERSION#v1.}
-		minor=${minor%%.*}
-		local ldflags="-s -w" pkg
-		for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-			ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-			ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-		done
-		(cd "$root/hack/tools/kubernetes" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/" \
-			k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-			k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+		build_kubernetes "$out" kube-apiserver kube-controller-manager kube-scheduler kubectl
+		;;
+	kubelet)
+		# The real nodes' programs, apart from the control plane's so that a machine that has the
+		# control plane cached builds only these; the Go build cache shares what they have in
+		# common.
+		build_kubernetes "$out" kubelet kube-proxy
 		;;
 	kwok) go_install "$out" sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
 	coredns) go_install "$out" github.com/coredns/coredns@"$COREDNS_VERSION" ;;
-	promtool) go_install "$out" github.com/prometheus/prometheus/cmd/promtool@"$PROMETHEUS_VERSION" ;;
+	promtool) fetch_promtool "$out" ;;
 	helm) go_install "$out" helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
 	golangci-lint) go_install "$out" github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
 	valkey) fetch_valkey "$out" ;;
 	redis-exporter) fetch_redis_exporter "$out" ;;
 	versitygw) go_install "$out" github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
 	cert-manager-crds) fetch_cert_manager_crds "$out" ;;
+	runc) build_runc "$out" ;;
+	containerd) fetch_containerd "$out" ;;
+	cni-plugins) fetch_cni_plugins "$out" ;;
+	nftables) fetch_nftables "$out" ;;
+	ca-certificates) fetch_ca_certificates "$out" ;;
+	valkey-rootfs) fetch_valkey_rootfs "$out" ;;
 	esac
 }
 
-# debian_unpack DIR PACKAGE=VERSION... unpacks Debian's packages into DIR/.root. apt runs with a
-# sources list, package lists and cache of its own under DIR, so the machine's apt configuration
-# and state are left as they are.
+# build_kubernetes DIR COMMAND... builds Kubernetes' commands (k8s.io/kubernetes/cmd/COMMAND) into
+# DIR.
+build_kubernetes() {
+	local out=$1
+	shift
+	# Without the version stamped in, the server reports v0.0.0-master and kubectl cannot parse it.
+	local minor=${KUBERNETES_VERSION#v1.}
+	minor=${minor%%.*}
+	local ldflags="-s -w" pkg cmds=()
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+		ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+	done
+	for pkg in "$@"; do
+		cmds+=("k8s.io/kubernetes/cmd/$pkg")
+	done
+	(cd "$root/hack/tools/kubernetes" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/" "${cmds[@]}")
+}
+
+# debian_unpack DIR [--suites="SUITE..."] PACKAGE=VERSION|PACKAGE@LINE... unpacks Debian's
+# packages of SUITEs (by default the machine's release and its backports) into DIR/.root, with
+# debian_lists and debian_get.
 debian_unpack() {
+	local out=$1 suites=()
+	shift
+	if [[ ${1-} == --suites=* ]]; then
+		read -ra suites <<<"${1#--suites=}"
+		shift
+	fi
+	debian_lists "$out" "${suites[@]}"
+	debian_get "$out/.root" "$@"
+	rm -rf "$out/.apt"
+}
+
+# debian_lists DIR [SUITE...] gives apt a sources list, package lists and cache of its own under
+# DIR/.apt (the caller removes it when done), so the machine's apt configuration and state are
+# left as they are. The sources are SUITEs (by default the machine's release and its backports) of
+# the Debian archive that the machine uses.
+debian_lists() {
 	local out=$1
 	shift
 	if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
-		log "$* come from Debian's packages, and this machine has no apt-get and dpkg-deb"
+		log "this component comes from Debian's packages, and this machine has no apt-get and dpkg-deb"
 		exit 1
 	fi
-	local codename uri apt=$out/.apt
+	local codename uri suite
 	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 	# The archive the machine already uses for its release, as apt itself reports it from its
 	# sources (--no-release-info: also before the machine's first apt-get update).
@@ -114,17 +212,135 @@ debian_unpack() {
 		log "no Debian archive for release '$codename' is configured in apt's sources on this machine"
 		exit 1
 	fi
-	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/sources.list.d" "$out/.root"
-	printf 'deb %s %s main\n' "$uri" "$codename" "$uri" "$codename-backports" >"$apt/sources.list"
-	local opts=(-q -o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/sources.list.d"
-		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
-	apt-get "${opts[@]}" update >&2
-	(cd "$apt" && apt-get "${opts[@]}" download >&2 "$@")
-	local deb
-	for deb in "$apt"/*.deb; do
-		dpkg-deb -x "$deb" "$out/.root"
+	[[ $# -gt 0 ]] || set -- "$codename" "$codename-backports"
+	debian_suites=("$@")
+	debian_apt=$out/.apt
+	mkdir -p "$debian_apt/lists/partial" "$debian_apt/cache/archives/partial" "$debian_apt/sources.list.d"
+	# Only the package lists (target=Packages), not the translations or AppStream metadata that the
+	# machine's apt configuration may ask for too.
+	for suite; do
+		printf 'deb [target=Packages] %s %s main\n' "$uri" "$suite"
+	done >"$debian_apt/sources.list"
+	debian_opts=(-q -o "Dir::Etc::SourceList=$debian_apt/sources.list" -o "Dir::Etc::SourceParts=$debian_apt/sources.list.d"
+		-o "Dir::State::Lists=$debian_apt/lists" -o "Dir::Cache=$debian_apt/cache" -o APT::Sandbox::User=root)
+	apt-get "${debian_opts[@]}" update >&2
+}
+
+# debian_get ROOT PACKAGE=VERSION|PACKAGE@LINE... downloads Debian's packages from the sources of
+# debian_lists (DIR/.apt) and unpacks them into ROOT; each package's control files (its maintainer
+# scripts) go to DIR/.apt/control/PACKAGE. PACKAGE@LINE is the newest version of PACKAGE there
+# whose upstream version is LINE or LINE.something, and debian_version[PACKAGE] records it.
+debian_get() {
+	local root=$1 spec pkg line version upstream found specs=()
+	shift
+	for spec; do
+		if [[ $spec != *@* ]]; then
+			specs+=("$spec")
+			continue
+		fi
+		pkg=${spec%@*} line=${spec#*@} found=
+		while read -r version; do
+			upstream=${version#*:}
+			upstream=${upstream%-*}
+			if [[ $upstream == "$line" || $upstream == "$line".* || $upstream == "$line"[~+]* ]] &&
+				{ [[ -z $found ]] || dpkg --compare-versions "$version" gt "$found"; }; then
+				found=$version
+			fi
+		done < <(apt-cache "${debian_opts[@]}" madison "$pkg" | awk -F' *[|] *' '{print $2}')
+		if [[ -z $found ]]; then
+			log "no $pkg of the $line line is in Debian's ${debian_suites[*]} (they have:" \
+				"$(apt-cache "${debian_opts[@]}" madison "$pkg" | awk -F' *[|] *' '{print $2}' | sort -u | paste -sd' ')): pin a line that one of them has"
+			exit 1
+		fi
+		log "$pkg $line: Debian's $pkg $found (from $(apt-cache "${debian_opts[@]}" madison "$pkg" |
+			awk -F' *[|] *' -v v="$found" '$2 == v {split($3, f, " "); sub("/.*", "", f[2]); printf "%s%s", s, f[2]; s = ", "}'))"
+		debian_version[$pkg]=$found
+		specs+=("$pkg=$found")
 	done
-	rm -rf "$apt"
+	local debs deb
+	mkdir -p "$debian_apt/control"
+	debs=$(mktemp -d "$debian_apt/debs.XXXXXX")
+	(cd "$debs" && apt-get "${debian_opts[@]}" download >&2 "${specs[@]}")
+	mkdir -p "$root"
+	# dpkg-deb reads each compression that Debian's packages use (xz; zstd too, since bookworm's
+	# dpkg). tar keeps a root's links to directories (a merged /usr's /bin -> usr/bin) where a
+	# package has the directory, and Debian's owners by number.
+	for deb in "$debs"/*.deb; do
+		dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink --numeric-owner -C "$root"
+		dpkg-deb -e "$deb" "$debian_apt/control/$(dpkg-deb -f "$deb" Package)"
+	done
+	rm -rf "$debs"
+}
+declare -A debian_version=()
+
+# usr_merged ROOT makes ROOT a root with a merged /usr, as Debian's since bookworm: /bin, /lib,
+# /lib64 and /sbin are links into /usr, through which debian_get unpacks what packages have there.
+usr_merged() {
+	local dir
+	mkdir -p "$1/usr"
+	for dir in bin lib lib64 sbin; do
+		mkdir -p "$1/usr/$dir"
+		ln -s "usr/$dir" "$1/$dir"
+	done
+}
+
+# need_readelf fails unless the machine has readelf, which tells the libraries that programs link.
+need_readelf() {
+	if ! command -v readelf >/dev/null; then
+		log "checking the libraries that programs link needs readelf (binutils), which this machine lacks"
+		exit 1
+	fi
+}
+
+# elf_needed FILE prints the libraries that the ELF FILE links (its NEEDED entries).
+elf_needed() {
+	need_readelf
+	readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'
+}
+
+# glibc_lib LIB tells whether the library LIB is one of the C library's (Debian's libc6), which
+# every machine has.
+glibc_lib() {
+	case $1 in
+	libc.so.6 | libm.so.6 | libpthread.so.0 | libdl.so.2 | librt.so.1 | libresolv.so.2 | ld-linux-*.so.*) return 0 ;;
+	esac
+	return 1
+}
+
+# only_libc FILE... fails unless each of the ELF FILEs links no library but the C library's.
+only_libc() {
+	local file lib
+	for file; do
+		for lib in $(elf_needed "$file"); do
+			if ! glibc_lib "$lib"; then
+				log "$file links $lib, which the machines may not have: only the C library may be linked"
+				exit 1
+			fi
+		done
+	done
+}
+
+# elf_missing ROOT prints, for each ELF file under ROOT, the libraries that it links and that
+# neither ROOT's library directories (a merged /usr's) nor its own $ORIGIN run path hold.
+elf_missing() {
+	local root=$1 lib origin file dir dirs files=()
+	need_readelf
+	mapfile -d '' files < <(find "$root" -type f \( -perm -u+x -o -name '*.so' -o -name '*.so.*' \) -print0)
+	# One readelf for all the files, which names each ("File: NAME") as it is given more than one
+	# (/dev/null, like any file that is not ELF, only makes it complain).
+	while read -r lib origin file; do
+		dirs=("$root"/usr/lib/*-linux-gnu "$root/usr/lib" "$root/usr/lib64")
+		[[ $origin == 0 ]] || dirs+=("${file%/*}")
+		for dir in "${dirs[@]}"; do
+			[[ -e $dir/$lib ]] && continue 2
+		done
+		printf '%s (linked by %s)\n' "$lib" "${file#"$root"}"
+	done < <({ readelf -d /dev/null "${files[@]}" 2>/dev/null || true; } | awk '
+		function flush(i) { for (i = 1; i <= n; i++) print needed[i], origin, file; n = 0; origin = 0 }
+		/^File: / { flush(); file = substr($0, 7) }
+		/\(NEEDED\)/ { sub(/.*\[/, ""); sub(/\]$/, ""); needed[++n] = $0 }
+		/\((RUN|R)PATH\)/ && /\$ORIGIN/ { origin = 1 }
+		END { flush() }')
 }
 
 # fetch_valkey DIR unpacks Debian's valkey-server and valkey-tools, and the libraries they link,
@@ -167,6 +383,167 @@ fetch_cert_manager_crds() {
 	chmod u+w "$out/cert-manager.io_certificates.yaml"
 }
 
+# fetch_promtool DIR unpacks Debian's promtool of PROMETHEUS_LINE (Prometheus's long-term support
+# release) into DIR/.root and links it as DIR/promtool. Debian builds it linking only libc.
+fetch_promtool() {
+	local out=$1
+	debian_unpack "$out" --suites="$PROMETHEUS_SUITES" "promtool@$PROMETHEUS_LINE"
+	echo "${debian_version[promtool]}" >"$out/VERSION"
+	ln -s .root/usr/bin/promtool "$out/promtool"
+	only_libc "$out/promtool"
+	"$out/promtool" --version >&2
+}
+
+# build_runc DIR builds runc into DIR with the tags of its Makefile's build but libpathrs (a Rust
+# library that Debian does not package; runc then uses its Go implementation), against bookworm's
+# libseccomp-dev unpacked into DIR/.root with a pkg-config file of its own. Without libseccomp's
+# shared library beside its static one (libseccomp-dev's link to it dangles there: libseccomp2 is
+# not unpacked), the static one is linked in, and runc needs nothing but libc.
+build_runc() {
+	local out=$1 libdir tool
+	local prefix=$out/.root/usr
+	for tool in "$(go env CC)" pkg-config; do
+		if ! command -v "$tool" >/dev/null; then
+			log "building runc (cgo, libseccomp) needs $tool, which this machine lacks"
+			exit 1
+		fi
+	done
+	debian_unpack "$out" "libseccomp-dev=$LIBSECCOMP_VERSION"
+	libdir=$(dirname "$prefix"/lib/*/libseccomp.a)
+	rm -f "$libdir/libseccomp.so"
+	mkdir "$out/.root/pkgconfig"
+	cat >"$out/.root/pkgconfig/libseccomp.pc" <<-EOF
+		# bookworm's libseccomp-dev $LIBSECCOMP_VERSION, unpacked by hack/toolchain.sh.
+		Name: libseccomp
+		Description: The enhanced seccomp library
+		Version: ${LIBSECCOMP_VERSION%%-*}
+		Cflags: -I$prefix/include
+		Libs: -L$libdir -lseccomp
+	EOF
+	# Go's build cache keys a cgo package by the flags of CGO_CFLAGS, not by those of pkg-config, and
+	# would link a later build against this libseccomp's path, gone by then: the include directory
+	# in CGO_CFLAGS keys it to this one. -buildmode=pie as runc's Makefile builds it.
+	CGO_ENABLED=1 CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -I$prefix/include" PKG_CONFIG_PATH=$out/.root/pkgconfig \
+		GOBIN=$out go install -trimpath -buildmode=pie -tags "seccomp urfave_cli_no_docs" -ldflags "-s -w" \
+		github.com/opencontainers/runc@"$RUNC_VERSION"
+	rm -rf "$out/.root"
+	only_libc "$out/runc"
+	"$out/runc" --version >&2
+	if ! "$out/runc" --version | grep -q '^libseccomp: '; then
+		log "runc was built without seccomp"
+		exit 1
+	fi
+}
+
+# fetch_containerd DIR unpacks Debian's containerd of CONTAINERD_LINE into DIR/.root and links its
+# daemon, its runc shim and ctr into DIR. containerd finds the shim beside itself, and the shim
+# runs runc from PATH.
+fetch_containerd() {
+	local out=$1 bin
+	debian_unpack "$out" --suites="$UNSTABLE_SUITES" "containerd@$CONTAINERD_LINE"
+	echo "${debian_version[containerd]}" >"$out/VERSION"
+	for bin in containerd containerd-shim-runc-v2 ctr; do
+		ln -s ".root/usr/bin/$bin" "$out/$bin"
+	done
+	only_libc "$out/containerd" "$out/containerd-shim-runc-v2" "$out/ctr"
+	"$out/containerd" --version >&2
+}
+
+# fetch_cni_plugins DIR unpacks Debian's containernetworking-plugins of CNI_PLUGINS_LINE and moves
+# the plugins into DIR/cni-bin, the directory that the nodes' containerd configuration names.
+fetch_cni_plugins() {
+	local out=$1 plugin
+	debian_unpack "$out" --suites="$UNSTABLE_SUITES" "containernetworking-plugins@$CNI_PLUGINS_LINE"
+	echo "${debian_version[containernetworking-plugins]}" >"$out/VERSION"
+	mv "$out/.root/usr/lib/cni" "$out/cni-bin"
+	only_libc "$out"/cni-bin/*
+	for plugin in bridge host-local loopback portmap; do
+		if [[ ! -x $out/cni-bin/$plugin ]]; then
+			log "Debian's containernetworking-plugins ${debian_version[containernetworking-plugins]} has no $plugin plugin"
+			exit 1
+		fi
+	done
+	CNI_COMMAND=VERSION "$out/cni-bin/bridge" </dev/null >&2
+}
+
+# fetch_nftables DIR unpacks nft and the libraries it links into DIR/.root, a merged /usr, and
+# writes DIR/nft: a wrapper that runs it with those libraries, as kube-proxy runs nft from PATH.
+fetch_nftables() {
+	local out=$1 libdir missing
+	usr_merged "$out/.root"
+	debian_unpack "$out" "${NFTABLES_PACKAGES[@]}"
+	libdir=$(cd "$out/.root" && dirname usr/lib/*/libnftables.so.1)
+	missing=$(elf_missing "$out/.root" | while read -r lib rest; do glibc_lib "$lib" || echo "$lib $rest"; done)
+	if [[ -n $missing ]]; then
+		log "nft needs libraries that NFTABLES_PACKAGES lacks:" "$missing"
+		exit 1
+	fi
+	cat >"$out/nft" <<-EOF
+		#!/bin/sh
+		# nft $NFTABLES_VERSION from Debian, unpacked beside this wrapper by hack/toolchain.sh.
+		root=\$(dirname "\$(readlink -f "\$0")")/.root
+		LD_LIBRARY_PATH=\$root/$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$root/usr/sbin/nft" "\$@"
+	EOF
+	chmod +x "$out/nft"
+	"$out/nft" --version >&2
+}
+
+# fetch_ca_certificates DIR writes DIR/ca-certificates.crt: the CA certificates of Debian's
+# ca-certificates as one PEM bundle, which its postinst (update-ca-certificates) would make, the
+# certificates in the order of their names, each ending in a newline.
+fetch_ca_certificates() {
+	local out=$1 certs n
+	debian_unpack "$out" "ca-certificates=$CA_CERTIFICATES_VERSION"
+	certs=$out/.root/usr/share/ca-certificates/mozilla
+	find "$certs" -name '*.crt' -print0 | LC_ALL=C sort -z | xargs -0 awk 1 >"$out/ca-certificates.crt"
+	n=$(find "$certs" -name '*.crt' | wc -l)
+	if [[ $n -lt 100 || $(grep -c -- '-----BEGIN CERTIFICATE-----' "$out/ca-certificates.crt") -ne $n ]]; then
+		log "ca-certificates.crt does not hold one certificate for each of the $n files of $certs"
+		exit 1
+	fi
+	log "$n CA certificates in ca-certificates.crt"
+}
+
+# fetch_valkey_rootfs DIR unpacks VALKEY_ROOTFS_PACKAGES, and util-linux's setpriv, into
+# DIR/rootfs, a merged /usr; does what base-files' postinst does in a new root (DPKG_ROOT); drops
+# the documentation as debian:bookworm-slim does; and checks that every library that a program or
+# library there links is there too, and, as root, that Valkey and the shell run in it.
+fetch_valkey_rootfs() {
+	local out=$1 rootfs=$1/rootfs dir missing
+	if [[ $EUID -ne 0 ]]; then
+		log "the Valkey image's root filesystem keeps the owners of Debian's files, and so is made as root"
+		exit 1
+	fi
+	usr_merged "$rootfs"
+	debian_lists "$out"
+	debian_get "$rootfs" "${VALKEY_ROOTFS_PACKAGES[@]}"
+	debian_get "$out/.util-linux" "util-linux=$UTIL_LINUX_VERSION"
+	cp -a "$out/.util-linux/usr/bin/setpriv" "$rootfs/usr/bin/"
+	mkdir -p "$rootfs/usr/share/doc/util-linux"
+	cp -a "$out/.util-linux/usr/share/doc/util-linux/copyright" "$rootfs/usr/share/doc/util-linux/"
+	rm -rf "$out/.util-linux"
+	# The slim image's dpkg leaves out the documentation but the copyright files, and the manuals,
+	# info pages and translations (debuerreotype's --slimify).
+	find "$rootfs/usr/share/doc" -mindepth 2 ! -type d ! -name copyright -delete
+	for dir in man info groff linda lintian/overrides locale; do
+		if [[ -d $rootfs/usr/share/$dir ]]; then
+			find "$rootfs/usr/share/$dir" -mindepth 1 -delete
+		fi
+	done
+	# base-files' postinst makes /root's and /usr/local's files and directories, /run/lock,
+	# /var/run -> /run and the like; it makes them under DPKG_ROOT, as when dpkg bootstraps a root.
+	DPKG_ROOT=$rootfs sh "$debian_apt/control/base-files/postinst" configure
+	rm -rf "$out/.apt"
+	missing=$(elf_missing "$rootfs")
+	if [[ -n $missing ]]; then
+		log "the Valkey image's root filesystem lacks libraries that its programs link:" "$missing"
+		exit 1
+	fi
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$rootfs" /usr/bin/valkey-server --version >&2
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$rootfs" /bin/sh -c \
+		'ls / && valkey-cli --version && setpriv --version && find --version | head -n 1 && mawk -W version 2>&1 | head -n 1' >&2
+}
+
 go_install() {
 	local out=$1
 	shift
@@ -174,30 +551,40 @@ go_install() {
 }
 
 ensure() {
-	local component=$1 version dir tmp start
+	local component=$1 version dir tmp start exact
 	version=$(version_of "$component")
 	dir=$cache/$component-$version
 	if [[ ! -d $dir ]]; then
 		mkdir -p "$cache"
 		tmp=$(mktemp -d "$cache/.building-$component-$version.XXXXXX")
-		trap 'rm -rf "$tmp"' EXIT
+		# Global: the trap runs where ensure's locals are gone, after an exit in a build.
+		building=$tmp
+		trap 'rm -rf "$building"' EXIT
 		log "building $component $version into $dir (first time on this machine; cached afterwards)"
 		start=$SECONDS
 		build_into "$component" "$tmp"
 		# A concurrent call may have finished first; its result is as good as ours.
+		exact=$(cat "$tmp/VERSION" 2>/dev/null || true)
 		mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
 		trap - EXIT
-		log "built $component $version in $((SECONDS - start))s"
+		log "built $component $version${exact:+ (Debian version $exact)} in $((SECONDS - start))s"
 	fi
 	mkdir -p "$localbin"
-	local bin
-	for bin in "$dir"/*; do
-		ln -sfn "$bin" "$localbin/$(basename "$bin")"
+	local file name
+	for file in "$dir"/*; do
+		name=$(basename "$file")
+		case $component/$name in
+		*/VERSION) continue ;; # the exact Debian version of a component pinned by release line
+		valkey-rootfs/rootfs) name=valkey-rootfs ;;
+		esac
+		ln -sfn "$file" "$localbin/$name"
 	done
 }
 
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || components=("${all_components[@]}")
+if [[ ${#components[@]} -eq 0 || " ${components[*]} " == *" all "* ]]; then
+	components=("${all_components[@]}")
+fi
 for c in "${components[@]}"; do
 	ensure "$c"
 done
