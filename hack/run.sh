@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make run: runs the operator out of cluster. Without KUBECONFIG, or with the local cluster's own,
-# it starts (or reuses) a local kwokctl cluster built from the toolchain, installs the CRDs and
-# runs the cluster's Valkey pods as real valkey-server processes on their loopback pod IPs. With
-# another KUBECONFIG it uses that cluster. Extra operator flags can be given in ARGS, e.g.
+# it starts (or reuses) a local cluster built from the toolchain: a kwokctl control plane and
+# three real nodes (kubelet, containerd, runc) that run the cache pods as containers of images
+# built here; then it installs the CRDs. With another KUBECONFIG it uses that cluster. Extra operator flags can be given in ARGS, e.g.
 # make run ARGS=--zap-log-level=debug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,14 +12,12 @@ local_kubeconfig=$(bin/localcluster kubeconfig)
 # The README's second terminal exports the local cluster's kubeconfig: `make run` typed there
 # means the local cluster too, not an existing cluster that happens to be it.
 if [[ -z ${KUBECONFIG:-} || $KUBECONFIG == "$local_kubeconfig" ]]; then
-	hack/toolchain.sh etcd kubernetes kwok valkey redis-exporter
+	hack/toolchain.sh etcd kubernetes kubelet kwok containerd runc cni-plugins nftables coredns valkey-rootfs redis-exporter ca-certificates
 	KUBECONFIG=$(bin/localcluster up)
 	export KUBECONFIG
 	operator_args=$(bin/localcluster operator-args)
-	# kwok plays the kubelet but runs no containers: the pod runner runs the cache pods' servers,
-	# in the background, as a kubelet would: they outlive this operator (kill it, and run `make
+	# The nodes run in the background: the caches outlive this operator (kill it, and run `make
 	# run` again), until `make local-cluster-down`.
-	bin/localcluster start-pods
 	echo "Local cluster is up. In another terminal:" >&2
 	echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/bin:\$PATH" >&2
 else

@@ -1,11 +1,11 @@
-// Command localcluster manages the local kwokctl cluster that `make run` uses.
+// Command localcluster manages the local cluster that `make run` uses: a kwokctl control plane
+// with real nodes (package realnode), whose pods are containers.
 //
 //	go run ./hack/localcluster up             start it (creating it if needed), install the CRDs and print its kubeconfig path
 //	go run ./hack/localcluster kubeconfig     print its kubeconfig path
 //	go run ./hack/localcluster operator-args  print the flags an operator beside it runs with
-//	go run ./hack/localcluster run-pods       run its Valkey pods as real servers until interrupted
-//	go run ./hack/localcluster start-pods     run-pods in the background, until down, unless it runs
 //	go run ./hack/localcluster down           delete it
+//	go run ./hack/localcluster node SPECFILE  run one of its real nodes (the cluster starts them)
 package main
 
 import (
@@ -17,13 +17,8 @@ import (
 	"strings"
 	"syscall"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"example.com/cache-operator/test/harness/localcluster"
-	"example.com/cache-operator/test/harness/podrunner"
+	"example.com/cache-operator/test/harness/realnode"
 )
 
 const nodes = 3
@@ -32,8 +27,22 @@ const nodes = 3
 const webhookPort = 9443
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "node" {
+		// A real node, in the namespaces its cluster started it in, until it is stopped.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		spec, err := realnode.ReadSpec(os.Args[2])
+		if err == nil {
+			err = realnode.Run(ctx, spec)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "node:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|operator-args|run-pods|start-pods|down")
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|operator-args|down")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,28 +62,38 @@ func run(ctx context.Context, command string) error {
 	if err != nil {
 		return err
 	}
-	c := &localcluster.Cluster{Name: "cache-operator", Workdir: workdir, BinDir: filepath.Join(root, "bin"), RealValkey: true}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	c := &localcluster.Cluster{Name: "cache-operator", Workdir: workdir, BinDir: filepath.Join(root, "bin"),
+		RealNodes: nodes, NodeBinary: self}
 
 	switch command {
 	case "up":
+		images := filepath.Join(workdir, c.Name+"-images")
 		switch {
 		case !c.Exists():
-			fmt.Fprintf(os.Stderr, "Creating local cluster %s with %d simulated nodes\n", c.Name, nodes)
-			err = c.Create(ctx, nodes)
+			fmt.Fprintf(os.Stderr, "Building the images of local cluster %s\n", c.Name)
+			if c.Images, err = localcluster.BuildImages(root, c.BinDir, images); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "Creating local cluster %s with %d real nodes\n", c.Name, nodes)
+			err = c.Create(ctx, 0)
 		case !c.Running(ctx):
 			fmt.Fprintf(os.Stderr, "Starting local cluster %s\n", c.Name)
-			err = c.Start(ctx)
+			if c.Images, err = filepath.Glob(filepath.Join(images, "*.tar")); err == nil {
+				err = c.Start(ctx)
+			}
 		}
 		if err != nil {
 			return err
 		}
-		ok, err := c.LeavesValkeyPodsToRunner()
-		if err != nil {
+		if _, ok, err := c.Plan(); err != nil {
 			return err
-		}
-		if !ok {
-			return fmt.Errorf("local cluster %s was not made to run real Valkey servers (made by an earlier "+
-				"version, or its creation stopped half way): delete it with `make local-cluster-down`", c.Name)
+		} else if !ok {
+			return fmt.Errorf("local cluster %s has no real nodes (made by an earlier version, or its creation stopped "+
+				"half way): delete it with `make local-cluster-down`", c.Name)
 		}
 		if err := c.InstallOperatorAccess(ctx, root); err != nil {
 			return err
@@ -92,53 +111,11 @@ func run(ctx context.Context, command string) error {
 		args := append([]string{"--leader-election-namespace=" + localcluster.OperatorNamespace}, localcluster.OperatorWebhookArgs(webhookPort)...)
 		fmt.Println(strings.Join(args, " "))
 		return nil
-	case "run-pods":
-		return runPods(ctx, c)
-	case "start-pods":
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		started, err := c.StartPodRunner(self, "run-pods")
-		if err == nil && started {
-			fmt.Fprintf(os.Stderr, "Started the pod runner of local cluster %s in the background (log: %s); "+
-				"like a kubelet it outlives the operator, until `make local-cluster-down`\n", c.Name, c.PodRunnerLog())
-		}
-		return err
 	case "down":
 		if !c.Exists() {
 			return nil
 		}
 		return c.Delete(ctx)
 	}
-	return fmt.Errorf("unknown command %q: want up, kubeconfig, operator-args, run-pods, start-pods or down", command)
-}
-
-// runPods runs the cluster's Valkey pods as real valkey-server processes on their pod IPs until
-// ctx is done, and then stops them all. One runner at a time may run a cluster's pods.
-func runPods(ctx context.Context, c *localcluster.Cluster) error {
-	unlock, err := c.LockPodRunner()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	ctrl.SetLogger(zap.New())
-	runner := &podrunner.Runner{
-		Client: clientset,
-		BinDir: c.BinDir,
-		// make run builds it there before it starts the pods (hack/run.sh).
-		OperatorBinary: filepath.Join(c.BinDir, "cache-operator"),
-		Workdir:        c.PodsDir(),
-		Log:            ctrl.Log.WithName("podrunner"),
-	}
-	fmt.Fprintln(os.Stderr, "Running the Valkey pods of local cluster", c.Name, "as real servers")
-	return runner.Run(ctx)
+	return fmt.Errorf("unknown command %q: want up, kubeconfig, operator-args or down", command)
 }

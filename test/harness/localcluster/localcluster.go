@@ -1,10 +1,16 @@
 // Package localcluster runs a local Kubernetes cluster with kwokctl from the toolchain's own
 // binaries (hack/toolchain.sh): a real etcd, kube-apiserver, kube-controller-manager and
-// kube-scheduler, with kwok playing the kubelet of simulated nodes. It needs no container
-// runtime and starts in seconds. `make run`, the end-to-end tests and the benchmark share it.
+// kube-scheduler, and either real nodes or simulated ones. `make run`, the end-to-end tests and
+// the benchmark share it.
 //
-// Pods get addresses on the loopback interface (PodCIDR), so that a real server behind a pod
-// (package podrunner) can listen on the pod's IP and nothing ever sends traffic off the machine.
+// Real nodes (RealNodes, package realnode) are kubelets with containerd and runc that run the
+// pods as containers of images built here (BuildImages), with CoreDNS for the cluster's names; the
+// package doc of realnode says how such a cluster differs from a production one. Simulated nodes
+// are kwok's, for the benchmark of thousands of Caches, where no container runs: kwok plays their
+// kubelet and starts in seconds. Their pods get addresses on the loopback interface (PodCIDR), so
+// that nothing ever sends traffic off the machine, and those of Valkey may be left to a pod
+// runner (RealValkey, package podrunner) that runs them as processes of the machine, which the
+// end-to-end tests still do until they have all moved to real nodes.
 package localcluster
 
 import (
@@ -42,6 +48,15 @@ type Cluster struct {
 	// real servers and reports their readiness; otherwise kwok marks them Running and Ready
 	// with nothing behind them, which is what a benchmark of thousands of Caches needs.
 	RealValkey bool
+	// RealNodes is how many real nodes the cluster has (package realnode): a kubelet each, with
+	// containerd and runc, that runs its pods as containers of the Images. The cluster then
+	// has no simulated nodes, and no pod runner.
+	RealNodes int
+	// NodeBinary runs a real node: `NodeBinary node SPECFILE` calls realnode.Run (hack/localcluster).
+	NodeBinary string
+	// Images are the image archives every real node imports when it starts (BuildImages): it
+	// reaches no registry.
+	Images []string
 }
 
 // PodCIDR is where kwok takes pod IPs from: a loopback range, which needs no set-up, since every
@@ -88,6 +103,9 @@ func (c *Cluster) Exists() bool {
 // Create creates and starts the cluster with the given number of simulated nodes. Extra
 // arguments go to `kwokctl create cluster`, such as --kube-audit-policy FILE.
 func (c *Cluster) Create(ctx context.Context, nodes int, extraArgs ...string) error {
+	if c.RealNodes > 0 {
+		return c.createWithRealNodes(ctx, extraArgs)
+	}
 	if err := c.create(ctx, extraArgs); err != nil {
 		return err
 	}
@@ -106,21 +124,34 @@ func (c *Cluster) create(ctx context.Context, extraArgs []string) error {
 		"--kube-apiserver-binary", c.bin("kube-apiserver"),
 		"--kube-controller-manager-binary", c.bin("kube-controller-manager"),
 		"--kube-scheduler-binary", c.bin("kube-scheduler"),
-		"--kwok-controller-binary", c.bin("kwok"),
 		// Client rate limits in the control plane would make it, not the operator, the
 		// bottleneck of anything we measure.
 		"--disable-qps-limits",
-		// kwok's own option, not a configuration file: a KwokConfiguration that sets only the
-		// CIDR takes every other option's default away, and the kwok controller exits.
-		"--extra-args", "kwok-controller=cidr=" + PodCIDR,
 		"--wait", "2m",
+	}
+	if c.RealNodes > 0 {
+		// kwok would take the real nodes for its own, and give their pods addresses of its own.
+		args = append(args, "--disable", "kwok-controller")
+	} else {
+		args = append(args, "--kwok-controller-binary", c.bin("kwok"),
+			// kwok's own option, not a configuration file: a KwokConfiguration that sets only the
+			// CIDR takes every other option's default away, and the kwok controller exits.
+			"--extra-args", "kwok-controller=cidr="+PodCIDR)
 	}
 	return c.kwokctl(ctx, append(args, extraArgs...)...)
 }
 
-// Start starts the processes of a cluster that exists but is not running.
+// Start starts the processes of a cluster that exists but is not running, and its real nodes
+// that do not run.
 func (c *Cluster) Start(ctx context.Context) error {
-	return c.kwokctl(ctx, "start", "cluster", "--wait", "2m")
+	if err := c.kwokctl(ctx, "start", "cluster", "--wait", "2m"); err != nil {
+		return err
+	}
+	p, ok, err := c.plan()
+	if err != nil || !ok {
+		return err
+	}
+	return c.restartNodes(ctx, p)
 }
 
 // Stop stops the processes of the cluster and keeps what it stored.
@@ -174,9 +205,10 @@ func (c *Cluster) addNodes(ctx context.Context, n int) error {
 	return c.kubectlStdin(ctx, string(manifest), "apply", "--server-side", "-f", "-")
 }
 
-// Delete stops the cluster and its pod runner and removes everything they stored.
+// Delete stops the cluster and its real nodes, and removes everything they stored and everything
+// they made on the machine.
 func (c *Cluster) Delete(ctx context.Context) error {
-	if err := c.stopPodRunner(ctx); err != nil {
+	if err := c.stopNodes(ctx); err != nil {
 		return err
 	}
 	return c.kwokctl(ctx, "delete", "cluster")
@@ -330,6 +362,11 @@ func (c *Cluster) WriteOperatorKubeconfig(ctx context.Context, path string) erro
 	cfg.AuthInfos = map[string]*clientcmdapi.AuthInfo{OperatorServiceAccount: {Token: strings.TrimSpace(token)}}
 	current.AuthInfo = OperatorServiceAccount
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// Apply applies the manifest to the cluster, as its admin, server-side.
+func (c *Cluster) Apply(ctx context.Context, manifest string) error {
+	return c.kubectlStdin(ctx, manifest, "apply", "--server-side", "-f", "-")
 }
 
 func (c *Cluster) kubectlStdin(ctx context.Context, stdin string, args ...string) error {

@@ -98,25 +98,6 @@ func (c *Cluster) leaveValkeyPodsToRunner(ctx context.Context) error {
 	return c.Start(ctx)
 }
 
-// LeavesValkeyPodsToRunner reports whether the cluster was created to leave its Valkey pods to
-// a pod runner as this version does: a cluster made before that, or whose creation stopped half
-// way, would have kwok run them itself, on IPs the pod runner must not use; one made by an
-// earlier version would have kwok mark them Running again while their init containers run.
-func (c *Cluster) LeavesValkeyPodsToRunner() (bool, error) {
-	config, err := os.ReadFile(c.kwokConfig())
-	if err != nil {
-		return false, err
-	}
-	return madeForRunner(config), nil
-}
-
-// madeForRunner reports whether the kwok configuration has this version's valkeyPodStart, which
-// starts a pod only while it has no IP, and leaves every app of the runner's to it.
-func madeForRunner(config []byte) bool {
-	return bytes.Contains(config, []byte("name: "+valkeyPodStartStage)) && bytes.Contains(config, []byte("key: .status.podIP")) &&
-		bytes.Contains(config, []byte("- "+resources.BackupAppName))
-}
-
 // EtcdEndpoint is the client URL of the cluster's own etcd, where the API server stores
 // objects: for tests that must see how an object is stored, not how the API server serves it.
 func (c *Cluster) EtcdEndpoint() (string, error) {

@@ -20,11 +20,15 @@ import (
 
 // BuildOperator builds the operator's binary from this checkout into dir.
 func BuildOperator(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "cache-operator")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd")
+	return Build(ctx, "./cmd", filepath.Join(dir, "cache-operator"))
+}
+
+// Build builds the package pkg of this checkout (./hack/localcluster, say) into the binary bin.
+func Build(ctx context.Context, pkg, bin string) (string, error) {
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
 	build.Dir, build.Stdout, build.Stderr = Root(), os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("building the operator: %w", err)
+		return "", fmt.Errorf("building %s: %w", pkg, err)
 	}
 	return bin, nil
 }

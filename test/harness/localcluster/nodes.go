@@ -1,0 +1,233 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"example.com/cache-operator/test/harness/realnode"
+)
+
+// The real nodes of a cluster (RealNodes): each a kubelet with its own containerd and runc, and
+// kube-proxy, in network and mount namespaces of its own (package realnode), linked to the
+// machine by a bridge in a block of 198.18.0.0/15 of the cluster's own. The API server stays on
+// the machine, and reaches them, as they reach it, across the bridge.
+
+// nodesDir holds the real nodes' directories and the cluster's network block.
+func (c *Cluster) nodesDir() string {
+	return filepath.Join(c.Workdir, "clusters", c.Name, "nodes")
+}
+
+func (c *Cluster) blockFile() string { return filepath.Join(c.nodesDir(), "block") }
+
+// plan is the cluster's network block, as its creation recorded it.
+func (c *Cluster) plan() (realnode.Plan, bool, error) {
+	content, err := os.ReadFile(c.blockFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return realnode.Plan{}, false, nil
+	}
+	if err != nil {
+		return realnode.Plan{}, false, err
+	}
+	block, err := strconv.Atoi(strings.TrimSpace(string(content)))
+	return realnode.Plan{Block: block}, err == nil, err
+}
+
+// Plan is the addressing of the cluster's real nodes, pods and Services; false for a cluster
+// without real nodes.
+func (c *Cluster) Plan() (realnode.Plan, bool, error) { return c.plan() }
+
+// createWithRealNodes claims a network block, creates the control plane so that the nodes and
+// the pods reach its API server on the block's bridge, and starts the nodes.
+func (c *Cluster) createWithRealNodes(ctx context.Context, extraArgs []string) (err error) {
+	p, err := realnode.ClaimBlock()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// What was made of the nodes goes too (stopNodes gives the block back once it is
+			// recorded).
+			err = errors.Join(err, c.stopNodes(ctx), p.TearDownHost())
+		}
+	}()
+	if err := os.MkdirAll(c.Workdir, 0o700); err != nil {
+		return err
+	}
+	// kwokctl names its serving certificate's addresses only in its configuration file.
+	config := c.kwokctlConfig()
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  kubeApiserverCertSANs: [%q, %q]
+`, p.HostIP(), p.APIServiceIP())), 0o600); err != nil {
+		return err
+	}
+	args := append([]string{
+		"--config", config,
+		// Pods reach the API server through the kubernetes Service, whose endpoint is this.
+		"--extra-args", "kube-apiserver=advertise-address=" + p.HostIP().String(),
+		"--extra-args", "kube-apiserver=service-cluster-ip-range=" + p.ServiceCIDR().String(),
+		// The API server reaches a webhook's Service at a pod's address, which the machine routes
+		// to the nodes, rather than at its Service address, which only the nodes' kube-proxy
+		// translates (package doc).
+		"--extra-args", "kube-apiserver=enable-aggregator-routing=true",
+		// The machine does not resolve the nodes' names.
+		"--extra-args", "kube-apiserver=kubelet-preferred-address-types=InternalIP",
+	}, extraArgs...)
+	if err := c.create(ctx, args); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.nodesDir(), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.blockFile(), []byte(strconv.Itoa(p.Block)), 0o600); err != nil {
+		return err
+	}
+	if err := p.SetUpHost(c.RealNodes); err != nil {
+		return err
+	}
+	if err := c.startNodes(ctx, p); err != nil {
+		return err
+	}
+	return c.installDNS(ctx, p)
+}
+
+// kwokctlConfig is the configuration file kwokctl creates a cluster with real nodes from.
+func (c *Cluster) kwokctlConfig() string {
+	return filepath.Join(c.Workdir, c.Name+"-kwokctl.yaml")
+}
+
+// nodeSpecs are the cluster's real nodes.
+func (c *Cluster) nodeSpecs(p realnode.Plan) ([]*realnode.Spec, error) {
+	kubeconfig, err := clientcmd.LoadFromFile(c.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	ctx := kubeconfig.Contexts[kubeconfig.CurrentContext]
+	if ctx == nil {
+		return nil, fmt.Errorf("%s has no current context", c.Kubeconfig())
+	}
+	server, err := url.Parse(kubeconfig.Clusters[ctx.Cluster].Server)
+	if err != nil {
+		return nil, err
+	}
+	server.Host = p.HostIP().String() + ":" + server.Port()
+	pki := filepath.Join(c.Workdir, "clusters", c.Name, "pki")
+	runCgroup, err := realnode.RunCgroup(c.Name)
+	if err != nil {
+		return nil, err
+	}
+	specs := make([]*realnode.Spec, c.RealNodes)
+	for i := range specs {
+		name := fmt.Sprintf("node-%d", i)
+		specs[i] = &realnode.Spec{
+			Name: name, Index: i, Plan: p, Nodes: c.RealNodes,
+			Dir:       filepath.Join(c.nodesDir(), name),
+			BinDir:    c.BinDir,
+			APIServer: server.String(),
+			// kwokctl's one certificate, for every component: the nodes authenticate as the
+			// cluster's admin (package doc).
+			CAFile: filepath.Join(pki, "ca.crt"), CertFile: filepath.Join(pki, "admin.crt"), KeyFile: filepath.Join(pki, "admin.key"),
+			CgroupRoot:   filepath.Join(runCgroup, name),
+			Labels:       map[string]string{corev1.LabelTopologyZone: Zones[i%len(Zones)]},
+			Images:       c.Images,
+			SandboxImage: SandboxImage,
+		}
+	}
+	return specs, nil
+}
+
+// startNodes starts every real node that does not run, and waits until all are Ready.
+func (c *Cluster) startNodes(ctx context.Context, p realnode.Plan) error {
+	specs, err := c.nodeSpecs(p)
+	if err != nil {
+		return err
+	}
+	for _, spec := range specs {
+		if spec.Running() {
+			continue
+		}
+		if _, err := realnode.Start(spec, c.NodeBinary); err != nil {
+			return err
+		}
+	}
+	// The kubelet registers its Node some seconds after it starts.
+	wait, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	for {
+		out, err := c.KubectlOutput(wait, "get", "nodes", "-l", "!type", "-o", "jsonpath={.items[*].metadata.name}")
+		if err == nil && len(strings.Fields(out)) == len(specs) {
+			break
+		}
+		select {
+		case <-wait.Done():
+			return fmt.Errorf("the real nodes did not register (logs in %s/*/logs): %w", c.nodesDir(), wait.Err())
+		case <-time.After(time.Second):
+		}
+	}
+	return c.Kubectl(wait, "wait", "node", "-l", "!type", "--for=condition=Ready", "--timeout=3m")
+}
+
+// restartNodes starts the real nodes that do not run, after the machine lost the cluster's
+// network (a reboot) or the nodes (make local-cluster-down of a cluster it did not fully make).
+func (c *Cluster) restartNodes(ctx context.Context, p realnode.Plan) error {
+	if !p.HostSetUp() {
+		if err := p.Reclaim(); err != nil {
+			return err
+		}
+		if err := p.SetUpHost(c.RealNodes); err != nil {
+			return err
+		}
+	}
+	return c.startNodes(ctx, p)
+}
+
+// stopNodes stops every real node, its containers too, and gives the network block back.
+func (c *Cluster) stopNodes(ctx context.Context) error {
+	p, ok, err := c.plan()
+	if err != nil || !ok {
+		return err
+	}
+	entries, err := os.ReadDir(c.nodesDir())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	runCgroups := map[string]bool{}
+	for _, entry := range entries {
+		if !entry.IsDir() {
+			continue
+		}
+		spec, err := realnode.ReadSpec(filepath.Join(c.nodesDir(), entry.Name(), "spec.json"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			err = spec.Stop(ctx)
+			runCgroups[filepath.Dir(spec.CgroupRoot)] = true
+		}
+		errs = append(errs, err)
+	}
+	for cgroup := range runCgroups {
+		errs = append(errs, realnode.RemoveCgroup(ctx, cgroup))
+	}
+	if err := os.Remove(c.kwokctlConfig()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(append(errs, p.TearDownHost())...)
+}
+
+// RealNodeLogs is where a real node's daemons (containerd, kubelet, kube-proxy) write their logs.
+func (c *Cluster) RealNodeLogs(node string) string {
+	return filepath.Join(c.nodesDir(), node, "logs")
+}

@@ -1,0 +1,179 @@
+package realnode
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The nodes' cgroups: each node's daemons and pods go under one cgroup of the node's own (its
+// kubelet's cgroupRoot), itself under the cgroup of the process that made the cluster, so that
+// what the nodes use counts against whatever runs the tests, and removing that one cgroup
+// subtree ends every process a node started. These machines mount cgroup v1 hierarchies; a node
+// takes the same path in each.
+
+// RunCgroup is the cgroup under which a cluster made by this process puts its nodes: below this
+// process's own cgroup in the memory hierarchy, the one that limits what a run may use.
+func RunCgroup(cluster string) (string, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close() //nolint:errcheck // read only
+	own := "/"
+	for scanner := bufio.NewScanner(f); scanner.Scan(); {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(scanner.Text(), ":", 3)
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "memory") {
+			own = parts[2]
+		}
+	}
+	return filepath.Join(own, "cache-operator-"+cluster), nil
+}
+
+// hierarchies are the mount points of the machine's cgroup v1 hierarchies.
+func hierarchies() ([]string, error) {
+	content, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for line := range strings.SplitSeq(string(content), "\n") {
+		// The unified hierarchy too, beside the v1 ones: the kubelet makes its cgroups there as well.
+		if fields := strings.Fields(line); len(fields) > 2 && (fields[2] == "cgroup" || fields[2] == "cgroup2") {
+			dirs = append(dirs, fields[1])
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, errors.New("no cgroup v1 hierarchy is mounted: the local cluster's nodes are written for cgroup v1")
+	}
+	return dirs, nil
+}
+
+// joinCgroup moves this process into the cgroup at path in every hierarchy, making it where
+// missing.
+func joinCgroup(path string) error {
+	dirs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	for _, hierarchy := range dirs {
+		if err := makeCgroup(hierarchy, path); err != nil {
+			return err
+		}
+		procs := filepath.Join(hierarchy, path, "cgroup.procs")
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return fmt.Errorf("%s: %w", procs, err)
+		}
+	}
+	return nil
+}
+
+// makeCgroup makes the cgroup at path in a hierarchy, and each missing one above it. A new
+// cpuset cgroup has no CPUs and no memory nodes, so no process could join it: each gets its
+// parent's.
+func makeCgroup(hierarchy, path string) error {
+	dir := hierarchy
+	for part := range strings.SplitSeq(strings.Trim(path, "/"), "/") {
+		parent := dir
+		dir = filepath.Join(dir, part)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		for _, file := range []string{"cpuset.cpus", "cpuset.mems"} {
+			own, err := os.ReadFile(filepath.Join(dir, file))
+			if err != nil || strings.TrimSpace(string(own)) != "" {
+				continue // not a cpuset hierarchy, or already set
+			}
+			inherited, err := os.ReadFile(filepath.Join(parent, file))
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, file), inherited, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RemoveCgroup kills every process in the cgroup at path and below, in every hierarchy, until
+// none is left, and removes the cgroups.
+func RemoveCgroup(ctx context.Context, path string) error {
+	dirs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	for {
+		pids, err := processesUnder(dirs, path)
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("processes %v of cgroup %s outlived SIGKILL: %w", pids, path, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	for _, hierarchy := range dirs {
+		var cgroups []string
+		err := filepath.WalkDir(filepath.Join(hierarchy, path), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				cgroups = append(cgroups, p)
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		// Deepest first: a cgroup with children cannot go.
+		slices.Reverse(cgroups)
+		for _, cgroup := range cgroups {
+			if err := os.Remove(cgroup); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// processesUnder lists the processes in the cgroup at path and below, in any hierarchy.
+func processesUnder(dirs []string, path string) ([]int, error) {
+	var pids []int
+	for _, hierarchy := range dirs {
+		err := filepath.WalkDir(filepath.Join(hierarchy, path), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return err
+			}
+			content, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for field := range strings.FieldsSeq(string(content)) {
+				if pid, err := strconv.Atoi(field); err == nil && !slices.Contains(pids, pid) {
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	return pids, nil
+}
