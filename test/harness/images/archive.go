@@ -179,7 +179,7 @@ func tagOf(name string) (string, error) {
 	repo, tag, ok := strings.Cut(name[strings.LastIndexByte(name, '/')+1:], ":")
 	host, _, slash := strings.Cut(name, "/")
 	if !ok || tag == "" || repo == "" || !slash || strings.Contains(name, "@") ||
-		!(strings.ContainsAny(host, ".:") || host == "localhost") {
+		!strings.ContainsAny(host, ".:") && host != "localhost" {
 		return "", fmt.Errorf("image name %q is not a full reference with a tag (registry/repository:tag)", name)
 	}
 	return tag, nil

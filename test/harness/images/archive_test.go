@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"io"
 	"maps"
 	"os"
@@ -68,7 +69,7 @@ func readArchive(t *testing.T, data []byte) (map[string][]byte, []string) {
 	tr := tar.NewReader(bytes.NewReader(data))
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return files, names
 		}
 		must(t, err)
@@ -170,7 +171,7 @@ func TestLayerEntries(t *testing.T) {
 	tr := tar.NewReader(bytes.NewReader(gunzip(t, built.data)))
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		must(t, err)
@@ -206,7 +207,7 @@ func TestLayerFileFromDiskAndXattrs(t *testing.T) {
 	tr := tar.NewReader(bytes.NewReader(gunzip(t, built.data)))
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return
 		}
 		must(t, err)

@@ -37,46 +37,46 @@ type Plan struct {
 func (p Plan) Bridge() string { return fmt.Sprintf("cacheop%d", p.Block) }
 
 // HostIP is the machine's address on the bridge: where the nodes reach the API server.
-func (p Plan) HostIP() netip.Addr { return p.addr(198, 18, 16*p.Block, 1) }
+func (p Plan) HostIP() netip.Addr { return p.addr(18, 16*p.Block, 1) }
 
 // LinkPrefix is the bridge's network.
-func (p Plan) LinkPrefix() netip.Prefix { return netip.PrefixFrom(p.addr(198, 18, 16*p.Block, 0), 24) }
+func (p Plan) LinkPrefix() netip.Prefix { return netip.PrefixFrom(p.addr(18, 16*p.Block, 0), 24) }
 
 // NodeIP is node i's address on the bridge, where the API server reaches its kubelet.
-func (p Plan) NodeIP(i int) netip.Addr { return p.addr(198, 18, 16*p.Block, 10+i) }
+func (p Plan) NodeIP(i int) netip.Addr { return p.addr(18, 16*p.Block, 10+i) }
 
 // PodCIDR is node i's pods' network.
 func (p Plan) PodCIDR(i int) netip.Prefix {
-	return netip.PrefixFrom(p.addr(198, 18, 16*p.Block+1+i, 0), 24)
+	return netip.PrefixFrom(p.addr(18, 16*p.Block+1+i, 0), 24)
 }
 
 // PodGateway is node i's own address in its pods' network: the pods' route to everything else.
-func (p Plan) PodGateway(i int) netip.Addr { return p.addr(198, 18, 16*p.Block+1+i, 1) }
+func (p Plan) PodGateway(i int) netip.Addr { return p.addr(18, 16*p.Block+1+i, 1) }
 
 // ClusterCIDR is every pod network of the block.
 func (p Plan) ClusterCIDR() netip.Prefix {
-	return netip.PrefixFrom(p.addr(198, 18, 16*p.Block, 0), 20)
+	return netip.PrefixFrom(p.addr(18, 16*p.Block, 0), 20)
 }
 
 // ServiceCIDR is the block's Service range.
 func (p Plan) ServiceCIDR() netip.Prefix {
-	return netip.PrefixFrom(p.addr(198, 19, 16*p.Block, 0), 20)
+	return netip.PrefixFrom(p.addr(19, 16*p.Block, 0), 20)
 }
 
 // APIServiceIP is the kubernetes Service's address, the first of the range, which the API
 // server takes for itself.
-func (p Plan) APIServiceIP() netip.Addr { return p.addr(198, 19, 16*p.Block, 1) }
+func (p Plan) APIServiceIP() netip.Addr { return p.addr(19, 16*p.Block, 1) }
 
 // DNSServiceIP is the cluster DNS Service's address, which the kubelets give the pods.
-func (p Plan) DNSServiceIP() netip.Addr { return p.addr(198, 19, 16*p.Block, 10) }
+func (p Plan) DNSServiceIP() netip.Addr { return p.addr(19, 16*p.Block, 10) }
 
 // BlackholeMetric is the metric of the block's blackhole route for Range: each cluster adds its
 // own, so that deleting one cluster leaves the others covered.
 func (p Plan) BlackholeMetric() int { return 4000 + p.Block }
 
-func (p Plan) addr(a, b, c, d int) netip.Addr {
+func (p Plan) addr(b, c, d int) netip.Addr {
 	if p.Block < 0 || p.Block >= Blocks {
 		panic(fmt.Sprintf("block %d is not in 0..%d", p.Block, Blocks-1))
 	}
-	return netip.AddrFrom4([4]byte{byte(a), byte(b), byte(c), byte(d)})
+	return netip.AddrFrom4([4]byte{198, byte(b), byte(c), byte(d)})
 }
