@@ -44,7 +44,13 @@ var (
 	// webhooks plays the webhook Service: the API server's conversion requests reach the
 	// running operators' webhooks through it.
 	webhooks *testenv.Balancer
+	// realCluster is a second cluster, whose pods run as containers on real nodes (package
+	// realnode), from images built here; the operator is installed in it from its image.
+	realCluster *localcluster.Cluster
 )
+
+// realNodes is how many real nodes realCluster has: a Cluster's shards spread over three.
+const realNodes = 3
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -121,7 +127,37 @@ func run(m *testing.M) int {
 		return fail(err)
 	}
 	defer stopRunner()
+	realCluster, err = newRealCluster(ctx, workdir)
+	if realCluster != nil {
+		// Removed however the tests end; a failed create may have left parts behind too.
+		defer func() {
+			if err := realCluster.Delete(context.Background()); err != nil {
+				fmt.Fprintln(os.Stderr, "deleting the e2e cluster with real nodes:", err)
+			}
+		}()
+	}
+	if err != nil {
+		return fail(err)
+	}
 	return m.Run()
+}
+
+// newRealCluster creates realCluster, with the images of this checkout. It returns the cluster
+// whenever it started making it, for the caller to delete.
+func newRealCluster(ctx context.Context, workdir string) (*localcluster.Cluster, error) {
+	nodeBinary, err := testenv.Build(ctx, "./hack/localcluster", filepath.Join(workdir, "localcluster"))
+	if err != nil {
+		return nil, err
+	}
+	archives, err := localcluster.BuildImages(testenv.Root(), testenv.BinDir(), filepath.Join(workdir, "images"))
+	if err != nil {
+		return nil, err
+	}
+	c := &localcluster.Cluster{
+		Name: fmt.Sprintf("e2e-real-%d", os.Getpid()), Workdir: workdir, BinDir: testenv.BinDir(),
+		RealNodes: realNodes, NodeBinary: nodeBinary, Images: archives,
+	}
+	return c, c.Create(ctx, 0)
 }
 
 // startRunner starts the pod runner; the function it returns stops it, which kills every server
