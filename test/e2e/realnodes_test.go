@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,14 +25,7 @@ import (
 func TestHelmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
 	ctx := context.Background()
 	c := realCluster
-	kubectl := func(args ...string) string {
-		t.Helper()
-		out, err := c.KubectlOutput(ctx, args...)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		return strings.TrimSpace(out)
-	}
+	kubectl := func(args ...string) string { return realKubectl(t, args...) }
 	helm(t, c, "install", "cache-operator", filepath.Join(testenv.Root(), "charts", "cache-operator"),
 		"--namespace", localcluster.OperatorNamespace, "--create-namespace", "--wait", "--timeout", "5m")
 	t.Cleanup(func() {
@@ -86,6 +81,113 @@ spec:
 	if out := kubectl("logs", "--namespace", ns, "client"); !strings.HasSuffix(out, "v-f") {
 		t.Errorf("the client in the cluster did not write and read back through the Service's name:\n%s", out)
 	}
+
+	// A server killed in its container is restarted in place by the kubelet, in the same pod with
+	// the same address, and the Cache heals with the keys written before.
+	before := kubectl("get", "pod", "--namespace", ns, "shop-0", "-o", "jsonpath={.metadata.uid} {.status.podIP}")
+	id := kubectl("get", "pod", "--namespace", ns, "shop-0", "-o", `jsonpath={.status.containerStatuses[?(@.name=="valkey")].containerID}`)
+	if err := c.SignalContainer(ctx, id, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 2*time.Minute, "shop-0's server to be restarted in its pod", func() (bool, string) {
+		restarts, _ := c.KubectlOutput(ctx, "get", "pod", "--namespace", ns, "shop-0", "-o", `jsonpath={.status.containerStatuses[?(@.name=="valkey")].restartCount}`)
+		return restarts == "1", "restarts: " + restarts
+	})
+	if after := kubectl("get", "pod", "--namespace", ns, "shop-0", "-o", "jsonpath={.metadata.uid} {.status.podIP}"); after != before {
+		t.Errorf("shop-0 (UID and IP) was %s and is %s after its server's restart, want the same pod", before, after)
+	}
+	testenv.WaitFor(t, 3*time.Minute, "every node of the Cache to serve again", func() (bool, string) {
+		for i := range 6 {
+			state, err := c.KubectlOutput(ctx, "exec", "--namespace", ns, fmt.Sprintf("shop-%d", i), "-c", "valkey", "--", "valkey-cli", "cluster", "info")
+			if err != nil || !strings.Contains(state, "cluster_state:ok") {
+				return false, fmt.Sprintf("shop-%d: %v %s", i, err, state)
+			}
+		}
+		return true, ""
+	})
+	kubectl("wait", "--namespace", ns, "cache/shop", "--for=condition=Ready", "--timeout=3m")
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		if got := kubectl("exec", "--namespace", ns, "shop-1", "-c", "valkey", "--", "valkey-cli", "-c", "get", k); got != "v-"+k {
+			t.Errorf("after shop-0's restart, %s = %q, want v-%s", k, got, k)
+		}
+	}
+}
+
+// The operator installed by kustomize (config/default) from its image runs as two replicas in
+// pods, one of which leads: when its pod goes, the other takes over through the API server's
+// Lease and carries a change to a Cache through, its conversion webhook reached through its
+// Service.
+func TestKustomizeInstalledOperatorHandsOverBetweenItsPods(t *testing.T) {
+	ctx := context.Background()
+	c := realCluster
+	kubectl := func(args ...string) string { return realKubectl(t, args...) }
+	// The install leaves the operator's namespace to the user (README); another test may have
+	// left it.
+	if err := c.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+localcluster.OperatorNamespace+"}\n"); err != nil {
+		t.Fatal(err)
+	}
+	kubectl("apply", "--server-side", "-k", filepath.Join(testenv.Root(), "config", "default"))
+	t.Cleanup(func() {
+		_ = c.Kubectl(ctx, "delete", "namespace", "orders", "--wait=true", "--timeout=2m")
+		_ = c.Kubectl(ctx, "delete", "-k", filepath.Join(testenv.Root(), "config", "default"), "--wait=true", "--timeout=2m")
+		_ = c.Kubectl(ctx, "delete", "namespace", localcluster.OperatorNamespace, "--wait=true", "--timeout=2m")
+	})
+	kubectl("rollout", "status", "--namespace", localcluster.OperatorNamespace, "deployment/cache-operator", "--timeout=5m")
+	leader := leaderPod(t)
+
+	kubectl("create", "namespace", "orders")
+	// Written as v1: the API server converts it through the webhook in the operator's pods.
+	if err := c.Apply(ctx, `apiVersion: cache.example.com/v1
+kind: Cache
+metadata: {name: orders, namespace: orders}
+spec: {replicas: 1, version: "8.1.1", memory: 64Mi}
+`); err != nil {
+		t.Fatal(err)
+	}
+	kubectl("wait", "--namespace", "orders", "cache/orders", "--for=condition=Ready", "--timeout=5m")
+
+	kubectl("delete", "pod", "--namespace", localcluster.OperatorNamespace, leader, "--wait=false")
+	testenv.WaitFor(t, 2*time.Minute, "another pod to lead", func() (bool, string) {
+		holder := realLeaseHolder(t)
+		return holder != "" && !strings.HasPrefix(holder, leader+"_"), holder
+	})
+	kubectl("patch", "--namespace", "orders", "cache/orders", "--type=merge", "-p", `{"spec":{"replicas":2}}`)
+	generation := kubectl("get", "--namespace", "orders", "cache/orders", "-o", "jsonpath={.metadata.generation}")
+	kubectl("wait", "--namespace", "orders", "cache/orders", "--for=jsonpath={.status.observedGeneration}="+generation, "--timeout=3m")
+	kubectl("wait", "--namespace", "orders", "cache/orders", "--for=condition=Ready", "--timeout=5m")
+}
+
+// leaderPod is the operator's pod that holds its leader election Lease in realCluster.
+func leaderPod(t *testing.T) string {
+	t.Helper()
+	var pod string
+	testenv.WaitFor(t, 2*time.Minute, "one of the operator's pods to lead", func() (bool, string) {
+		holder := realLeaseHolder(t)
+		name, _, ok := strings.Cut(holder, "_")
+		pods := realKubectl(t, "get", "pods", "--namespace", localcluster.OperatorNamespace, "-o", "jsonpath={.items[*].metadata.name}")
+		pod = name
+		return ok && slices.Contains(strings.Fields(pods), name), fmt.Sprintf("holder %q, pods %s", holder, pods)
+	})
+	return pod
+}
+
+// realLeaseHolder is the holder of the operator's leader election Lease in realCluster: the leader's
+// pod name, an underscore and a unique suffix.
+func realLeaseHolder(t *testing.T) string {
+	out, _ := realCluster.KubectlOutput(context.Background(), "get", "lease", "--namespace", localcluster.OperatorNamespace,
+		"cache-operator.cache.example.com", "-o", "jsonpath={.spec.holderIdentity}")
+	return out
+}
+
+// realKubectl runs kubectl against realCluster and returns its output, failing the test if it
+// fails.
+func realKubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := realCluster.KubectlOutput(context.Background(), args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return strings.TrimSpace(out)
 }
 
 // helm runs the toolchain's helm against cluster c.

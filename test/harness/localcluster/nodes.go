@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -198,25 +199,15 @@ func (c *Cluster) stopNodes(ctx context.Context) error {
 	if err != nil || !ok {
 		return err
 	}
-	entries, err := os.ReadDir(c.nodesDir())
+	specs, err := c.runningSpecs()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	runCgroups := map[string]bool{}
-	for _, entry := range entries {
-		if !entry.IsDir() {
-			continue
-		}
-		spec, err := realnode.ReadSpec(filepath.Join(c.nodesDir(), entry.Name(), "spec.json"))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err == nil {
-			err = spec.Stop(ctx)
-			runCgroups[filepath.Dir(spec.CgroupRoot)] = true
-		}
-		errs = append(errs, err)
+	for _, spec := range specs {
+		errs = append(errs, spec.Stop(ctx))
+		runCgroups[filepath.Dir(spec.CgroupRoot)] = true
 	}
 	for cgroup := range runCgroups {
 		errs = append(errs, realnode.RemoveCgroup(ctx, cgroup))
@@ -225,6 +216,58 @@ func (c *Cluster) stopNodes(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, p.TearDownHost())...)
+}
+
+// SignalContainer sends sig to every process of a container running on one of the real nodes,
+// by the container ID its pod's status gives (containerd://ID): what a crash, or the kernel's OOM
+// killer, does to it. It fails if no node runs the container.
+func (c *Cluster) SignalContainer(ctx context.Context, containerID string, sig syscall.Signal) error {
+	_, id, ok := strings.Cut(containerID, "://")
+	if !ok {
+		return fmt.Errorf("container ID %q has no runtime prefix", containerID)
+	}
+	specs, err := c.runningSpecs()
+	if err != nil {
+		return err
+	}
+	for _, spec := range specs {
+		pids, err := spec.ContainerProcesses(id)
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return err
+			}
+		}
+		if len(pids) > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("no real node of cluster %s runs container %s", c.Name, containerID)
+}
+
+// runningSpecs are the real nodes as they were started.
+func (c *Cluster) runningSpecs() ([]*realnode.Spec, error) {
+	entries, err := os.ReadDir(c.nodesDir())
+	if err != nil {
+		return nil, err
+	}
+	var specs []*realnode.Spec
+	for _, entry := range entries {
+		if !entry.IsDir() {
+			continue
+		}
+		spec, err := realnode.ReadSpec(filepath.Join(c.nodesDir(), entry.Name(), "spec.json"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
 }
 
 // RealNodeLogs is where a real node's daemons (containerd, kubelet, kube-proxy) write their logs.

@@ -152,6 +152,32 @@ func RemoveCgroup(ctx context.Context, path string) error {
 	return nil
 }
 
+// ContainerProcesses lists the processes of the container with the given ID (as a pod's status
+// gives it, without its runtime's prefix) if it runs on the node: the kubelet gives each
+// container a cgroup named by its ID, under its pod's, under the node's.
+func (spec *Spec) ContainerProcesses(id string) ([]int, error) {
+	dirs, err := hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	var found string
+	err = filepath.WalkDir(filepath.Join(dirs[0], spec.CgroupRoot), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == id {
+			found = p
+			return filepath.SkipAll
+		}
+		return err
+	})
+	if err != nil || found == "" {
+		return nil, err
+	}
+	rel, err := filepath.Rel(dirs[0], found)
+	if err != nil {
+		return nil, err
+	}
+	return processesUnder(dirs, rel)
+}
+
 // processesUnder lists the processes in the cgroup at path and below, in any hierarchy.
 func processesUnder(dirs []string, path string) ([]int, error) {
 	var pids []int
