@@ -11,8 +11,8 @@ help: ## List the targets.
 	@awk -F':.*## ' '/^[a-z0-9-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: build ## Run the operator; with no KUBECONFIG, on a local kwokctl cluster it starts itself.
-	hack/run.sh
+run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real nodes that it starts itself.
+	REAL_NODE_TOOLS="$(REAL_NODE_TOOLS)" hack/run.sh
 
 # Test tiers. Unit tests need nothing but Go: a plain `go test ./...` runs them. The tiers that
 # need the toolchain are selected by build tags: integration (a real etcd and kube-apiserver,

@@ -12,7 +12,8 @@ local_kubeconfig=$(bin/localcluster kubeconfig)
 # The README's second terminal exports the local cluster's kubeconfig: `make run` typed there
 # means the local cluster too, not an existing cluster that happens to be it.
 if [[ -z ${KUBECONFIG:-} || $KUBECONFIG == "$local_kubeconfig" ]]; then
-	hack/toolchain.sh etcd kubernetes kubelet kwok containerd runc cni-plugins nftables coredns valkey-rootfs redis-exporter ca-certificates
+	# shellcheck disable=SC2086 # the components are words
+	hack/toolchain.sh etcd kubernetes kwok coredns redis-exporter ${REAL_NODE_TOOLS:?run this through make run}
 	KUBECONFIG=$(bin/localcluster up)
 	export KUBECONFIG
 	operator_args=$(bin/localcluster operator-args)

@@ -4,7 +4,10 @@
 // from the toolchain, with the real StatefulSet controller, scheduler and garbage collector and
 // kwok playing the kubelet. The operator runs as its real binary, in processes the tests start
 // and kill, under its own ServiceAccount so that only the generated RBAC applies. Behind every
-// cache pod runs a real valkey-server (package podrunner), on the pod's loopback IP.
+// cache pod runs a real valkey-server (package podrunner), on the pod's loopback IP. A second
+// cluster (realCluster) has real nodes, whose pods are containers of images built from this
+// checkout, and runs the operator installed from its image as users install it; the scenarios
+// move there one by one.
 package e2e
 
 import (
