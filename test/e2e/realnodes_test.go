@@ -35,7 +35,7 @@ func TestHelmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
 	const ns = "shop"
 	kubectl("create", "namespace", ns)
 	kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
-	t.Cleanup(func() { _ = c.Kubectl(ctx, "delete", "namespace", ns, "--wait=false") })
+	t.Cleanup(func() { _ = c.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=2m") })
 	if err := c.Apply(ctx, fmt.Sprintf(`apiVersion: cache.example.com/v2
 kind: Cache
 metadata: {name: shop, namespace: %s}
@@ -148,7 +148,7 @@ spec: {replicas: 1, version: "8.1.1", memory: 64Mi}
 
 	kubectl("delete", "pod", "--namespace", localcluster.OperatorNamespace, leader, "--wait=false")
 	testenv.WaitFor(t, 2*time.Minute, "another pod to lead", func() (bool, string) {
-		holder := realLeaseHolder(t)
+		holder := realLeaseHolder()
 		return holder != "" && !strings.HasPrefix(holder, leader+"_"), holder
 	})
 	kubectl("patch", "--namespace", "orders", "cache/orders", "--type=merge", "-p", `{"spec":{"replicas":2}}`)
@@ -162,7 +162,7 @@ func leaderPod(t *testing.T) string {
 	t.Helper()
 	var pod string
 	testenv.WaitFor(t, 2*time.Minute, "one of the operator's pods to lead", func() (bool, string) {
-		holder := realLeaseHolder(t)
+		holder := realLeaseHolder()
 		name, _, ok := strings.Cut(holder, "_")
 		pods := realKubectl(t, "get", "pods", "--namespace", localcluster.OperatorNamespace, "-o", "jsonpath={.items[*].metadata.name}")
 		pod = name
@@ -173,7 +173,7 @@ func leaderPod(t *testing.T) string {
 
 // realLeaseHolder is the holder of the operator's leader election Lease in realCluster: the leader's
 // pod name, an underscore and a unique suffix.
-func realLeaseHolder(t *testing.T) string {
+func realLeaseHolder() string {
 	out, _ := realCluster.KubectlOutput(context.Background(), "get", "lease", "--namespace", localcluster.OperatorNamespace,
 		"cache-operator.cache.example.com", "-o", "jsonpath={.spec.holderIdentity}")
 	return out
