@@ -158,10 +158,11 @@ func (spec *Spec) hostLink() string { return fmt.Sprintf("%sn%d", spec.Plan.Brid
 // removeHostLink removes the link to the node, both its ends: the kernel removes it by itself
 // only once it has finished tearing a stopped node's network namespace down, some time later.
 func (spec *Spec) removeHostLink() error {
-	if !exists(spec.hostLink()) {
-		return nil
+	if err := ip("link", "del", spec.hostLink()); err != nil && exists(spec.hostLink()) {
+		return err
 	}
-	return ip("link", "del", spec.hostLink())
+	// Gone, whether by this or by the kernel.
+	return nil
 }
 
 // disableIPv6 keeps an interface of the local cluster's from speaking IPv6: the link-local
