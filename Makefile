@@ -19,11 +19,11 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 # CoreDNS, promtool, valkey-server) and e2e (the operator on a local kwokctl cluster).
 .PHONY: test
 test: verify lint ## Run every test tier: unit, integration and end to end. CI runs this.
-	hack/toolchain.sh etcd kubernetes coredns kwok promtool helm valkey redis-exporter versitygw cert-manager-crds $(REAL_NODE_TOOLS)
+	hack/toolchain.sh etcd kubernetes kwok promtool helm valkey versitygw cert-manager-crds $(REAL_NODE_TOOLS)
 	go test -tags integration,e2e ./... -count=1 -timeout 30m
 
 # What the local cluster's real nodes run (test/harness/realnode) and their images are made of.
-REAL_NODE_TOOLS := kubelet containerd runc cni-plugins nftables valkey-rootfs ca-certificates
+REAL_NODE_TOOLS := kubelet containerd runc cni-plugins nftables coredns valkey-rootfs redis-exporter ca-certificates
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests only (no toolchain needed).
@@ -36,7 +36,7 @@ test-integration: ## Run the unit and integration tests.
 
 .PHONY: test-e2e
 test-e2e: ## Run the end-to-end tests.
-	hack/toolchain.sh etcd kubernetes kwok coredns helm valkey redis-exporter versitygw cert-manager-crds $(REAL_NODE_TOOLS)
+	hack/toolchain.sh etcd kubernetes kwok helm valkey versitygw cert-manager-crds $(REAL_NODE_TOOLS)
 	go test -tags e2e ./test/e2e -count=1 -timeout 30m
 
 .PHONY: manifests

@@ -13,7 +13,7 @@ local_kubeconfig=$(bin/localcluster kubeconfig)
 # means the local cluster too, not an existing cluster that happens to be it.
 if [[ -z ${KUBECONFIG:-} || $KUBECONFIG == "$local_kubeconfig" ]]; then
 	# shellcheck disable=SC2086 # the components are words
-	hack/toolchain.sh etcd kubernetes kwok coredns redis-exporter ${REAL_NODE_TOOLS:?run this through make run}
+	hack/toolchain.sh etcd kubernetes kwok ${REAL_NODE_TOOLS:?run this through make run}
 	KUBECONFIG=$(bin/localcluster up)
 	export KUBECONFIG
 	operator_args=$(bin/localcluster operator-args)

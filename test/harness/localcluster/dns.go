@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	"example.com/cache-operator/test/harness/images"
 	"example.com/cache-operator/test/harness/realnode"
 )
 
-// CoreDNSImage is the cluster DNS's image, built from the toolchain's CoreDNS (package images).
-const CoreDNSImage = "localhost/coredns:v1.14.3"
+// CoreDNSImage is the cluster DNS's image, built from the toolchain's CoreDNS.
+const CoreDNSImage = images.DefaultCoreDNSName
 
 // dnsManifest is the cluster's DNS, as a kubeadm cluster has it: CoreDNS answering the cluster's
 // names from the API server, behind the kube-dns Service at the address the kubelets give the

@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -147,11 +148,11 @@ func (c *Cluster) Start(ctx context.Context) error {
 	if err := c.kwokctl(ctx, "start", "cluster", "--wait", "2m"); err != nil {
 		return err
 	}
-	p, ok, err := c.plan()
+	state, ok, err := c.state()
 	if err != nil || !ok {
 		return err
 	}
-	return c.restartNodes(ctx, p)
+	return c.restartNodes(ctx, state)
 }
 
 // Stop stops the processes of the cluster and keeps what it stored.
@@ -208,8 +209,10 @@ func (c *Cluster) addNodes(ctx context.Context, n int) error {
 // Delete stops the cluster and its real nodes, and removes everything they stored and everything
 // they made on the machine.
 func (c *Cluster) Delete(ctx context.Context) error {
+	// The control plane goes even if a node does not: what is left of the nodes stays listed in
+	// the cluster's directory only if that is kept, so keep it then.
 	if err := c.stopNodes(ctx); err != nil {
-		return err
+		return errors.Join(err, c.kwokctl(ctx, "stop", "cluster"))
 	}
 	return c.kwokctl(ctx, "delete", "cluster")
 }

@@ -2,12 +2,12 @@ package localcluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,42 +23,64 @@ import (
 // machine by a bridge in a block of 198.18.0.0/15 of the cluster's own. The API server stays on
 // the machine, and reaches them, as they reach it, across the bridge.
 
-// nodesDir holds the real nodes' directories and the cluster's network block.
+// nodesDir holds the real nodes' directories and what the cluster made for them (nodesState).
 func (c *Cluster) nodesDir() string {
 	return filepath.Join(c.Workdir, "clusters", c.Name, "nodes")
 }
 
-func (c *Cluster) blockFile() string { return filepath.Join(c.nodesDir(), "block") }
+// nodesState is what a cluster with real nodes made on the machine, as its creation recorded it,
+// for whoever deletes or restarts it, from whatever process.
+type nodesState struct {
+	// Block is the cluster's network block.
+	Block int
+	// RunCgroup is the cgroup the nodes' cgroups are under; MadeCgroups are the cgroups made
+	// for it, in every hierarchy.
+	RunCgroup   string
+	MadeCgroups []string
+}
 
-// plan is the cluster's network block, as its creation recorded it.
-func (c *Cluster) plan() (realnode.Plan, bool, error) {
-	content, err := os.ReadFile(c.blockFile())
+func (c *Cluster) stateFile() string { return filepath.Join(c.nodesDir(), "state.json") }
+
+// state reads the cluster's nodesState; false for a cluster without real nodes.
+func (c *Cluster) state() (nodesState, bool, error) {
+	var state nodesState
+	content, err := os.ReadFile(c.stateFile())
 	if errors.Is(err, os.ErrNotExist) {
-		return realnode.Plan{}, false, nil
+		return state, false, nil
 	}
-	if err != nil {
-		return realnode.Plan{}, false, err
+	if err == nil {
+		err = json.Unmarshal(content, &state)
 	}
-	block, err := strconv.Atoi(strings.TrimSpace(string(content)))
-	return realnode.Plan{Block: block}, err == nil, err
+	return state, err == nil, err
 }
 
 // Plan is the addressing of the cluster's real nodes, pods and Services; false for a cluster
 // without real nodes.
-func (c *Cluster) Plan() (realnode.Plan, bool, error) { return c.plan() }
+func (c *Cluster) Plan() (realnode.Plan, bool, error) {
+	state, ok, err := c.state()
+	return realnode.Plan{Block: state.Block}, ok, err
+}
 
 // createWithRealNodes claims a network block, creates the control plane so that the nodes and
-// the pods reach its API server on the block's bridge, and starts the nodes.
+// the pods reach its API server on the block's bridge, and starts the nodes. What it made is gone
+// again if it fails.
 func (c *Cluster) createWithRealNodes(ctx context.Context, extraArgs []string) (err error) {
+	if c.RealNodes > realnode.MaxNodes {
+		return fmt.Errorf("a local cluster has at most %d real nodes, not %d", realnode.MaxNodes, c.RealNodes)
+	}
 	p, err := realnode.ClaimBlock()
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			// What was made of the nodes goes too (stopNodes gives the block back once it is
-			// recorded).
-			err = errors.Join(err, c.stopNodes(ctx), p.TearDownHost())
+			// With a context of its own: the caller's may be why this failed.
+			cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if c.Exists() {
+				err = errors.Join(err, c.Delete(cleanup))
+			}
+			err = errors.Join(err, p.TearDownHost())
 		}
 	}()
 	if err := os.MkdirAll(c.Workdir, 0o700); err != nil {
@@ -88,19 +110,32 @@ options:
 	if err := c.create(ctx, args); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(c.nodesDir(), 0o700); err != nil {
+	state := nodesState{Block: p.Block}
+	if state.RunCgroup, err = realnode.RunCgroup(c.Name); err != nil {
 		return err
 	}
-	if err := os.WriteFile(c.blockFile(), []byte(strconv.Itoa(p.Block)), 0o600); err != nil {
+	state.MadeCgroups, err = realnode.MakeRunCgroup(state.RunCgroup)
+	if err := errors.Join(err, c.writeState(state)); err != nil {
 		return err
 	}
 	if err := p.SetUpHost(c.RealNodes); err != nil {
 		return err
 	}
-	if err := c.startNodes(ctx, p); err != nil {
+	if err := c.startNodes(ctx, state); err != nil {
 		return err
 	}
 	return c.installDNS(ctx, p)
+}
+
+func (c *Cluster) writeState(state nodesState) error {
+	content, err := json.Marshal(state)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.nodesDir(), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(c.stateFile(), content, 0o600)
 }
 
 // kwokctlConfig is the configuration file kwokctl creates a cluster with real nodes from.
@@ -109,7 +144,8 @@ func (c *Cluster) kwokctlConfig() string {
 }
 
 // nodeSpecs are the cluster's real nodes.
-func (c *Cluster) nodeSpecs(p realnode.Plan) ([]*realnode.Spec, error) {
+func (c *Cluster) nodeSpecs(state nodesState) ([]*realnode.Spec, error) {
+	p := realnode.Plan{Block: state.Block}
 	kubeconfig, err := clientcmd.LoadFromFile(c.Kubeconfig())
 	if err != nil {
 		return nil, err
@@ -124,10 +160,6 @@ func (c *Cluster) nodeSpecs(p realnode.Plan) ([]*realnode.Spec, error) {
 	}
 	server.Host = p.HostIP().String() + ":" + server.Port()
 	pki := filepath.Join(c.Workdir, "clusters", c.Name, "pki")
-	runCgroup, err := realnode.RunCgroup(c.Name)
-	if err != nil {
-		return nil, err
-	}
 	specs := make([]*realnode.Spec, c.RealNodes)
 	for i := range specs {
 		name := fmt.Sprintf("node-%d", i)
@@ -139,7 +171,7 @@ func (c *Cluster) nodeSpecs(p realnode.Plan) ([]*realnode.Spec, error) {
 			// kwokctl's one certificate, for every component: the nodes authenticate as the
 			// cluster's admin (package doc).
 			CAFile: filepath.Join(pki, "ca.crt"), CertFile: filepath.Join(pki, "admin.crt"), KeyFile: filepath.Join(pki, "admin.key"),
-			CgroupRoot:   filepath.Join(runCgroup, name),
+			CgroupRoot:   filepath.Join(state.RunCgroup, name),
 			Labels:       map[string]string{corev1.LabelTopologyZone: Zones[i%len(Zones)]},
 			Images:       c.Images,
 			SandboxImage: SandboxImage,
@@ -149,14 +181,19 @@ func (c *Cluster) nodeSpecs(p realnode.Plan) ([]*realnode.Spec, error) {
 }
 
 // startNodes starts every real node that does not run, and waits until all are Ready.
-func (c *Cluster) startNodes(ctx context.Context, p realnode.Plan) error {
-	specs, err := c.nodeSpecs(p)
+func (c *Cluster) startNodes(ctx context.Context, state nodesState) error {
+	specs, err := c.nodeSpecs(state)
 	if err != nil {
 		return err
 	}
 	for _, spec := range specs {
 		if spec.Running() {
 			continue
+		}
+		// What a node that died left (its containers, its link) goes first: a new one could not
+		// see it.
+		if err := spec.Stop(ctx); err != nil {
+			return err
 		}
 		if _, err := realnode.Start(spec, c.NodeBinary); err != nil {
 			return err
@@ -181,7 +218,8 @@ func (c *Cluster) startNodes(ctx context.Context, p realnode.Plan) error {
 
 // restartNodes starts the real nodes that do not run, after the machine lost the cluster's
 // network (a reboot) or the nodes (make local-cluster-down of a cluster it did not fully make).
-func (c *Cluster) restartNodes(ctx context.Context, p realnode.Plan) error {
+func (c *Cluster) restartNodes(ctx context.Context, state nodesState) error {
+	p := realnode.Plan{Block: state.Block}
 	if !p.HostSetUp() {
 		if err := p.Reclaim(); err != nil {
 			return err
@@ -190,12 +228,13 @@ func (c *Cluster) restartNodes(ctx context.Context, p realnode.Plan) error {
 			return err
 		}
 	}
-	return c.startNodes(ctx, p)
+	return c.startNodes(ctx, state)
 }
 
-// stopNodes stops every real node, its containers too, and gives the network block back.
+// stopNodes stops every real node, its containers too, removes their cgroups and gives the
+// network block back.
 func (c *Cluster) stopNodes(ctx context.Context) error {
-	p, ok, err := c.plan()
+	state, ok, err := c.state()
 	if err != nil || !ok {
 		return err
 	}
@@ -204,18 +243,20 @@ func (c *Cluster) stopNodes(ctx context.Context) error {
 		return err
 	}
 	var errs []error
-	runCgroups := map[string]bool{}
 	for _, spec := range specs {
 		errs = append(errs, spec.Stop(ctx))
-		runCgroups[filepath.Dir(spec.CgroupRoot)] = true
 	}
-	for cgroup := range runCgroups {
-		errs = append(errs, realnode.RemoveCgroup(ctx, cgroup))
-	}
+	errs = append(errs, realnode.RemoveCgroup(ctx, state.RunCgroup), realnode.RemoveMade(state.MadeCgroups))
 	if err := os.Remove(c.kwokctlConfig()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	return errors.Join(append(errs, p.TearDownHost())...)
+	errs = append(errs, realnode.Plan{Block: state.Block}.TearDownHost())
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	// Done: a second delete must not take the block, which another cluster may have claimed by
+	// then, for this one's.
+	return os.Remove(c.stateFile())
 }
 
 // SignalContainer sends sig to every process of a container running on one of the real nodes,
@@ -268,9 +309,4 @@ func (c *Cluster) runningSpecs() ([]*realnode.Spec, error) {
 		specs = append(specs, spec)
 	}
 	return specs, nil
-}
-
-// RealNodeLogs is where a real node's daemons (containerd, kubelet, kube-proxy) write their logs.
-func (c *Cluster) RealNodeLogs(node string) string {
-	return filepath.Join(c.nodesDir(), node, "logs")
 }

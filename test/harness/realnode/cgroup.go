@@ -59,6 +59,36 @@ func hierarchies() ([]string, error) {
 	return dirs, nil
 }
 
+// MakeRunCgroup makes the cgroup at path in every hierarchy, with the cgroups above it that are
+// missing, and returns the directories it made, for RemoveMade: the run's own cgroup is at that
+// path in one hierarchy, but in the others the run may be elsewhere and the path new.
+func MakeRunCgroup(path string) ([]string, error) {
+	dirs, err := hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	var made []string
+	for _, hierarchy := range dirs {
+		more, err := makeCgroup(hierarchy, path)
+		made = append(made, more...)
+		if err != nil {
+			return made, err
+		}
+	}
+	return made, nil
+}
+
+// RemoveMade removes the cgroups MakeRunCgroup made, deepest first, once they are empty; one
+// that something else has come to use stays.
+func RemoveMade(made []string) error {
+	for _, dir := range slices.Backward(made) {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
+			return err
+		}
+	}
+	return nil
+}
+
 // joinCgroup moves this process into the cgroup at path in every hierarchy, making it where
 // missing.
 func joinCgroup(path string) error {
@@ -67,7 +97,7 @@ func joinCgroup(path string) error {
 		return err
 	}
 	for _, hierarchy := range dirs {
-		if err := makeCgroup(hierarchy, path); err != nil {
+		if _, err := makeCgroup(hierarchy, path); err != nil {
 			return err
 		}
 		procs := filepath.Join(hierarchy, path, "cgroup.procs")
@@ -78,16 +108,20 @@ func joinCgroup(path string) error {
 	return nil
 }
 
-// makeCgroup makes the cgroup at path in a hierarchy, and each missing one above it. A new
-// cpuset cgroup has no CPUs and no memory nodes, so no process could join it: each gets its
-// parent's.
-func makeCgroup(hierarchy, path string) error {
+// makeCgroup makes the cgroup at path in a hierarchy, and each missing one above it, and returns
+// those it made. A new cpuset cgroup has no CPUs and no memory nodes, so no process could join
+// it: each gets its parent's.
+func makeCgroup(hierarchy, path string) ([]string, error) {
 	dir := hierarchy
+	var made []string
 	for part := range strings.SplitSeq(strings.Trim(path, "/"), "/") {
 		parent := dir
 		dir = filepath.Join(dir, part)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
+		switch err := os.Mkdir(dir, 0o755); {
+		case err == nil:
+			made = append(made, dir)
+		case !errors.Is(err, fs.ErrExist):
+			return made, err
 		}
 		for _, file := range []string{"cpuset.cpus", "cpuset.mems"} {
 			own, err := os.ReadFile(filepath.Join(dir, file))
@@ -96,14 +130,14 @@ func makeCgroup(hierarchy, path string) error {
 			}
 			inherited, err := os.ReadFile(filepath.Join(parent, file))
 			if err != nil {
-				return err
+				return made, err
 			}
 			if err := os.WriteFile(filepath.Join(dir, file), inherited, 0o644); err != nil {
-				return err
+				return made, err
 			}
 		}
 	}
-	return nil
+	return made, nil
 }
 
 // RemoveCgroup kills every process in the cgroup at path and below, in every hierarchy, until

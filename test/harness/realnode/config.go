@@ -65,6 +65,10 @@ state = "/run/containerd"
 [grpc]
   address = %q
 
+# Its default, /opt/containerd, is the machine's.
+[plugins."io.containerd.internal.v1.opt"]
+  path = "/var/lib/containerd-opt"
+
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = %q
 
@@ -164,7 +168,9 @@ func (s *Spec) kubeletConfig() ([]byte, error) {
 			"memory.available": "100Mi", "nodefs.available": "2%", "nodefs.inodesFree": "2%", "imagefs.available": "2%",
 		},
 		"serializeImagePulls": false,
-		"maxPods":             110,
+		// Its default, under /usr/libexec, is the machine's.
+		"volumePluginDir": "/var/lib/kubelet/volume-plugins",
+		"maxPods":         110,
 	})
 }
 

@@ -34,5 +34,8 @@
 //   - kube-proxy masquerades every connection to a Service, so a pod sees a node's address as its
 //     client's.
 //   - cgroup v1 (what these machines mount), with the cgroupfs driver and no systemd.
+//   - The nodes share the machine's bridge: traffic between them crosses the machine's own
+//     firewall when bridged frames go through it (net.bridge.bridge-nf-call-iptables), so a
+//     machine whose firewall drops forwarded traffic keeps the nodes' pods apart.
 //   - The Valkey image holds Debian's 8.0.1 under every version tag (images.ValkeyTags).
 package realnode

@@ -67,8 +67,8 @@ func TestPodsGetNoDefaultRoute(t *testing.T) {
 	}
 }
 
-// The kubelet is told to leave the machine's kernel settings and cgroups alone, where a default
-// kubelet would change or refuse them.
+// The kubelet and containerd are told to leave the machine's kernel settings, cgroups and
+// directories alone, where by default they would change or write them.
 func TestKubeletConfigKeepsToItsNode(t *testing.T) {
 	spec := &Spec{Name: "node-0", Plan: Plan{Block: 0}, Nodes: 1, Dir: "/n", CgroupRoot: "/run-cgroup/cache-operator-c/node-0"}
 	content, err := spec.kubeletConfig()
@@ -82,6 +82,7 @@ func TestKubeletConfigKeepsToItsNode(t *testing.T) {
 	for key, want := range map[string]any{
 		"cgroupRoot": spec.CgroupRoot, "protectKernelDefaults": false, "failCgroupV1": false,
 		"address": "198.18.0.10", "resolvConf": "/n/resolv.conf", "imageGCHighThresholdPercent": float64(100),
+		"volumePluginDir": "/var/lib/kubelet/volume-plugins",
 	} {
 		if conf[key] != want {
 			t.Errorf("%s = %v, want %v", key, conf[key], want)
@@ -89,5 +90,8 @@ func TestKubeletConfigKeepsToItsNode(t *testing.T) {
 	}
 	if !strings.Contains(spec.containerdConfig(), "restrict_oom_score_adj = true") {
 		t.Error("containerd would start containers with an OOM score adjustment this machine refuses")
+	}
+	if !strings.Contains(spec.containerdConfig(), `path = "/var/lib/containerd-opt"`) {
+		t.Error("containerd would make its opt directory in the machine's /opt")
 	}
 }

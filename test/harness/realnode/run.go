@@ -189,10 +189,11 @@ func writeConfigs(spec *Spec) error {
 }
 
 // command is one of the toolchain's programs, with the toolchain's binaries first on its PATH
-// (containerd finds its shim there, kube-proxy nft).
+// (containerd finds its shim there, kube-proxy nft), and nothing else of the environment it was
+// started from: a proxy set there, say, would take the node's requests where the node cannot go.
 func (spec *Spec) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(spec.BinDir, name), args...)
-	cmd.Env = append(os.Environ(), "PATH="+spec.BinDir+":"+os.Getenv("PATH"))
+	cmd.Env = []string{"PATH=" + spec.BinDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd
 }

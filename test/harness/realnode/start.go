@@ -20,8 +20,12 @@ import (
 func ClaimBlock() (Plan, error) {
 	for block := range Blocks {
 		p := Plan{Block: block}
-		if err := ip("link", "add", p.Bridge(), "type", "bridge"); err == nil {
+		err := ip("link", "add", p.Bridge(), "type", "bridge")
+		if err == nil {
 			return p, nil
+		}
+		if !exists(p.Bridge()) {
+			return Plan{}, err // not taken: failed
 		}
 	}
 	return Plan{}, fmt.Errorf("all %d blocks of %s are taken by other local clusters (ip link show type bridge)", Blocks, Range)
@@ -42,7 +46,8 @@ func (p Plan) HostSetUp() bool { return exists(p.Bridge()) }
 // forwarding is needed on the machine: the nodes forward, in namespaces of their own.
 func (p Plan) SetUpHost(nodes int) error {
 	commands := [][]string{
-		{"route", "add", "blackhole", Range, "metric", strconv.Itoa(p.BlackholeMetric())},
+		// Replaced, not added: one left by an earlier set-up of the block serves as well.
+		{"route", "replace", "blackhole", Range, "metric", strconv.Itoa(p.BlackholeMetric())},
 	}
 	if err := disableIPv6(p.Bridge()); err != nil {
 		return err
@@ -136,16 +141,25 @@ func Start(spec *Spec, binary string) (int, error) {
 	return pid, ip("link", "set", link, "master", spec.Plan.Bridge(), "up")
 }
 
-// Running reports whether the node's process runs.
+// Running reports whether the node's process runs: the process its node.pid names is still the
+// node of this spec, not another that took its ID after a reboot, nor a zombie.
 func (spec *Spec) Running() bool {
 	p, err := pid(spec.file("node.pid"))
-	return err == nil && syscall.Kill(p, 0) == nil
+	if err != nil {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+	if err != nil || !strings.Contains(string(cmdline), "\x00"+spec.file("spec.json")+"\x00") {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
 
 // Stop ends the node and everything it started, its containers too, and removes its cgroups:
 // what a machine's power going off does. Its directory stays.
 func (spec *Spec) Stop(ctx context.Context) error {
-	if p, err := pid(spec.file("node.pid")); err == nil {
+	if p, err := pid(spec.file("node.pid")); err == nil && spec.Running() {
 		// Before it joins its cgroup, the node is only there.
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
