@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,8 +49,13 @@ var (
 	// running operators' webhooks through it.
 	webhooks *testenv.Balancer
 	// realCluster is a second cluster, whose pods run as containers on real nodes (package
-	// realnode), from images built here; the operator is installed in it from its image.
-	realCluster *localcluster.Cluster
+	// realnode), from images built here; the operator is installed in it from its image. The
+	// first test that needs it makes it (useRealCluster).
+	realCluster     *localcluster.Cluster
+	realClusterErr  error
+	realClusterOnce sync.Once
+	// workdir holds the clusters' directories, the binaries and the images built for the run.
+	workdir string
 )
 
 // realNodes is how many real nodes realCluster has: a Cluster's shards spread over three.
@@ -78,11 +84,13 @@ func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	workdir, err := os.MkdirTemp("", "cache-operator-e2e-")
-	if err != nil {
+	var err error
+	if workdir, err = os.MkdirTemp("", "cache-operator-e2e-"); err != nil {
 		return fail(err)
 	}
 	defer os.RemoveAll(workdir) //nolint:errcheck
+	// Before the directory goes: the nodes run from it.
+	defer deleteRealCluster()
 
 	if operatorBinary, err = testenv.BuildOperator(ctx, workdir); err != nil {
 		return fail(err)
@@ -130,24 +138,39 @@ func run(m *testing.M) int {
 		return fail(err)
 	}
 	defer stopRunner()
-	realCluster, err = newRealCluster(ctx, workdir)
-	if realCluster != nil {
-		// Removed however the tests end; a failed create may have left parts behind too.
-		defer func() {
-			if err := realCluster.Delete(context.Background()); err != nil {
-				fmt.Fprintln(os.Stderr, "deleting the e2e cluster with real nodes:", err)
-			}
-		}()
-	}
-	if err != nil {
-		return fail(err)
-	}
 	return m.Run()
 }
 
+// useRealCluster makes realCluster, once, for the tests that run on real nodes: the others
+// neither wait for its three nodes nor share the machine with them until then.
+func useRealCluster(t *testing.T) *localcluster.Cluster {
+	t.Helper()
+	realClusterOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		realCluster, realClusterErr = newRealCluster(ctx)
+	})
+	if realClusterErr != nil {
+		t.Fatal("making the cluster with real nodes:", realClusterErr)
+	}
+	return realCluster
+}
+
+// deleteRealCluster deletes realCluster if a test made it, whether making it succeeded or not.
+func deleteRealCluster() {
+	if realCluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := realCluster.Delete(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "deleting the e2e cluster with real nodes:", err)
+	}
+}
+
 // newRealCluster creates realCluster, with the images of this checkout. It returns the cluster
-// whenever it started making it, for the caller to delete.
-func newRealCluster(ctx context.Context, workdir string) (*localcluster.Cluster, error) {
+// whenever it started making it, for deleteRealCluster.
+func newRealCluster(ctx context.Context) (*localcluster.Cluster, error) {
 	nodeBinary, err := testenv.Build(ctx, "./hack/localcluster", filepath.Join(workdir, "localcluster"))
 	if err != nil {
 		return nil, err

@@ -8,11 +8,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/test/harness/localcluster"
 	"example.com/cache-operator/test/harness/testenv"
 )
@@ -24,18 +28,13 @@ import (
 // Cache by its Service's DNS name.
 func TestHelmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
 	ctx := context.Background()
-	c := realCluster
+	c := useRealCluster(t)
 	kubectl := func(args ...string) string { return realKubectl(t, args...) }
-	helm(t, c, "install", "cache-operator", filepath.Join(testenv.Root(), "charts", "cache-operator"),
-		"--namespace", localcluster.OperatorNamespace, "--create-namespace", "--wait", "--timeout", "5m")
-	t.Cleanup(func() {
-		helm(t, c, "uninstall", "cache-operator", "--namespace", localcluster.OperatorNamespace, "--wait")
-	})
+	installByHelm(t, c)
 
 	const ns = "shop"
-	kubectl("create", "namespace", ns)
+	newRealNamespace(t, ns)
 	kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
-	t.Cleanup(func() { _ = c.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=2m") })
 	if err := c.Apply(ctx, fmt.Sprintf(`apiVersion: cache.example.com/v2
 kind: Cache
 metadata: {name: shop, namespace: %s}
@@ -85,13 +84,14 @@ spec:
 	// A server killed in its container is restarted in place by the kubelet, in the same pod with
 	// the same address, and the Cache heals with the keys written before.
 	before := kubectl("get", "pod", "--namespace", ns, "shop-0", "-o", "jsonpath={.metadata.uid} {.status.podIP}")
+	restarts := valkeyRestarts(t, ns, "shop-0")
 	id := kubectl("get", "pod", "--namespace", ns, "shop-0", "-o", `jsonpath={.status.containerStatuses[?(@.name=="valkey")].containerID}`)
 	if err := c.SignalContainer(ctx, id, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 2*time.Minute, "shop-0's server to be restarted in its pod", func() (bool, string) {
-		restarts, _ := c.KubectlOutput(ctx, "get", "pod", "--namespace", ns, "shop-0", "-o", `jsonpath={.status.containerStatuses[?(@.name=="valkey")].restartCount}`)
-		return restarts == "1", "restarts: " + restarts
+		now := valkeyRestarts(t, ns, "shop-0")
+		return now > restarts, fmt.Sprintf("%d restarts, %d before", now, restarts)
 	})
 	if after := kubectl("get", "pod", "--namespace", ns, "shop-0", "-o", "jsonpath={.metadata.uid} {.status.podIP}"); after != before {
 		t.Errorf("shop-0 (UID and IP) was %s and is %s after its server's restart, want the same pod", before, after)
@@ -119,7 +119,7 @@ spec:
 // Service.
 func TestKustomizeInstalledOperatorHandsOverBetweenItsPods(t *testing.T) {
 	ctx := context.Background()
-	c := realCluster
+	c := useRealCluster(t)
 	kubectl := func(args ...string) string { return realKubectl(t, args...) }
 	// The install leaves the operator's namespace to the user (README); another test may have
 	// left it.
@@ -128,14 +128,13 @@ func TestKustomizeInstalledOperatorHandsOverBetweenItsPods(t *testing.T) {
 	}
 	kubectl("apply", "--server-side", "-k", filepath.Join(testenv.Root(), "config", "default"))
 	t.Cleanup(func() {
-		_ = c.Kubectl(ctx, "delete", "namespace", "orders", "--wait=true", "--timeout=2m")
 		_ = c.Kubectl(ctx, "delete", "-k", filepath.Join(testenv.Root(), "config", "default"), "--wait=true", "--timeout=2m")
 		_ = c.Kubectl(ctx, "delete", "namespace", localcluster.OperatorNamespace, "--wait=true", "--timeout=2m")
 	})
 	kubectl("rollout", "status", "--namespace", localcluster.OperatorNamespace, "deployment/cache-operator", "--timeout=5m")
 	leader := leaderPod(t)
 
-	kubectl("create", "namespace", "orders")
+	newRealNamespace(t, "orders")
 	// Written as v1: the API server converts it through the webhook in the operator's pods.
 	if err := c.Apply(ctx, `apiVersion: cache.example.com/v1
 kind: Cache
@@ -151,10 +150,91 @@ spec: {replicas: 1, version: "8.1.1", memory: 64Mi}
 		holder := realLeaseHolder()
 		return holder != "" && !strings.HasPrefix(holder, leader+"_"), holder
 	})
-	kubectl("patch", "--namespace", "orders", "cache/orders", "--type=merge", "-p", `{"spec":{"replicas":2}}`)
-	generation := kubectl("get", "--namespace", "orders", "cache/orders", "-o", "jsonpath={.metadata.generation}")
+	// Through v1 again, so that the webhook converts it too.
+	v1 := "caches.v1.cache.example.com/orders"
+	before := kubectl("get", "--namespace", "orders", v1, "-o", "jsonpath={.metadata.generation}")
+	kubectl("patch", "--namespace", "orders", v1, "--type=merge", "-p", `{"spec":{"replicas":2}}`)
+	generation := kubectl("get", "--namespace", "orders", v1, "-o", "jsonpath={.metadata.generation}")
+	if generation == before {
+		t.Fatalf("the patch left the Cache at generation %s", generation)
+	}
 	kubectl("wait", "--namespace", "orders", "cache/orders", "--for=jsonpath={.status.observedGeneration}="+generation, "--timeout=3m")
 	kubectl("wait", "--namespace", "orders", "cache/orders", "--for=condition=Ready", "--timeout=5m")
+	if ready := kubectl("get", "--namespace", "orders", "statefulset/orders", "-o", "jsonpath={.status.readyReplicas}"); ready != "2" {
+		t.Errorf("the new leader's Cache has %s ready pods, want 2", ready)
+	}
+}
+
+// A Valkey server that goes past its container's memory limit is killed by the kernel, as on a
+// production node: the kubelet reports the container OOMKilled and restarts it in its pod, and
+// the Cache is Ready again.
+func TestAServerPastItsMemoryLimitIsOOMKilledAndRestartsInPlace(t *testing.T) {
+	ctx := context.Background()
+	c := useRealCluster(t)
+	kubectl := func(args ...string) string { return realKubectl(t, args...) }
+	installByHelm(t, c)
+	const ns = "oom"
+	newRealNamespace(t, ns)
+	if err := c.Apply(ctx, `apiVersion: cache.example.com/v2
+kind: Cache
+metadata: {name: small, namespace: oom}
+spec: {mode: Standalone, shards: 1, version: "8.1.1", memory: 64Mi}
+`); err != nil {
+		t.Fatal(err)
+	}
+	kubectl("wait", "--namespace", ns, "cache/small", "--for=condition=Ready", "--timeout=5m")
+	before := kubectl("get", "pod", "--namespace", ns, "small-0", "-o", "jsonpath={.metadata.uid}")
+	restarts := valkeyRestarts(t, ns, "small-0")
+
+	// Lift Valkey's own limit, which keeps its data under the container's, and write past it.
+	kubectl("exec", "--namespace", ns, "small-0", "-c", "valkey", "--", "valkey-cli", "config", "set", "maxmemory", "0")
+	// The benchmark fails once the server it writes to is killed: its error is what is expected.
+	_, _ = c.KubectlOutput(ctx, "exec", "--namespace", ns, "small-0", "-c", "valkey", "--",
+		"valkey-benchmark", "-q", "-t", "set", "-d", "10000", "-r", "1000000", "-n", "100000", "-P", "16")
+	testenv.WaitFor(t, 2*time.Minute, "small-0's server to be OOMKilled and restarted", func() (bool, string) {
+		now := valkeyRestarts(t, ns, "small-0")
+		reason, _ := c.KubectlOutput(ctx, "get", "pod", "--namespace", ns, "small-0", "-o",
+			`jsonpath={.status.containerStatuses[?(@.name=="valkey")].lastState.terminated.reason}`)
+		return now > restarts && reason == "OOMKilled", fmt.Sprintf("%d restarts (%d before), the last ended by %q", now, restarts, reason)
+	})
+	if after := kubectl("get", "pod", "--namespace", ns, "small-0", "-o", "jsonpath={.metadata.uid}"); after != before {
+		t.Errorf("small-0 was replaced (UID %s, then %s), want its container restarted in place", before, after)
+	}
+	kubectl("wait", "--namespace", ns, "cache/small", "--for=condition=Ready", "--timeout=3m")
+	if got := kubectl("exec", "--namespace", ns, "small-0", "-c", "valkey", "--", "valkey-cli", "config", "get", "maxmemory"); !strings.HasSuffix(got, strconv.FormatInt(resources.MaxMemory(resource.MustParse("64Mi")), 10)) {
+		t.Errorf("after the restart, maxmemory is %q, want the operator's again", got)
+	}
+}
+
+// installByHelm installs the operator in realCluster with its Helm chart, from its image, until
+// the test ends.
+func installByHelm(t *testing.T, c *localcluster.Cluster) {
+	t.Helper()
+	helm(t, c, "install", "cache-operator", filepath.Join(testenv.Root(), "charts", "cache-operator"),
+		"--namespace", localcluster.OperatorNamespace, "--create-namespace", "--wait", "--timeout", "5m")
+	t.Cleanup(func() {
+		helm(t, c, "uninstall", "cache-operator", "--namespace", localcluster.OperatorNamespace, "--wait")
+	})
+}
+
+// newRealNamespace makes a namespace in realCluster, gone (with its Caches) before the test ends.
+func newRealNamespace(t *testing.T, name string) {
+	t.Helper()
+	realKubectl(t, "create", "namespace", name)
+	t.Cleanup(func() {
+		_ = realCluster.Kubectl(context.Background(), "delete", "namespace", name, "--wait=true", "--timeout=2m")
+	})
+}
+
+// valkeyRestarts is how many times the Valkey container of a pod in realCluster was restarted.
+func valkeyRestarts(t *testing.T, namespace, pod string) int {
+	t.Helper()
+	n, err := strconv.Atoi(realKubectl(t, "get", "pod", "--namespace", namespace, pod, "-o",
+		`jsonpath={.status.containerStatuses[?(@.name=="valkey")].restartCount}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // leaderPod is the operator's pod that holds its leader election Lease in realCluster.
