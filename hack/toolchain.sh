@@ -26,12 +26,25 @@ COREDNS_VERSION=v1.14.3
 HELM_VERSION=v3.22.0
 GOLANGCI_LINT_VERSION=v2.15.0
 VERSITYGW_VERSION=v1.8.0
-# Debian package versions: Valkey from the backports suite of the machine's Debian release, its
-# libraries from the release itself. They are bookworm's (Debian 12), the release of our machines;
-# on another release apt reports these versions as not found.
+# Debian's packages. The archive keeps only each suite's current version of a package, so an exact
+# version stops resolving as soon as the suite moves on (bookworm's point releases replace its
+# +deb12uN versions, security updates come first in bookworm-security): but for the Valkey release
+# under test, packages are pinned by release line, PACKAGE@LINE, resolved when a component is built
+# to the line's newest version in the suites it is looked up in (by default the machine's release,
+# its updates, its security updates and its backports), that version written to the log and to the
+# component's VERSION file. A component's cache key is made of its pins (valkey's of the Valkey
+# version only), so changing a pin rebuilds it, while a suite moving on within a line leaves what
+# is cached alone. The lines are bookworm's (Debian 12), the release of our machines; on another
+# release a line is reported as not found.
+#
+# Valkey, the release under test, from the backports suite of the machine's release: pinned
+# exactly, as the tests are of this Valkey. When bookworm-backports moves on to another Valkey, the
+# components valkey and valkey-rootfs stop building where they are not cached yet, failing with
+# "Debian's ... have no valkey-server VERSION any more ...; they have: VERSIONS": choose the Valkey
+# to test from those and set it here (the caches of the old one stay and are no longer used).
 VALKEY_VERSION=8.0.1+dfsg1-1~bpo12+1
-JEMALLOC_VERSION=5.3.0-1
-LZF_VERSION=3.6-3
+JEMALLOC_LINE=5.3.0
+LZF_LINE=3.6
 # The Cache pods' metrics exporter, the one the image oliver006/redis_exporter:v1.45.0 holds (the
 # Go module proxy does not serve its module); it links only libc.
 REDIS_EXPORTER_VERSION=1.45.0-2+b4
@@ -42,14 +55,11 @@ CERT_MANAGER_VERSION=v1.21.2
 # The real nodes' OCI runtime. Debian has no runc 1.5, so it is built from its module, with seccomp:
 # cgo links libseccomp statically from bookworm's libseccomp-dev, and runc needs only libc.
 RUNC_VERSION=v1.5.3
-LIBSECCOMP_VERSION=2.5.4-1+deb12u1
+LIBSECCOMP_LINE=2.5
 # Packages of Debian's releases after ours, whose Go programs link only libc and need no glibc
 # newer than bookworm's 2.36: promtool from trixie (Debian 13; a download instead of seven minutes
-# of go install), the nodes' containerd and CNI plugins from sid (unstable). The archive keeps only
-# each suite's current version of a package, so an exact version would stop resolving as soon as the
-# suite moves on: these are pinned by release line, resolved to the line's newest version in the
-# suites listed when the component is built, and the version used is written to the component's
-# VERSION file and to the log. The cache key is the line.
+# of go install), the nodes' containerd and CNI plugins from sid (unstable), pinned by release line
+# too, in the suites listed here.
 PROMETHEUS_LINE=2.53
 PROMETHEUS_SUITES="trixie trixie-updates"
 CONTAINERD_LINE=2.1
@@ -59,35 +69,35 @@ CNI_PLUGINS_LINE=1.9
 UNSTABLE_SUITES="sid forky trixie-backports"
 # kube-proxy's nftables mode runs nft: bookworm's, with every library that it links apart from libc
 # (the machines have none of them), which a wrapper points the loader at.
-NFTABLES_VERSION=1.0.6-2+deb12u2
+NFTABLES_LINE=1.0.6
 NFTABLES_PACKAGES=(
-	"nftables=$NFTABLES_VERSION" "libnftables1=$NFTABLES_VERSION" libmnl0=1.0.4-3 libnftnl11=1.2.4-2
-	libjansson4=2.14-2 libxtables12=1.8.9-2 libgmp10=2:6.2.1+dfsg1-1.1 libedit2=3.1-20221030-2
-	libbsd0=0.11.7-2 libmd0=1.0.4-2 libtinfo6=6.4-4
+	"nftables@$NFTABLES_LINE" "libnftables1@$NFTABLES_LINE" libmnl0@1.0.4 libnftnl11@1.2.4
+	libjansson4@2.14 libxtables12@1.8.9 libgmp10@6.2.1 libedit2@3.1-20221030 libbsd0@0.11.7
+	libmd0@1.0.4 libtinfo6@6.4
 )
-# The CA certificates of the operator's image: Debian's, as one PEM bundle.
-CA_CERTIFICATES_VERSION=20230311+deb12u1
+# The CA certificates of the operator's image: Debian's, as one PEM bundle. Their upstream version is
+# the date of Mozilla's list, which bookworm updates as a whole: 20250419 came in bookworm-security,
+# and replaces 20230311 in bookworm at its next point release.
+CA_CERTIFICATES_LINE=20250419
 # The root filesystem of the tests' Valkey image (test/harness/images), laid out as the official
 # image's base, debian:bookworm-slim: Valkey, every library that it links, Debian's base directories
 # and files, and the shell and the programs that the pods' scripts and the image's entrypoint run.
 # The image's accounts (/etc/passwd and /etc/group) and links made by update-alternatives (awk)
 # are the image builder's.
 VALKEY_ROOTFS_PACKAGES=(
-	# Valkey and the libraries it links.
-	"valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" "libjemalloc2=$JEMALLOC_VERSION"
-	"liblzf1=$LZF_VERSION" libc6=2.36-9+deb12u14 libssl3=3.0.20-1~deb12u2 libatomic1=12.2.0-14+deb12u1
-	"libstdc++6=12.2.0-14+deb12u1" libgcc-s1=12.2.0-14+deb12u1 libsystemd0=252.39-1~deb12u2
-	libcap2=1:2.66-4+deb12u3+b1 libgcrypt20=1.10.1-3+deb12u1 libgpg-error0=1.46-1 liblz4-1=1.9.4-1
-	liblzma5=5.4.1-1+deb12u1 libzstd1=1.5.4+dfsg2-5
+	# Valkey and the libraries it links. (systemd's line is bookworm's 252: backports has newer.)
+	"valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" "libjemalloc2@$JEMALLOC_LINE"
+	"liblzf1@$LZF_LINE" libc6@2.36 libssl3@3.0 libatomic1@12.2.0 "libstdc++6@12.2.0" libgcc-s1@12.2.0
+	libsystemd0@252 libcap2@2.66 libgcrypt20@1.10.1 libgpg-error0@1.46 liblz4-1@1.9.4 liblzma5@5.4.1
+	libzstd1@1.5.4
 	# The base system's directories and files, the shell (/bin/sh is dash), and the programs of the
 	# scripts (rm, mv, head, seq, sleep, id, chown; grep, sed, awk, find), with their libraries.
-	base-files=12.4+deb12u15 dash=0.5.12-2 coreutils=9.1-1 grep=3.8-5 sed=4.9-1+deb12u1
-	mawk=1.3.4.20200120-3.1 findutils=4.9.0-4 libacl1=2.3.1-3 libattr1=1:2.5.1-4 libselinux1=3.4-1+b6
-	libpcre2-8-0=10.42-1 libgmp10=2:6.2.1+dfsg1-1.1 libcap-ng0=0.8.3-1+b3
+	base-files@12.4 dash@0.5.12 coreutils@9.1 grep@3.8 sed@4.9 mawk@1.3.4 findutils@4.9.0
+	libacl1@2.3.1 libattr1@2.5.1 libselinux1@3.4 libpcre2-8-0@10.42 libgmp10@6.2.1 libcap-ng0@0.8.3
 )
 # setpriv, with which the image's entrypoint drops root, is util-linux's: only it is taken (it links
 # libc and libcap-ng), not util-linux's other programs and the dozen libraries they link.
-UTIL_LINUX_VERSION=2.38.1-5+deb12u3
+UTIL_LINUX_LINE=2.38.1
 
 all_components=(etcd kubernetes kubelet kwok coredns promtool helm golangci-lint valkey redis-exporter versitygw
 	cert-manager-crds runc containerd cni-plugins nftables ca-certificates valkey-rootfs)
@@ -110,13 +120,14 @@ version_of() {
 	redis-exporter) echo "$REDIS_EXPORTER_VERSION" ;;
 	versitygw) echo "$VERSITYGW_VERSION" ;;
 	cert-manager-crds) echo "$CERT_MANAGER_VERSION" ;;
-	runc) echo "$RUNC_VERSION" ;;
+	# runc links libseccomp statically: its key has libseccomp's line too.
+	runc) echo "$RUNC_VERSION-libseccomp$LIBSECCOMP_LINE" ;;
 	containerd) echo "$CONTAINERD_LINE" ;;
 	cni-plugins) echo "$CNI_PLUGINS_LINE" ;;
-	# Made of many pinned packages: the key changes with any of their versions.
-	nftables) echo "$NFTABLES_VERSION-$(digest_of "${NFTABLES_PACKAGES[@]}")" ;;
-	ca-certificates) echo "$CA_CERTIFICATES_VERSION" ;;
-	valkey-rootfs) echo "$VALKEY_VERSION-$(digest_of "${VALKEY_ROOTFS_PACKAGES[@]}" "util-linux=$UTIL_LINUX_VERSION")" ;;
+	# Made of many pinned packages: the key changes with any of their pins.
+	nftables) echo "$NFTABLES_LINE-$(digest_of "${NFTABLES_PACKAGES[@]}")" ;;
+	ca-certificates) echo "$CA_CERTIFICATES_LINE" ;;
+	valkey-rootfs) echo "$VALKEY_VERSION-$(digest_of "${VALKEY_ROOTFS_PACKAGES[@]}" "util-linux@$UTIL_LINUX_LINE")" ;;
 	*)
 		log "unknown component '$1' (known: ${all_components[*]})"
 		exit 2
@@ -178,8 +189,8 @@ build_kubernetes() {
 }
 
 # debian_unpack DIR [--suites="SUITE..."] PACKAGE=VERSION|PACKAGE@LINE... unpacks Debian's
-# packages of SUITEs (by default the machine's release and its backports) into DIR/.root, with
-# debian_lists and debian_get.
+# packages of SUITEs (by default those of debian_lists) into DIR/.root, with debian_lists and
+# debian_get.
 debian_unpack() {
 	local out=$1 suites=()
 	shift
@@ -194,8 +205,11 @@ debian_unpack() {
 
 # debian_lists DIR [SUITE...] gives apt a sources list, package lists and cache of its own under
 # DIR/.apt (the caller removes it when done), so the machine's apt configuration and state are
-# left as they are. The sources are SUITEs (by default the machine's release and its backports) of
-# the Debian archive that the machine uses.
+# left as they are. The sources are SUITEs, by default the machine's release, its updates, its
+# security updates and its backports, each from the archive that apt's sources on the machine list
+# for it; a suite that they do not list from the archive that they list for the release (Debian's
+# serves its updates and backports, and the other releases), but the security updates, which are
+# left out then. It starts debian_version afresh.
 debian_lists() {
 	local out=$1
 	shift
@@ -203,23 +217,36 @@ debian_lists() {
 		log "this component comes from Debian's packages, and this machine has no apt-get and dpkg-deb"
 		exit 1
 	fi
-	local codename uri suite
+	local codename uri suite release repo
+	local -A uris=()
 	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-	# The archive the machine already uses for its release, as apt itself reports it from its
-	# sources (--no-release-info: also before the machine's first apt-get update).
-	uri=$(apt-get indextargets --no-release-info --format '$(RELEASE) $(REPO_URI)' | awk -v r="$codename" '$1 == r {print $2; exit}')
+	# The archives the machine already uses, by suite, as apt itself reports them from its sources
+	# (--no-release-info: also before the machine's first apt-get update).
+	while read -r release repo; do
+		[[ -z $release || -n ${uris[$release]-} ]] || uris[$release]=$repo
+	done < <(apt-get indextargets --no-release-info --format '$(RELEASE) $(REPO_URI)')
+	uri=${uris[${codename:-none}]-}
 	if [[ -z $codename || -z $uri ]]; then
 		log "no Debian archive for release '$codename' is configured in apt's sources on this machine"
 		exit 1
 	fi
-	[[ $# -gt 0 ]] || set -- "$codename" "$codename-backports"
-	debian_suites=("$@")
+	[[ $# -gt 0 ]] || set -- "$codename" "$codename-updates" "$codename-security" "$codename-backports"
+	debian_suites=()
+	debian_version=()
 	debian_apt=$out/.apt
 	mkdir -p "$debian_apt/lists/partial" "$debian_apt/cache/archives/partial" "$debian_apt/sources.list.d"
 	# Only the package lists (target=Packages), not the translations or AppStream metadata that the
 	# machine's apt configuration may ask for too.
 	for suite; do
-		printf 'deb [target=Packages] %s %s main\n' "$uri" "$suite"
+		if [[ -n ${uris[$suite]-} ]]; then
+			printf 'deb [target=Packages] %s %s main\n' "${uris[$suite]}" "$suite"
+		elif [[ $suite == *-security ]]; then
+			log "apt's sources on this machine list no archive for $suite: its packages are not looked for"
+			continue
+		else
+			printf 'deb [target=Packages] %s %s main\n' "$uri" "$suite"
+		fi
+		debian_suites+=("$suite")
 	done >"$debian_apt/sources.list"
 	debian_opts=(-q -o "Dir::Etc::SourceList=$debian_apt/sources.list" -o "Dir::Etc::SourceParts=$debian_apt/sources.list.d"
 		-o "Dir::State::Lists=$debian_apt/lists" -o "Dir::Cache=$debian_apt/cache" -o APT::Sandbox::User=root)
@@ -229,33 +256,47 @@ debian_lists() {
 # debian_get ROOT PACKAGE=VERSION|PACKAGE@LINE... downloads Debian's packages from the sources of
 # debian_lists (DIR/.apt) and unpacks them into ROOT; each package's control files (its maintainer
 # scripts) go to DIR/.apt/control/PACKAGE. PACKAGE@LINE is the newest version of PACKAGE there
-# whose upstream version is LINE or LINE.something, and debian_version[PACKAGE] records it.
+# whose upstream version is LINE or LINE.something (or LINE+something, LINE~something). The
+# version of each package, and the suites that have it, are logged, and debian_version[PACKAGE]
+# records it. A version that the suites do not have (any more) fails, naming those they have.
 debian_get() {
-	local root=$1 spec pkg line version upstream found specs=()
+	local root=$1 spec pkg line version upstream found have suites specs=()
 	shift
 	for spec; do
-		if [[ $spec != *@* ]]; then
-			specs+=("$spec")
-			continue
+		if [[ $spec == *@* ]]; then
+			pkg=${spec%@*} line=${spec#*@} version=
+		else
+			pkg=${spec%%=*} line= version=${spec#*=}
 		fi
-		pkg=${spec%@*} line=${spec#*@} found=
-		while read -r version; do
-			upstream=${version#*:}
-			upstream=${upstream%-*}
-			if [[ $upstream == "$line" || $upstream == "$line".* || $upstream == "$line"[~+]* ]] &&
-				{ [[ -z $found ]] || dpkg --compare-versions "$version" gt "$found"; }; then
-				found=$version
+		# madison: "PACKAGE | VERSION | URI SUITE/COMPONENT ARCHITECTURE Packages", a line for each
+		# suite that has a version.
+		have=$(apt-cache "${debian_opts[@]}" madison "$pkg" | awk -F' *[|] *' '{print $2}' | sort -u)
+		if [[ -n $line ]]; then
+			found=
+			while read -r version; do
+				upstream=${version#*:}
+				upstream=${upstream%-*}
+				if [[ $upstream == "$line" || $upstream == "$line".* || $upstream == "$line"[~+]* ]] &&
+					{ [[ -z $found ]] || dpkg --compare-versions "$version" gt "$found"; }; then
+					found=$version
+				fi
+			done <<<"$have"
+			if [[ -z $found ]]; then
+				log "Debian's ${debian_suites[*]} have no $pkg of the $line line; they have:" \
+					"$(paste -sd' ' <<<"${have:-none}"). Pin a line that one of them has."
+				exit 1
 			fi
-		done < <(apt-cache "${debian_opts[@]}" madison "$pkg" | awk -F' *[|] *' '{print $2}')
-		if [[ -z $found ]]; then
-			log "no $pkg of the $line line is in Debian's ${debian_suites[*]} (they have:" \
-				"$(apt-cache "${debian_opts[@]}" madison "$pkg" | awk -F' *[|] *' '{print $2}' | sort -u | paste -sd' ')): pin a line that one of them has"
+			version=$found
+		elif ! grep -qxF -- "$version" <<<"$have"; then
+			log "Debian's ${debian_suites[*]} have no $pkg $version (any more: the archive keeps only each" \
+				"suite's current version); they have: $(paste -sd' ' <<<"${have:-none}"). Pin one of those."
 			exit 1
 		fi
-		log "$pkg $line: Debian's $pkg $found (from $(apt-cache "${debian_opts[@]}" madison "$pkg" |
-			awk -F' *[|] *' -v v="$found" '$2 == v {split($3, f, " "); sub("/.*", "", f[2]); printf "%s%s", s, f[2]; s = ", "}'))"
-		debian_version[$pkg]=$found
-		specs+=("$pkg=$found")
+		suites=$(apt-cache "${debian_opts[@]}" madison "$pkg" |
+			awk -F' *[|] *' -v v="$version" '$2 == v {split($3, f, " "); sub("/.*", "", f[2]); printf "%s%s", s, f[2]; s = ", "}')
+		log "Debian's $pkg $version (${line:+the $line line, }from $suites)"
+		debian_version[$pkg]=$version
+		specs+=("$pkg=$version")
 	done
 	local debs deb
 	mkdir -p "$debian_apt/control"
@@ -272,6 +313,15 @@ debian_get() {
 	rm -rf "$debs"
 }
 declare -A debian_version=()
+
+# debian_versions prints the version of each package that debian_get fetched since debian_lists,
+# PACKAGE=VERSION a line: the VERSION file of a component made of several packages.
+debian_versions() {
+	local pkg
+	for pkg in "${!debian_version[@]}"; do
+		printf '%s=%s\n' "$pkg" "${debian_version[$pkg]}"
+	done | LC_ALL=C sort
+}
 
 # usr_merged ROOT makes ROOT a root with a merged /usr, as Debian's since bookworm: /bin, /lib,
 # /lib64 and /sbin are links into /usr, through which debian_get unpacks what packages have there.
@@ -349,7 +399,8 @@ elf_missing() {
 fetch_valkey() {
 	local out=$1
 	debian_unpack "$out" "valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" \
-		"libjemalloc2=$JEMALLOC_VERSION" "liblzf1=$LZF_VERSION"
+		"libjemalloc2@$JEMALLOC_LINE" "liblzf1@$LZF_LINE"
+	debian_versions >"$out/VERSION"
 	local libdir
 	libdir=$(cd "$out/.root" && dirname usr/lib/*/libjemalloc.so.2)
 	local bin
@@ -400,7 +451,7 @@ fetch_promtool() {
 # shared library beside its static one (libseccomp-dev's link to it dangles there: libseccomp2 is
 # not unpacked), the static one is linked in, and runc needs nothing but libc.
 build_runc() {
-	local out=$1 libdir tool
+	local out=$1 libdir tool version
 	local prefix=$out/.root/usr
 	for tool in "$(go env CC)" pkg-config; do
 		if ! command -v "$tool" >/dev/null; then
@@ -408,15 +459,17 @@ build_runc() {
 			exit 1
 		fi
 	done
-	debian_unpack "$out" "libseccomp-dev=$LIBSECCOMP_VERSION"
+	debian_unpack "$out" "libseccomp-dev@$LIBSECCOMP_LINE"
+	debian_versions >"$out/VERSION"
+	version=${debian_version[libseccomp-dev]}
 	libdir=$(dirname "$prefix"/lib/*/libseccomp.a)
 	rm -f "$libdir/libseccomp.so"
 	mkdir "$out/.root/pkgconfig"
 	cat >"$out/.root/pkgconfig/libseccomp.pc" <<-EOF
-		# bookworm's libseccomp-dev $LIBSECCOMP_VERSION, unpacked by hack/toolchain.sh.
+		# bookworm's libseccomp-dev $version, unpacked by hack/toolchain.sh.
 		Name: libseccomp
 		Description: The enhanced seccomp library
-		Version: ${LIBSECCOMP_VERSION%%-*}
+		Version: $(v=${version#*:} && echo "${v%-*}")
 		Cflags: -I$prefix/include
 		Libs: -L$libdir -lseccomp
 	EOF
@@ -436,8 +489,8 @@ build_runc() {
 }
 
 # fetch_containerd DIR unpacks Debian's containerd of CONTAINERD_LINE into DIR/.root and links its
-# daemon, its runc shim and ctr into DIR. containerd finds the shim beside itself, and the shim
-# runs runc from PATH.
+# daemon, its runc shim and ctr into DIR, and checks that each runs. containerd finds the shim
+# beside itself, and the shim runs runc from PATH.
 fetch_containerd() {
 	local out=$1 bin
 	debian_unpack "$out" --suites="$UNSTABLE_SUITES" "containerd@$CONTAINERD_LINE"
@@ -447,12 +500,15 @@ fetch_containerd() {
 	done
 	only_libc "$out/containerd" "$out/containerd-shim-runc-v2" "$out/ctr"
 	"$out/containerd" --version >&2
+	"$out/ctr" --version >&2
+	"$out/containerd-shim-runc-v2" -v >&2
 }
 
 # fetch_cni_plugins DIR unpacks Debian's containernetworking-plugins of CNI_PLUGINS_LINE and moves
-# the plugins into DIR/cni-bin, the directory that the nodes' containerd configuration names.
+# the plugins into DIR/cni-bin, the directory that the nodes' containerd configuration names, and
+# checks that those the nodes use run: each reports the CNI versions it supports.
 fetch_cni_plugins() {
-	local out=$1 plugin
+	local out=$1 plugin reply
 	debian_unpack "$out" --suites="$UNSTABLE_SUITES" "containernetworking-plugins@$CNI_PLUGINS_LINE"
 	echo "${debian_version[containernetworking-plugins]}" >"$out/VERSION"
 	mv "$out/.root/usr/lib/cni" "$out/cni-bin"
@@ -462,8 +518,12 @@ fetch_cni_plugins() {
 			log "Debian's containernetworking-plugins ${debian_version[containernetworking-plugins]} has no $plugin plugin"
 			exit 1
 		fi
+		if ! reply=$(CNI_COMMAND=VERSION "$out/cni-bin/$plugin" </dev/null) || [[ $reply != *'"supportedVersions"'* ]]; then
+			log "the CNI plugin $plugin does not report its versions (CNI_COMMAND=VERSION): $reply"
+			exit 1
+		fi
+		log "$plugin: $reply"
 	done
-	CNI_COMMAND=VERSION "$out/cni-bin/bridge" </dev/null >&2
 }
 
 # fetch_nftables DIR unpacks nft and the libraries it links into DIR/.root, a merged /usr, and
@@ -472,6 +532,7 @@ fetch_nftables() {
 	local out=$1 libdir missing
 	usr_merged "$out/.root"
 	debian_unpack "$out" "${NFTABLES_PACKAGES[@]}"
+	debian_versions >"$out/VERSION"
 	libdir=$(cd "$out/.root" && dirname usr/lib/*/libnftables.so.1)
 	missing=$(elf_missing "$out/.root" | while read -r lib rest; do glibc_lib "$lib" || echo "$lib $rest"; done)
 	if [[ -n $missing ]]; then
@@ -480,7 +541,7 @@ fetch_nftables() {
 	fi
 	cat >"$out/nft" <<-EOF
 		#!/bin/sh
-		# nft $NFTABLES_VERSION from Debian, unpacked beside this wrapper by hack/toolchain.sh.
+		# nft ${debian_version[nftables]} from Debian, unpacked beside this wrapper by hack/toolchain.sh.
 		root=\$(dirname "\$(readlink -f "\$0")")/.root
 		LD_LIBRARY_PATH=\$root/$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$root/usr/sbin/nft" "\$@"
 	EOF
@@ -493,7 +554,8 @@ fetch_nftables() {
 # certificates in the order of their names, each ending in a newline.
 fetch_ca_certificates() {
 	local out=$1 certs n
-	debian_unpack "$out" "ca-certificates=$CA_CERTIFICATES_VERSION"
+	debian_unpack "$out" "ca-certificates@$CA_CERTIFICATES_LINE"
+	echo "${debian_version[ca-certificates]}" >"$out/VERSION"
 	certs=$out/.root/usr/share/ca-certificates/mozilla
 	find "$certs" -name '*.crt' -print0 | LC_ALL=C sort -z | xargs -0 awk 1 >"$out/ca-certificates.crt"
 	n=$(find "$certs" -name '*.crt' | wc -l)
@@ -517,7 +579,8 @@ fetch_valkey_rootfs() {
 	usr_merged "$rootfs"
 	debian_lists "$out"
 	debian_get "$rootfs" "${VALKEY_ROOTFS_PACKAGES[@]}"
-	debian_get "$out/.util-linux" "util-linux=$UTIL_LINUX_VERSION"
+	debian_get "$out/.util-linux" "util-linux@$UTIL_LINUX_LINE"
+	debian_versions >"$out/VERSION"
 	cp -a "$out/.util-linux/usr/bin/setpriv" "$rootfs/usr/bin/"
 	mkdir -p "$rootfs/usr/share/doc/util-linux"
 	cp -a "$out/.util-linux/usr/share/doc/util-linux/copyright" "$rootfs/usr/share/doc/util-linux/"
@@ -564,17 +627,21 @@ ensure() {
 		start=$SECONDS
 		build_into "$component" "$tmp"
 		# A concurrent call may have finished first; its result is as good as ours.
-		exact=$(cat "$tmp/VERSION" 2>/dev/null || true)
+		exact=$(paste -sd' ' "$tmp/VERSION" 2>/dev/null || true)
 		mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
 		trap - EXIT
-		log "built $component $version${exact:+ (Debian version $exact)} in $((SECONDS - start))s"
+		case $exact in
+		*=*) exact="Debian's $exact" ;;
+		?*) exact="Debian version $exact" ;;
+		esac
+		log "built $component $version${exact:+ ($exact)} in $((SECONDS - start))s"
 	fi
 	mkdir -p "$localbin"
 	local file name
 	for file in "$dir"/*; do
 		name=$(basename "$file")
 		case $component/$name in
-		*/VERSION) continue ;; # the exact Debian version of a component pinned by release line
+		*/VERSION) continue ;; # the Debian versions that the component was made of
 		valkey-rootfs/rootfs) name=valkey-rootfs ;;
 		esac
 		ln -sfn "$file" "$localbin/$name"
