@@ -20,7 +20,7 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 .PHONY: test
 test: verify lint ## Run every test tier: unit, integration and end to end. CI runs this.
 	hack/toolchain.sh etcd kubernetes kwok promtool helm valkey versitygw cert-manager-crds $(REAL_NODE_TOOLS)
-	go test -tags integration,e2e ./... -count=1 -timeout 30m
+	go test -tags integration,e2e ./... -count=1 -timeout 45m
 
 # What the local cluster's real nodes run (test/harness/realnode) and their images are made of.
 REAL_NODE_TOOLS := kubelet containerd runc cni-plugins nftables coredns valkey-rootfs redis-exporter ca-certificates
@@ -37,7 +37,7 @@ test-integration: ## Run the unit and integration tests.
 .PHONY: test-e2e
 test-e2e: ## Run the end-to-end tests.
 	hack/toolchain.sh etcd kubernetes kwok helm valkey versitygw cert-manager-crds $(REAL_NODE_TOOLS)
-	go test -tags e2e ./test/e2e -count=1 -timeout 30m
+	go test -tags e2e ./test/e2e -count=1 -timeout 45m
 
 .PHONY: manifests
 manifests: ## Generate the CRD and the RBAC role from the kubebuilder markers (also into the Helm chart).
