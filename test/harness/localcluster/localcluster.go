@@ -128,6 +128,9 @@ func (c *Cluster) create(ctx context.Context, extraArgs []string) error {
 		// Client rate limits in the control plane would make it, not the operator, the
 		// bottleneck of anything we measure.
 		"--disable-qps-limits",
+		// The controller manager makes the directory it looks for FlexVolume plugins in: by
+		// default the machine's /usr/libexec/kubernetes.
+		"--extra-args", "kube-controller-manager=flex-volume-plugin-dir=" + filepath.Join(c.Workdir, "clusters", c.Name, "volume-plugins"),
 		"--wait", "2m",
 	}
 	if c.RealNodes > 0 {
