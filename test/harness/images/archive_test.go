@@ -39,7 +39,6 @@ func testImage(t *testing.T) Image {
 			{Comment: "second", Entries: []Entry{
 				FileFrom("/from-disk", 0o755, filepath.Join(dir, "source")),
 				Symlink("/bin", "usr/bin"),
-				{Path: "/cap", Kind: KindFile, Mode: 0o755, Xattrs: map[string]string{"user.origin": "test"}},
 				File("/etc/deep/file", 0o600, []byte("the later entry wins")),
 				File("/etc/deep/file", 0o644, []byte("data")).Owned(3, 4),
 			}},
@@ -201,7 +200,7 @@ func TestLayerEntries(t *testing.T) {
 	}
 }
 
-func TestLayerFileFromDiskAndXattrs(t *testing.T) {
+func TestLayerFileFromDisk(t *testing.T) {
 	built, err := buildLayer(testImage(t).Layers[1])
 	must(t, err)
 	tr := tar.NewReader(bytes.NewReader(gunzip(t, built.data)))
@@ -216,10 +215,6 @@ func TestLayerFileFromDiskAndXattrs(t *testing.T) {
 		case "from-disk":
 			if string(content) != "from disk\n" || hdr.Mode != 0o755 {
 				t.Errorf("from-disk: %q, mode %o", content, hdr.Mode)
-			}
-		case "cap":
-			if hdr.PAXRecords["SCHILY.xattr.user.origin"] != "test" {
-				t.Errorf("cap's xattrs = %q", hdr.PAXRecords)
 			}
 		case "etc/deep/file":
 			if string(content) != "data" || hdr.Uid != 3 || hdr.Gid != 4 || hdr.Mode != 0o644 {

@@ -71,8 +71,6 @@ type Entry struct {
 	Source string
 	// Target is a symlink's target.
 	Target string
-	// Xattrs are extended attributes, such as security.capability.
-	Xattrs map[string]string
 }
 
 // Dir is a directory entry.

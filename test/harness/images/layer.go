@@ -139,12 +139,6 @@ func expandTree(out map[string]Entry, prefix string, tree Entry) error {
 // writeEntry writes the entry at p to tw.
 func writeEntry(tw *tar.Writer, p string, e Entry) error {
 	hdr := &tar.Header{Name: p, Mode: tarMode(e.Mode), Uid: e.UID, Gid: e.GID, ModTime: epoch}
-	for k, v := range e.Xattrs {
-		if hdr.PAXRecords == nil {
-			hdr.PAXRecords = map[string]string{}
-		}
-		hdr.PAXRecords["SCHILY.xattr."+k] = v
-	}
 	var content io.Reader
 	switch e.Kind {
 	case KindDir:
