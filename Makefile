@@ -16,7 +16,7 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 
 # Test tiers. Unit tests need nothing but Go: a plain `go test ./...` runs them. The tiers that
 # need the toolchain are selected by build tags: integration (a real etcd and kube-apiserver,
-# CoreDNS, promtool, valkey-server) and e2e (the operator on a local kwokctl cluster).
+# CoreDNS, promtool, valkey-server) and e2e (the operator on local kwokctl clusters of real nodes).
 .PHONY: test
 test: verify lint ## Run every test tier: unit, integration and end to end. CI runs this.
 	hack/toolchain.sh etcd kubernetes kwok promtool helm valkey versitygw cert-manager-crds $(REAL_NODE_TOOLS)

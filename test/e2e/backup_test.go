@@ -42,7 +42,12 @@ const backupBucket = "cache-backups"
 
 func newBackupStore(t *testing.T, namespace string) *backupStore {
 	t.Helper()
-	s3 := testenv.StartS3(t, testenv.LoopbackIPs(1)[0], testenv.FreePort(t))
+	// On the machine's address on the cluster's bridge, where the pods reach it.
+	plan, _, err := cluster.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := testenv.StartS3(t, plan.HostIP().String(), testenv.FreePort(t))
 	s3.MakeBucket(t, backupBucket)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "bucket-credentials", Namespace: namespace},
@@ -572,10 +577,10 @@ func TestABackupNeverHoldsAWorker(t *testing.T) {
 	// The server waits repl-diskless-sync-delay (5 s) before it sends a snapshot: stopped once
 	// the agent has asked for it, it never sends this one.
 	waitSnapshotAsked(t, client.ObjectKeyFromObject(cache), source)
-	if err := runner.Signal(namespace, source, syscall.SIGSTOP); err != nil {
+	if err := signalServer(namespace, source, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = runner.Signal(namespace, source, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = signalServer(namespace, source, syscall.SIGCONT) })
 
 	other := newCache(t, namespace, "other")
 	waitReadyAs(t, client.ObjectKeyFromObject(other), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)

@@ -127,7 +127,7 @@ func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.Crash(ns, replica.Name); err != nil {
+	if err := crashServer(ns, replica.Name); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, time.Minute, replica.Name+"'s server restarted in place, its exporter still running and reading the new one", func() (bool, string) {

@@ -324,7 +324,7 @@ func TestClusterHealsWhenANodeOfAMigrationDies(t *testing.T) {
 			}
 			lost[movedIndex] = dies == "target"
 			history := watchReady(t, key)
-			if err := runner.Crash(key.Namespace, dead.pod.Name); err != nil {
+			if err := crashServer(key.Namespace, dead.pod.Name); err != nil {
 				t.Fatal(err)
 			}
 			startOperator(t, "b", "", clusterCheckInterval)
@@ -386,7 +386,7 @@ func TestClusterMigrationSurvivesARestartOfItsSourceOrTarget(t *testing.T) {
 				}
 			}
 			dead := map[string]serverView{"target": target, "source": source}[dies]
-			if err := runner.Crash(key.Namespace, dead.pod.Name); err != nil {
+			if err := crashServer(key.Namespace, dead.pod.Name); err != nil {
 				t.Fatal(err)
 			}
 			startOperator(t, "b", "", clusterCheckInterval)
@@ -434,7 +434,7 @@ func TestClusterReplicaRestartedInPlaceComesBackEmpty(t *testing.T) {
 	operator.Stop(t, syscall.SIGKILL)
 	replicaPod, _ := podOfRole(t, c, cachev2.RoleReplica)
 	_, primary := podOfRole(t, c, cachev2.RolePrimary)
-	if err := runner.Crash(key.Namespace, replicaPod.Name); err != nil {
+	if err := crashServer(key.Namespace, replicaPod.Name); err != nil {
 		t.Fatal(err)
 	}
 	var restarted corev1.Pod
@@ -510,7 +510,7 @@ func TestClusterPrimaryRestartedInPlaceKeepsEveryWriteAReplicaAcknowledged(t *te
 			wg.Go(func() { load.run(loadCtx, clusterClient(t, key)) })
 			t.Cleanup(func() { stopLoad(); wg.Wait() })
 
-			if err := runner.Crash(ns, primaryPod.Name); err != nil {
+			if err := crashServer(ns, primaryPod.Name); err != nil {
 				t.Fatal(err)
 			}
 			nodes := int(shards) * 2

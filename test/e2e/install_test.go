@@ -20,38 +20,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"example.com/cache-operator/test/harness/localcluster"
 	"example.com/cache-operator/test/harness/testenv"
 )
-
-// The install manifests are accepted by a real API server, and the Deployment's pods pass the
-// restricted Pod Security admission that the namespace enforces.
-func TestDefaultInstallIsAcceptedAndPodsAreRestricted(t *testing.T) {
-	ctx := context.Background()
-	if err := cluster.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(testenv.Root(), "config", "default")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cluster.Kubectl(ctx, "delete", "deployment/cache-operator", "--namespace", localcluster.OperatorNamespace)
-		// The install pointed the conversion webhook at its Service, which kwok's pods do not
-		// serve; the tests' operators serve it behind the balancer.
-		if err := cluster.ServeWebhooksAt(ctx, testenv.Root(), webhooks.Port()); err != nil {
-			t.Error(err)
-		}
-	})
-	testenv.WaitFor(t, 2*time.Minute, "the operator Deployment to be available", func() (bool, string) {
-		var d appsv1.Deployment
-		if err := admin.Get(ctx, client.ObjectKey{Namespace: localcluster.OperatorNamespace, Name: "cache-operator"}, &d); err != nil {
-			return false, err.Error()
-		}
-		return d.Status.AvailableReplicas == 2, fmt.Sprintf("%d/2 available, conditions %+v", d.Status.AvailableReplicas, d.Status.Conditions)
-	})
-}
 
 func TestMetricsEndpointServesOnlyTheMetricsReader(t *testing.T) {
 	o := startOperator(t, "secure", "", "--metrics-secure=true")

@@ -1,13 +1,14 @@
 //go:build e2e
 
-// Package e2e tests the operator as a whole on a real control plane: a kwokctl cluster built
-// from the toolchain, with the real StatefulSet controller, scheduler and garbage collector and
-// kwok playing the kubelet. The operator runs as its real binary, in processes the tests start
-// and kill, under its own ServiceAccount so that only the generated RBAC applies. Behind every
-// cache pod runs a real valkey-server (package podrunner), on the pod's loopback IP. A second
-// cluster (realCluster) has real nodes, whose pods are containers of images built from this
-// checkout, and runs the operator installed from its image as users install it; the scenarios
-// move there one by one.
+// Package e2e tests the operator as a whole on a real control plane and real nodes: a kwokctl
+// cluster built from the toolchain, with the real StatefulSet controller, scheduler and garbage
+// collector, and kubelets with containerd and runc (package realnode) that run the cache pods as
+// containers of images built from this checkout. The operator runs as its real binary, in
+// processes on the machine that the tests start and kill, under its own ServiceAccount so that
+// only the generated RBAC applies; it reaches the pods at their addresses, as in-cluster, through
+// the machine's routes to the nodes. A second cluster (installCluster), with real nodes too, runs
+// the operator installed from its image as users install it (Helm, kustomize), for the tests of
+// the install itself.
 package e2e
 
 import (
@@ -21,8 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,7 +29,6 @@ import (
 
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/test/harness/localcluster"
-	"example.com/cache-operator/test/harness/podrunner"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
@@ -43,23 +41,26 @@ var (
 	operatorBinary string
 	// operatorKubeconfig authenticates as the operator's ServiceAccount.
 	operatorKubeconfig string
-	// runner runs the cache pods' servers.
-	runner *podrunner.Runner
 	// webhooks plays the webhook Service: the API server's conversion requests reach the
 	// running operators' webhooks through it.
 	webhooks *testenv.Balancer
-	// realCluster is a second cluster, whose pods run as containers on real nodes (package
-	// realnode), from images built here; the operator is installed in it from its image. The
-	// first test that needs it makes it (useRealCluster).
-	realCluster     *localcluster.Cluster
-	realClusterErr  error
-	realClusterOnce sync.Once
+	// installCluster is a second cluster, where the operator is installed from its image, as
+	// users install it, with CRDs and webhooks of its own. The first test that needs it makes it
+	// (useInstallCluster).
+	installCluster     *localcluster.Cluster
+	installClusterErr  error
+	installClusterOnce sync.Once
 	// workdir holds the clusters' directories, the binaries and the images built for the run.
 	workdir string
+	// nodeBinary runs the real nodes (hack/localcluster), and images are the archives they
+	// import.
+	nodeBinary string
+	images     []string
 )
 
-// realNodes is how many real nodes realCluster has: a Cluster's shards spread over three.
-const realNodes = 3
+// realNodes is how many real nodes each cluster has: a Cluster's shards spread over three, and a
+// drain needs a fourth to move a pod to.
+const realNodes = 4
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -90,25 +91,26 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(workdir) //nolint:errcheck
 	// Before the directory goes: the nodes run from it.
-	defer deleteRealCluster()
+	defer deleteInstallCluster()
 
 	if operatorBinary, err = testenv.BuildOperator(ctx, workdir); err != nil {
 		return fail(err)
 	}
-
-	cluster = &localcluster.Cluster{
-		Name:       fmt.Sprintf("e2e-%d", os.Getpid()),
-		Workdir:    workdir,
-		BinDir:     testenv.BinDir(),
-		RealValkey: true,
+	if nodeBinary, err = testenv.Build(ctx, "./hack/localcluster", filepath.Join(workdir, "localcluster")); err != nil {
+		return fail(err)
 	}
+	if images, err = localcluster.BuildImages(testenv.Root(), testenv.BinDir(), filepath.Join(workdir, "images")); err != nil {
+		return fail(err)
+	}
+
+	cluster = newRealCluster(fmt.Sprintf("e2e-%d", os.Getpid()), realNodes)
 	// Removed however the tests end; a failed create may have left parts behind too.
 	defer func() {
 		if err := cluster.Delete(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, "deleting the e2e cluster:", err)
 		}
 	}()
-	if err := cluster.Create(ctx, 4); err != nil {
+	if err := cluster.Create(ctx, 0); err != nil {
 		return fail(err)
 	}
 	if err := cluster.InstallOperatorAccess(ctx, testenv.Root()); err != nil {
@@ -133,78 +135,44 @@ func run(m *testing.M) int {
 	if admin, err = client.NewWithWatch(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
 		return fail(err)
 	}
-	stopRunner, err := startRunner(cfg, filepath.Join(workdir, "pods"))
-	if err != nil {
-		return fail(err)
-	}
-	defer stopRunner()
 	return m.Run()
 }
 
-// useRealCluster makes realCluster, once, for the tests that run on real nodes: the others
-// neither wait for its three nodes nor share the machine with them until then.
-func useRealCluster(t *testing.T) *localcluster.Cluster {
-	t.Helper()
-	realClusterOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		realCluster, realClusterErr = newRealCluster(ctx)
-	})
-	if realClusterErr != nil {
-		t.Fatal("making the cluster with real nodes:", realClusterErr)
-	}
-	return realCluster
+// newRealCluster is a cluster of the run with nodes real nodes, which import the images of
+// this checkout.
+func newRealCluster(name string, nodes int) *localcluster.Cluster {
+	return &localcluster.Cluster{Name: name, Workdir: workdir, BinDir: testenv.BinDir(),
+		RealNodes: nodes, NodeBinary: nodeBinary, Images: images}
 }
 
-// deleteRealCluster deletes realCluster if a test made it, whether making it succeeded or not.
-func deleteRealCluster() {
-	if realCluster == nil {
+// useInstallCluster makes installCluster, once, for the tests of the install: the others
+// neither wait for its nodes nor share the machine with them until then.
+func useInstallCluster(t *testing.T) *localcluster.Cluster {
+	t.Helper()
+	installClusterOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		// Three nodes: the spread of a Cluster's shards, and the operator's two pods.
+		c := newRealCluster(fmt.Sprintf("e2e-install-%d", os.Getpid()), 3)
+		installCluster, installClusterErr = c, c.Create(ctx, 0)
+	})
+	if installClusterErr != nil {
+		t.Fatal("making the cluster to install the operator in:", installClusterErr)
+	}
+	return installCluster
+}
+
+// deleteInstallCluster deletes installCluster if a test made it, whether making it succeeded or
+// not.
+func deleteInstallCluster() {
+	if installCluster == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := realCluster.Delete(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "deleting the e2e cluster with real nodes:", err)
+	if err := installCluster.Delete(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "deleting the e2e cluster the operator is installed in:", err)
 	}
-}
-
-// newRealCluster creates realCluster, with the images of this checkout. It returns the cluster
-// whenever it started making it, for deleteRealCluster.
-func newRealCluster(ctx context.Context) (*localcluster.Cluster, error) {
-	nodeBinary, err := testenv.Build(ctx, "./hack/localcluster", filepath.Join(workdir, "localcluster"))
-	if err != nil {
-		return nil, err
-	}
-	archives, err := localcluster.BuildImages(testenv.Root(), testenv.BinDir(), filepath.Join(workdir, "images"))
-	if err != nil {
-		return nil, err
-	}
-	c := &localcluster.Cluster{
-		Name: fmt.Sprintf("e2e-real-%d", os.Getpid()), Workdir: workdir, BinDir: testenv.BinDir(),
-		RealNodes: realNodes, NodeBinary: nodeBinary, Images: archives,
-	}
-	return c, c.Create(ctx, 0)
-}
-
-// startRunner starts the pod runner; the function it returns stops it, which kills every server
-// it started, and reports what starting a pod cost.
-func startRunner(cfg *rest.Config, workdir string) (stop func(), err error) {
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	runner = &podrunner.Runner{Client: clientset, BinDir: testenv.BinDir(), OperatorBinary: operatorBinary,
-		Workdir: workdir, Log: ctrl.Log.WithName("podrunner")}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runner.Run(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			fmt.Fprintln(os.Stderr, "pod runner:", err)
-		}
-		fmt.Fprintln(os.Stderr, "pod runner:", runner.StartupSummary())
-	}, nil
 }
 
 func fail(err error) int {

@@ -331,7 +331,7 @@ func TestMeasurePrimaryLoss(t *testing.T) {
 				wg.Go(func() { load.run(ctx, vc) })
 				began := time.Now()
 				if how == "server killed" {
-					if err := runner.Crash(ns, primaryPod.Name); err != nil {
+					if err := crashServer(ns, primaryPod.Name); err != nil {
 						t.Fatal(err)
 					}
 				} else if err := admin.Delete(context.Background(), primaryPod); err != nil {
@@ -482,7 +482,7 @@ func samplePeakMemory(ctx context.Context, operator *testenv.Operator, namespace
 			var pods corev1.PodList
 			if err := admin.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{batchv1.JobNameLabel: job}); err == nil {
 				for _, pod := range pods.Items {
-					if pid, err := runner.PID(namespace, pod.Name); err == nil {
+					if pid, err := serverPID(namespace, pod.Name); err == nil {
 						if sizes, err := testenv.MemoryMiB(pid, "VmHWM"); err == nil {
 							peak.mu.Lock()
 							peak.agent = max(peak.agent, sizes["VmHWM"])

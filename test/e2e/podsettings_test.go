@@ -42,7 +42,7 @@ func TestPodSettingsReachThePodsAndTheirChangeRollsOut(t *testing.T) {
 			Version: "8.1.1", Memory: resource.MustParse("64Mi"),
 			Pod: &cachev2.PodSettings{
 				CPU:               &cachev2.CPU{Request: ptr.To(resource.MustParse("50m")), Limit: ptr.To(resource.MustParse("500m"))},
-				NodeSelector:      map[string]cachev2.LabelValue{"type": "kwok"},
+				NodeSelector:      map[string]cachev2.LabelValue{corev1.LabelOSStable: "linux"},
 				Tolerations:       []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "caches", Effect: corev1.TaintEffectNoSchedule}},
 				PriorityClassName: class.Name,
 				Labels:            map[string]cachev2.LabelValue{"team": "checkout"},
@@ -57,7 +57,7 @@ func TestPodSettingsReachThePodsAndTheirChangeRollsOut(t *testing.T) {
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	for _, pod := range cachePods(t, key) {
 		spec, c := pod.Spec, pod.Spec.Containers[0]
-		if spec.NodeSelector["type"] != "kwok" || len(spec.Tolerations) == 0 || spec.PriorityClassName != class.Name ||
+		if spec.NodeSelector[corev1.LabelOSStable] != "linux" || len(spec.Tolerations) == 0 || spec.PriorityClassName != class.Name ||
 			ptr.Deref(spec.Priority, 0) != 1000 || pod.Labels["team"] != "checkout" || pod.Annotations["example.com/owner"] != "checkout" ||
 			c.Resources.Requests.Cpu().String() != "50m" || c.Resources.Limits.Cpu().String() != "500m" {
 			t.Errorf("pod %s: nodeSelector %v, tolerations %v, priority class %q (%v), labels %v, annotations %v, CPU %s/%s",

@@ -28,7 +28,7 @@ import (
 // Cache by its Service's DNS name.
 func TestHelmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
 	ctx := context.Background()
-	c := useRealCluster(t)
+	c := useInstallCluster(t)
 	kubectl := func(args ...string) string { return realKubectl(t, args...) }
 	installByHelm(t, c)
 
@@ -86,7 +86,7 @@ spec:
 	before := kubectl("get", "pod", "--namespace", ns, "shop-0", "-o", "jsonpath={.metadata.uid} {.status.podIP}")
 	restarts := valkeyRestarts(t, ns, "shop-0")
 	id := kubectl("get", "pod", "--namespace", ns, "shop-0", "-o", `jsonpath={.status.containerStatuses[?(@.name=="valkey")].containerID}`)
-	if err := c.SignalContainer(ctx, id, syscall.SIGKILL); err != nil {
+	if err := c.SignalContainer(id, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 2*time.Minute, "shop-0's server to be restarted in its pod", func() (bool, string) {
@@ -119,7 +119,7 @@ spec:
 // Service.
 func TestKustomizeInstalledOperatorHandsOverBetweenItsPods(t *testing.T) {
 	ctx := context.Background()
-	c := useRealCluster(t)
+	c := useInstallCluster(t)
 	kubectl := func(args ...string) string { return realKubectl(t, args...) }
 	// The install leaves the operator's namespace to the user (README); another test may have
 	// left it.
@@ -170,7 +170,7 @@ spec: {replicas: 1, version: "8.1.1", memory: 64Mi}
 // the Cache is Ready again.
 func TestAServerPastItsMemoryLimitIsOOMKilledAndRestartsInPlace(t *testing.T) {
 	ctx := context.Background()
-	c := useRealCluster(t)
+	c := useInstallCluster(t)
 	kubectl := func(args ...string) string { return realKubectl(t, args...) }
 	installByHelm(t, c)
 	const ns = "oom"
@@ -206,7 +206,7 @@ spec: {mode: Standalone, shards: 1, version: "8.1.1", memory: 64Mi}
 	}
 }
 
-// installByHelm installs the operator in realCluster with its Helm chart, from its image, until
+// installByHelm installs the operator in installCluster with its Helm chart, from its image, until
 // the test ends.
 func installByHelm(t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
@@ -217,16 +217,16 @@ func installByHelm(t *testing.T, c *localcluster.Cluster) {
 	})
 }
 
-// newRealNamespace makes a namespace in realCluster, gone (with its Caches) before the test ends.
+// newRealNamespace makes a namespace in installCluster, gone (with its Caches) before the test ends.
 func newRealNamespace(t *testing.T, name string) {
 	t.Helper()
 	realKubectl(t, "create", "namespace", name)
 	t.Cleanup(func() {
-		_ = realCluster.Kubectl(context.Background(), "delete", "namespace", name, "--wait=true", "--timeout=2m")
+		_ = installCluster.Kubectl(context.Background(), "delete", "namespace", name, "--wait=true", "--timeout=2m")
 	})
 }
 
-// valkeyRestarts is how many times the Valkey container of a pod in realCluster was restarted.
+// valkeyRestarts is how many times the Valkey container of a pod in installCluster was restarted.
 func valkeyRestarts(t *testing.T, namespace, pod string) int {
 	t.Helper()
 	n, err := strconv.Atoi(realKubectl(t, "get", "pod", "--namespace", namespace, pod, "-o",
@@ -237,7 +237,7 @@ func valkeyRestarts(t *testing.T, namespace, pod string) int {
 	return n
 }
 
-// leaderPod is the operator's pod that holds its leader election Lease in realCluster.
+// leaderPod is the operator's pod that holds its leader election Lease in installCluster.
 func leaderPod(t *testing.T) string {
 	t.Helper()
 	var pod string
@@ -251,19 +251,19 @@ func leaderPod(t *testing.T) string {
 	return pod
 }
 
-// realLeaseHolder is the holder of the operator's leader election Lease in realCluster: the leader's
+// realLeaseHolder is the holder of the operator's leader election Lease in installCluster: the leader's
 // pod name, an underscore and a unique suffix.
 func realLeaseHolder() string {
-	out, _ := realCluster.KubectlOutput(context.Background(), "get", "lease", "--namespace", localcluster.OperatorNamespace,
+	out, _ := installCluster.KubectlOutput(context.Background(), "get", "lease", "--namespace", localcluster.OperatorNamespace,
 		"cache-operator.cache.example.com", "-o", "jsonpath={.spec.holderIdentity}")
 	return out
 }
 
-// realKubectl runs kubectl against realCluster and returns its output, failing the test if it
+// realKubectl runs kubectl against installCluster and returns its output, failing the test if it
 // fails.
 func realKubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := realCluster.KubectlOutput(context.Background(), args...)
+	out, err := installCluster.KubectlOutput(context.Background(), args...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -218,7 +218,7 @@ func TestCrashedNodeRestartsInPlaceEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := runner.Crash(ns, crashed.Name); err != nil {
+	if err := crashServer(ns, crashed.Name); err != nil {
 		t.Fatal(err)
 	}
 
@@ -255,7 +255,7 @@ func TestDeletedPodsServerIsKilledAfterItsGracePeriod(t *testing.T) {
 	newCache(t, ns, key.Name)
 	waitSettled(t, ns, time.Minute)
 	hung := cachePods(t, key)[2]
-	if err := runner.Signal(ns, hung.Name, syscall.SIGSTOP); err != nil {
+	if err := signalServer(ns, hung.Name, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 

@@ -8,9 +8,7 @@
 // package doc of realnode says how such a cluster differs from a production one. Simulated nodes
 // are kwok's, for the benchmark of thousands of Caches, where no container runs: kwok plays their
 // kubelet and starts in seconds. Their pods get addresses on the loopback interface (PodCIDR), so
-// that nothing ever sends traffic off the machine, and those of Valkey may be left to a pod
-// runner (RealValkey, package podrunner) that runs them as processes of the machine, which the
-// end-to-end tests still do until they have all moved to real nodes.
+// that nothing ever sends traffic off the machine, and nothing runs behind them.
 package localcluster
 
 import (
@@ -45,13 +43,10 @@ type Cluster struct {
 	Workdir string
 	// BinDir holds the toolchain's binaries: etcd, kube-*, kubectl, kwok, kwokctl.
 	BinDir string
-	// RealValkey leaves the Valkey pods to a pod runner (package podrunner), which runs them as
-	// real servers and reports their readiness; otherwise kwok marks them Running and Ready
-	// with nothing behind them, which is what a benchmark of thousands of Caches needs.
-	RealValkey bool
 	// RealNodes is how many real nodes the cluster has (package realnode): a kubelet each, with
 	// containerd and runc, that runs its pods as containers of the Images. The cluster then
-	// has no simulated nodes, and no pod runner.
+	// has no simulated nodes. Otherwise kwok marks the pods Running and Ready with nothing
+	// behind them, which is what a benchmark of thousands of Caches needs.
 	RealNodes int
 	// NodeBinary runs a real node: `NodeBinary node SPECFILE` calls realnode.Run (hack/localcluster).
 	NodeBinary string
@@ -109,11 +104,6 @@ func (c *Cluster) Create(ctx context.Context, nodes int, extraArgs ...string) er
 	}
 	if err := c.create(ctx, extraArgs); err != nil {
 		return err
-	}
-	if c.RealValkey {
-		if err := c.leaveValkeyPodsToRunner(ctx); err != nil {
-			return err
-		}
 	}
 	return c.addNodes(ctx, nodes)
 }
@@ -397,6 +387,31 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 		return fmt.Errorf("kwokctl %v: %w", args, err)
 	}
 	return nil
+}
+
+// EtcdEndpoint is the client URL of the cluster's own etcd, where the API server stores
+// objects: for tests that must see how an object is stored, not how the API server serves it.
+func (c *Cluster) EtcdEndpoint() (string, error) {
+	config, err := os.ReadFile(c.kwokConfig())
+	if err != nil {
+		return "", err
+	}
+	for _, doc := range bytes.Split(config, []byte("\n---\n")) {
+		var obj struct {
+			Kind    string `json:"kind"`
+			Options struct {
+				EtcdPort int `json:"etcdPort"`
+			} `json:"options"`
+		}
+		if err := yaml.Unmarshal(doc, &obj); err == nil && obj.Kind == "KwokctlConfiguration" && obj.Options.EtcdPort != 0 {
+			return fmt.Sprintf("http://127.0.0.1:%d", obj.Options.EtcdPort), nil
+		}
+	}
+	return "", fmt.Errorf("%s names no etcd port", c.kwokConfig())
+}
+
+func (c *Cluster) kwokConfig() string {
+	return filepath.Join(c.Workdir, "clusters", c.Name, "kwok.yaml")
 }
 
 func (c *Cluster) bin(name string) string {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -262,30 +263,43 @@ func (c *Cluster) stopNodes(ctx context.Context) error {
 // SignalContainer sends sig to every process of a container running on one of the real nodes,
 // by the container ID its pod's status gives (containerd://ID): what a crash, or the kernel's OOM
 // killer, does to it. It fails if no node runs the container.
-func (c *Cluster) SignalContainer(ctx context.Context, containerID string, sig syscall.Signal) error {
+func (c *Cluster) SignalContainer(containerID string, sig syscall.Signal) error {
+	pids, err := c.ContainerProcesses(containerID)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+	}
+	return nil
+}
+
+// ContainerProcesses lists the processes of a container running on one of the real nodes, by the
+// container ID its pod's status gives (containerd://ID), by process ID: a measurement
+// reads their memory from /proc, as the kubelet's cAdvisor would. It fails if no node runs the
+// container.
+func (c *Cluster) ContainerProcesses(containerID string) ([]int, error) {
 	_, id, ok := strings.Cut(containerID, "://")
 	if !ok {
-		return fmt.Errorf("container ID %q has no runtime prefix", containerID)
+		return nil, fmt.Errorf("container ID %q has no runtime prefix", containerID)
 	}
 	specs, err := c.runningSpecs()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, spec := range specs {
 		pids, err := spec.ContainerProcesses(id)
 		if err != nil {
-			return err
-		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return err
-			}
+			return nil, err
 		}
 		if len(pids) > 0 {
-			return nil
+			slices.Sort(pids)
+			return pids, nil
 		}
 	}
-	return fmt.Errorf("no real node of cluster %s runs container %s", c.Name, containerID)
+	return nil, fmt.Errorf("no real node of cluster %s runs container %s", c.Name, containerID)
 }
 
 // runningSpecs are the real nodes as they were started.

@@ -196,6 +196,10 @@ func (spec *Spec) ContainerProcesses(id string) ([]int, error) {
 	}
 	var found string
 	err = filepath.WalkDir(filepath.Join(dirs[0], spec.CgroupRoot), func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			// A pod's cgroup that went while the walk was under way.
+			return nil
+		}
 		if err == nil && d.IsDir() && d.Name() == id {
 			found = p
 			return filepath.SkipAll

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,10 +17,12 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	valkeyadmin "example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/realnode"
 )
 
-// loopback is the only network tests may send traffic to.
-var loopback = &net.IPNet{IP: net.IPv4(127, 0, 0, 0), Mask: net.CIDRMask(8, 32)}
+// reachable are the only networks tests may send traffic to: loopback, and the local clusters'
+// pod and Service addresses, which never leave the machine.
+var reachable = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix(realnode.Range)}
 
 // LoopbackIPs are n (at most 254) addresses of the loopback interface for a test's own servers:
 // outside the local cluster's pod range (127.64.0.0/16), and taken from the process ID, so that
@@ -80,8 +84,8 @@ func startListening(t testing.TB, dir, addr, program string, args ...string) *os
 	return cmd.Process
 }
 
-// Valkey connects to the Valkey server at ip:port, which must be on the loopback interface:
-// nothing a test starts may send traffic anywhere else. The connection is closed when the test
+// Valkey connects to the Valkey server at ip:port, which must be on the loopback interface or a
+// local cluster's pod: nothing a test starts may send traffic anywhere else. The connection is closed when the test
 // ends.
 func Valkey(t testing.TB, ip string, port int) valkey.Client {
 	t.Helper()
@@ -91,8 +95,8 @@ func Valkey(t testing.TB, ip string, port int) valkey.Client {
 // ValkeyOverTLS is Valkey speaking TLS as config says; nil config, plain text.
 func ValkeyOverTLS(t testing.TB, ip string, port int, config *tls.Config) valkey.Client {
 	t.Helper()
-	if addr := net.ParseIP(ip); addr == nil || !loopback.Contains(addr) {
-		t.Fatalf("refusing to connect to %s: tests only talk to servers on 127.0.0.0/8", ip)
+	if addr, err := netip.ParseAddr(ip); err != nil || !slices.ContainsFunc(reachable, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+		t.Fatalf("refusing to connect to %s: tests only talk to servers in %v", ip, reachable)
 	}
 	client, err := valkey.NewClient(valkey.ClientOption{
 		InitAddress: []string{net.JoinHostPort(ip, fmt.Sprint(port))},
