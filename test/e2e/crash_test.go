@@ -57,13 +57,15 @@ func TestKillBetweenCreatingTheStatefulSetAndWritingStatus(t *testing.T) {
 
 var stormSeed = flag.Uint64("storm-seed", 0, "seed of the crash storm's random steps; 0 takes one from the clock (the test logs the seed it used)")
 
-// A storm of creates, scales and deletes over 20 Caches, with the operator SIGKILLed and
+// A storm of creates, scales and deletes over 8 Caches, with the operator SIGKILLed and
 // restarted at random moments, must end converged: every Cache Ready, one StatefulSet and
 // Service per Cache and none for a deleted one, no stuck finalizer, and exactly the live
 // Caches' records in the catalogue.
 func TestCrashStormConverges(t *testing.T) {
 	runBeside(t, 1)
-	const caches, steps, kills = 20, 50, 4
+	// Few enough Caches, of few enough pods, that the real nodes start them all at once: what
+	// the storm tests is the operator's bookkeeping across kills, not how many pods a node starts.
+	const caches, steps, kills, mostShards = 8, 40, 4, 3
 	seed := *stormSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -98,7 +100,7 @@ func TestCrashStormConverges(t *testing.T) {
 			delete(alive, name)
 		default:
 			name := pick(rng, alive)
-			replicas := int32(1 + rng.IntN(5))
+			replicas := int32(1 + rng.IntN(mostShards))
 			patchCache(t, client.ObjectKey{Namespace: ns, Name: name}, fmt.Sprintf(`{"spec":{"shards":%d}}`, replicas))
 			alive[name] = replicas
 		}

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,11 +44,9 @@ var (
 	// running operators' webhooks through it.
 	webhooks *testenv.Balancer
 	// installCluster is a second cluster, where the operator is installed from its image, as
-	// users install it, with CRDs and webhooks of its own. The first test that needs it makes it
-	// (useInstallCluster).
-	installCluster     *localcluster.Cluster
-	installClusterErr  error
-	installClusterOnce sync.Once
+	// users install it, with CRDs and webhooks of its own: TestTheOperatorAsUsersInstallIt
+	// makes it for its subtests and deletes it after them.
+	installCluster *localcluster.Cluster
 	// workdir holds the clusters' directories, the binaries and the images built for the run.
 	workdir string
 	// nodeBinary runs the real nodes (hack/localcluster), and images are the archives they
@@ -90,9 +87,6 @@ func run(m *testing.M) int {
 		return fail(err)
 	}
 	defer os.RemoveAll(workdir) //nolint:errcheck
-	// Before the directory goes: the nodes run from it.
-	defer deleteInstallCluster()
-
 	if operatorBinary, err = testenv.BuildOperator(ctx, workdir); err != nil {
 		return fail(err)
 	}
@@ -143,36 +137,6 @@ func run(m *testing.M) int {
 func newRealCluster(name string, nodes int) *localcluster.Cluster {
 	return &localcluster.Cluster{Name: name, Workdir: workdir, BinDir: testenv.BinDir(),
 		RealNodes: nodes, NodeBinary: nodeBinary, Images: images}
-}
-
-// useInstallCluster makes installCluster, once, for the tests of the install: the others
-// neither wait for its nodes nor share the machine with them until then.
-func useInstallCluster(t *testing.T) *localcluster.Cluster {
-	t.Helper()
-	installClusterOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		// Three nodes: the spread of a Cluster's shards, and the operator's two pods.
-		c := newRealCluster(fmt.Sprintf("e2e-install-%d", os.Getpid()), 3)
-		installCluster, installClusterErr = c, c.Create(ctx, 0)
-	})
-	if installClusterErr != nil {
-		t.Fatal("making the cluster to install the operator in:", installClusterErr)
-	}
-	return installCluster
-}
-
-// deleteInstallCluster deletes installCluster if a test made it, whether making it succeeded or
-// not.
-func deleteInstallCluster() {
-	if installCluster == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := installCluster.Delete(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "deleting the e2e cluster the operator is installed in:", err)
-	}
 }
 
 func fail(err error) int {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -14,21 +15,42 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
-	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/test/harness/localcluster"
 	"example.com/cache-operator/test/harness/testenv"
 )
+
+// The operator as users install it, from its image, in a cluster of its own with three real nodes
+// (installCluster), made for these subtests and deleted after them, so that its nodes do not
+// share the machine with the tests that come after: an install brings CRDs and webhooks of its
+// own, which the other tests' cluster has pointed at the operators they run on the machine.
+func TestTheOperatorAsUsersInstallIt(t *testing.T) {
+	// Beside the others: it shares nothing with their cluster.
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	installCluster = newRealCluster(fmt.Sprintf("e2e-install-%d", os.Getpid()), 3)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := installCluster.Delete(ctx); err != nil {
+			t.Error("deleting the cluster the operator was installed in:", err)
+		}
+	})
+	if err := installCluster.Create(ctx, 0); err != nil {
+		t.Fatal("making the cluster to install the operator in:", err)
+	}
+	t.Run("Helm", helmInstalledOperatorRunsACacheInRealContainers)
+	t.Run("kustomize", kustomizeInstalledOperatorHandsOverBetweenItsPods)
+}
 
 // The operator, installed by its Helm chart from its image as a user installs it, runs a Valkey
 // Cluster whose pods are containers on real nodes, in a namespace that enforces the restricted
 // Pod Security Standard: every node of it serves, `kubectl exec` and `kubectl logs` reach its
 // containers, which run as a user other than root, and a client in the cluster reaches the
 // Cache by its Service's DNS name.
-func TestHelmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
+func helmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
 	ctx := context.Background()
-	c := useInstallCluster(t)
+	c := installCluster
 	kubectl := func(args ...string) string { return realKubectl(t, args...) }
 	installByHelm(t, c)
 
@@ -117,9 +139,9 @@ spec:
 // pods, one of which leads: when its pod goes, the other takes over through the API server's
 // Lease and carries a change to a Cache through, its conversion webhook reached through its
 // Service.
-func TestKustomizeInstalledOperatorHandsOverBetweenItsPods(t *testing.T) {
+func kustomizeInstalledOperatorHandsOverBetweenItsPods(t *testing.T) {
 	ctx := context.Background()
-	c := useInstallCluster(t)
+	c := installCluster
 	kubectl := func(args ...string) string { return realKubectl(t, args...) }
 	// The install leaves the operator's namespace to the user (README); another test may have
 	// left it.
@@ -162,47 +184,6 @@ spec: {replicas: 1, version: "8.1.1", memory: 64Mi}
 	kubectl("wait", "--namespace", "orders", "cache/orders", "--for=condition=Ready", "--timeout=5m")
 	if ready := kubectl("get", "--namespace", "orders", "statefulset/orders", "-o", "jsonpath={.status.readyReplicas}"); ready != "2" {
 		t.Errorf("the new leader's Cache has %s ready pods, want 2", ready)
-	}
-}
-
-// A Valkey server that goes past its container's memory limit is killed by the kernel, as on a
-// production node: the kubelet reports the container OOMKilled and restarts it in its pod, and
-// the Cache is Ready again.
-func TestAServerPastItsMemoryLimitIsOOMKilledAndRestartsInPlace(t *testing.T) {
-	ctx := context.Background()
-	c := useInstallCluster(t)
-	kubectl := func(args ...string) string { return realKubectl(t, args...) }
-	installByHelm(t, c)
-	const ns = "oom"
-	newRealNamespace(t, ns)
-	if err := c.Apply(ctx, `apiVersion: cache.example.com/v2
-kind: Cache
-metadata: {name: small, namespace: oom}
-spec: {mode: Standalone, shards: 1, version: "8.1.1", memory: 64Mi}
-`); err != nil {
-		t.Fatal(err)
-	}
-	kubectl("wait", "--namespace", ns, "cache/small", "--for=condition=Ready", "--timeout=5m")
-	before := kubectl("get", "pod", "--namespace", ns, "small-0", "-o", "jsonpath={.metadata.uid}")
-	restarts := valkeyRestarts(t, ns, "small-0")
-
-	// Lift Valkey's own limit, which keeps its data under the container's, and write past it.
-	kubectl("exec", "--namespace", ns, "small-0", "-c", "valkey", "--", "valkey-cli", "config", "set", "maxmemory", "0")
-	// The benchmark fails once the server it writes to is killed: its error is what is expected.
-	_, _ = c.KubectlOutput(ctx, "exec", "--namespace", ns, "small-0", "-c", "valkey", "--",
-		"valkey-benchmark", "-q", "-t", "set", "-d", "10000", "-r", "1000000", "-n", "100000", "-P", "16")
-	testenv.WaitFor(t, 2*time.Minute, "small-0's server to be OOMKilled and restarted", func() (bool, string) {
-		now := valkeyRestarts(t, ns, "small-0")
-		reason, _ := c.KubectlOutput(ctx, "get", "pod", "--namespace", ns, "small-0", "-o",
-			`jsonpath={.status.containerStatuses[?(@.name=="valkey")].lastState.terminated.reason}`)
-		return now > restarts && reason == "OOMKilled", fmt.Sprintf("%d restarts (%d before), the last ended by %q", now, restarts, reason)
-	})
-	if after := kubectl("get", "pod", "--namespace", ns, "small-0", "-o", "jsonpath={.metadata.uid}"); after != before {
-		t.Errorf("small-0 was replaced (UID %s, then %s), want its container restarted in place", before, after)
-	}
-	kubectl("wait", "--namespace", ns, "cache/small", "--for=condition=Ready", "--timeout=3m")
-	if got := kubectl("exec", "--namespace", ns, "small-0", "-c", "valkey", "--", "valkey-cli", "config", "get", "maxmemory"); !strings.HasSuffix(got, strconv.FormatInt(resources.MaxMemory(resource.MustParse("64Mi")), 10)) {
-		t.Errorf("after the restart, maxmemory is %q, want the operator's again", got)
 	}
 }
 

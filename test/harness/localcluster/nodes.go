@@ -107,6 +107,10 @@ options:
 		"--extra-args", "kube-apiserver=enable-aggregator-routing=true",
 		// The machine does not resolve the nodes' names.
 		"--extra-args", "kube-apiserver=kubelet-preferred-address-types=InternalIP",
+		// kwokctl slows the node lifecycle controller down for kwok's nodes (a node NotReady
+		// after 3m20s); real nodes get Kubernetes' own defaults, as on a production cluster.
+		"--extra-args", "kube-controller-manager=node-monitor-period=5s",
+		"--extra-args", "kube-controller-manager=node-monitor-grace-period=50s",
 	}, extraArgs...)
 	if err := c.create(ctx, args); err != nil {
 		return err
@@ -277,29 +281,63 @@ func (c *Cluster) SignalContainer(containerID string, sig syscall.Signal) error 
 }
 
 // ContainerProcesses lists the processes of a container running on one of the real nodes, by the
-// container ID its pod's status gives (containerd://ID), by process ID: a measurement
-// reads their memory from /proc, as the kubelet's cAdvisor would. It fails if no node runs the
-// container.
+// container ID its pod's status gives (containerd://ID), by process ID: a measurement reads their
+// memory from /proc, as the kubelet's cAdvisor would. It fails if no node runs the container.
 func (c *Cluster) ContainerProcesses(containerID string) ([]int, error) {
+	var pids []int
+	err := c.onContainersNode(containerID, func(spec *realnode.Spec, id string) (found bool, err error) {
+		pids, err = spec.ContainerProcesses(id)
+		return len(pids) > 0, err
+	})
+	slices.Sort(pids)
+	return pids, err
+}
+
+// ContainerMemoryPeak is the most memory a container running on one of the real nodes has used,
+// as its memory cgroup counts it against its limit, by the container ID its pod's status gives
+// (containerd://ID). It fails if no node runs the container.
+func (c *Cluster) ContainerMemoryPeak(containerID string) (int64, error) {
+	var peak int64
+	err := c.onContainersNode(containerID, func(spec *realnode.Spec, id string) (found bool, err error) {
+		peak, found, err = spec.ContainerMemoryPeak(id)
+		return found, err
+	})
+	return peak, err
+}
+
+// onContainersNode calls look with each real node and the container's ID without its runtime's
+// prefix until look finds the container there, and fails if no node has it.
+func (c *Cluster) onContainersNode(containerID string, look func(spec *realnode.Spec, id string) (found bool, err error)) error {
 	_, id, ok := strings.Cut(containerID, "://")
 	if !ok {
-		return nil, fmt.Errorf("container ID %q has no runtime prefix", containerID)
+		return fmt.Errorf("container ID %q has no runtime prefix", containerID)
 	}
 	specs, err := c.runningSpecs()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, spec := range specs {
-		pids, err := spec.ContainerProcesses(id)
-		if err != nil {
-			return nil, err
-		}
-		if len(pids) > 0 {
-			slices.Sort(pids)
-			return pids, nil
+		found, err := look(spec, id)
+		if err != nil || found {
+			return err
 		}
 	}
-	return nil, fmt.Errorf("no real node of cluster %s runs container %s", c.Name, containerID)
+	return fmt.Errorf("no real node of cluster %s runs container %s", c.Name, containerID)
+}
+
+// SignalNodeDaemon sends sig to a program of the named real node (kubelet, containerd,
+// kube-proxy): SIGSTOP to its kubelet makes a node that stops reporting, NotReady once the
+// control plane's grace period is past, while its containers run on; SIGCONT brings it back.
+func (c *Cluster) SignalNodeDaemon(node, daemon string, sig syscall.Signal) error {
+	specs, err := c.runningSpecs()
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(specs, func(spec *realnode.Spec) bool { return spec.Name == node })
+	if i < 0 {
+		return fmt.Errorf("cluster %s has no real node %s", c.Name, node)
+	}
+	return specs[i].SignalDaemon(daemon, sig)
 }
 
 // runningSpecs are the real nodes as they were started.

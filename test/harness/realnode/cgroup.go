@@ -187,15 +187,49 @@ func RemoveCgroup(ctx context.Context, path string) error {
 }
 
 // ContainerProcesses lists the processes of the container with the given ID (as a pod's status
-// gives it, without its runtime's prefix) if it runs on the node: the kubelet gives each
-// container a cgroup named by its ID, under its pod's, under the node's.
+// gives it, without its runtime's prefix) if it runs on the node.
 func (spec *Spec) ContainerProcesses(id string) ([]int, error) {
 	dirs, err := hierarchies()
 	if err != nil {
 		return nil, err
 	}
+	path, err := spec.containerCgroup(dirs[0], id)
+	if err != nil || path == "" {
+		return nil, err
+	}
+	return processesUnder(dirs, path)
+}
+
+// ContainerMemoryPeak is the most memory the container with the given ID has used, as its memory
+// cgroup counts it for its limit (page cache and the copies a fork's child writes included), if
+// it runs on the node: found says whether it does.
+func (spec *Spec) ContainerMemoryPeak(id string) (peak int64, found bool, err error) {
+	dirs, err := hierarchies()
+	if err != nil {
+		return 0, false, err
+	}
+	i := slices.IndexFunc(dirs, func(dir string) bool { return filepath.Base(dir) == "memory" })
+	if i < 0 {
+		return 0, false, errors.New("no memory cgroup hierarchy is mounted at .../memory")
+	}
+	path, err := spec.containerCgroup(dirs[i], id)
+	if err != nil || path == "" {
+		return 0, false, err
+	}
+	content, err := os.ReadFile(filepath.Join(dirs[i], path, "memory.max_usage_in_bytes"))
+	if err != nil {
+		return 0, false, err
+	}
+	peak, err = strconv.ParseInt(strings.TrimSpace(string(content)), 10, 64)
+	return peak, err == nil, err
+}
+
+// containerCgroup is the path of the cgroup of the container with the given ID in a hierarchy,
+// or "" if the node runs no such container: the kubelet gives each container a cgroup named by
+// its ID, under its pod's, under the node's.
+func (spec *Spec) containerCgroup(hierarchy, id string) (string, error) {
 	var found string
-	err = filepath.WalkDir(filepath.Join(dirs[0], spec.CgroupRoot), func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(hierarchy, spec.CgroupRoot), func(p string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			// A pod's cgroup that went while the walk was under way.
 			return nil
@@ -207,13 +241,9 @@ func (spec *Spec) ContainerProcesses(id string) ([]int, error) {
 		return err
 	})
 	if err != nil || found == "" {
-		return nil, err
+		return "", err
 	}
-	rel, err := filepath.Rel(dirs[0], found)
-	if err != nil {
-		return nil, err
-	}
-	return processesUnder(dirs, rel)
+	return filepath.Rel(hierarchy, found)
 }
 
 // processesUnder lists the processes in the cgroup at path and below, in any hierarchy.
@@ -240,4 +270,25 @@ func processesUnder(dirs []string, path string) ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// SignalDaemon sends sig to the node's program of that name (kubelet, containerd, kube-proxy):
+// SIGSTOP to its kubelet, say, for a node that stops reporting to the API server while its
+// containers run on. It fails if the program does not run.
+func (spec *Spec) SignalDaemon(name string, sig syscall.Signal) error {
+	dirs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	pids, err := processesUnder(dirs, filepath.Join(spec.CgroupRoot, "system"))
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err == nil && strings.TrimSpace(string(comm)) == name {
+			return syscall.Kill(pid, sig)
+		}
+	}
+	return fmt.Errorf("node %s runs no %s", spec.Name, name)
 }

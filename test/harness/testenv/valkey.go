@@ -24,6 +24,13 @@ import (
 // pod and Service addresses, which never leave the machine.
 var reachable = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix(realnode.Range)}
 
+// Reachable reports whether a test may talk to the server at ip: one of its own on loopback, or
+// a local cluster's pod.
+func Reachable(ip string) bool {
+	addr, err := netip.ParseAddr(ip)
+	return err == nil && slices.ContainsFunc(reachable, func(p netip.Prefix) bool { return p.Contains(addr) })
+}
+
 // LoopbackIPs are n (at most 254) addresses of the loopback interface for a test's own servers:
 // outside the local cluster's pod range (127.64.0.0/16), and taken from the process ID, so that
 // test packages running at once use different ones (unless their IDs agree in the low 14 bits).
@@ -95,7 +102,7 @@ func Valkey(t testing.TB, ip string, port int) valkey.Client {
 // ValkeyOverTLS is Valkey speaking TLS as config says; nil config, plain text.
 func ValkeyOverTLS(t testing.TB, ip string, port int, config *tls.Config) valkey.Client {
 	t.Helper()
-	if addr, err := netip.ParseAddr(ip); err != nil || !slices.ContainsFunc(reachable, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+	if !Reachable(ip) {
 		t.Fatalf("refusing to connect to %s: tests only talk to servers in %v", ip, reachable)
 	}
 	client, err := valkey.NewClient(valkey.ClientOption{

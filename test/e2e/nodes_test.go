@@ -1,0 +1,166 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/test/harness/testenv"
+)
+
+// `kubectl drain` of the node of a primary, as an administrator runs it before maintenance: the
+// eviction API and the Cache's PodDisruptionBudget let the node's cache pods go one disruption at
+// a time, the drain completes, the pods run elsewhere, and a client writing and reading all
+// along loses no acknowledged write. It logs the client's failed requests and longest failing
+// stretch. It drains a whole node, so it runs alone.
+func TestKubectlDrainMovesACachesPodsUnderAClient(t *testing.T) {
+	ctx := context.Background()
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "drained", 3, 1)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	primaryPod, _ := podOfRole(t, c, cachev2.RolePrimary)
+	node := primaryPod.Spec.NodeName
+
+	load, stop := startLoad(t, key)
+	t.Cleanup(func() { _ = cluster.Kubectl(context.Background(), "uncordon", node) })
+	// As an administrator runs it: kubectl retries an eviction the budget refuses every 5 s.
+	if out, err := cluster.KubectlOutput(ctx, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=5m"); err != nil {
+		t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
+	}
+	testenv.WaitFor(t, 5*time.Minute, "the Cache Ready with its 6 pods ready, none on "+node, func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(c)
+		ready, there := 0, 0
+		for _, pod := range cachePods(t, key) {
+			if podReady(&pod) {
+				ready++
+			}
+			if pod.Spec.NodeName == node {
+				there++
+			}
+		}
+		return ok && ready == 6 && there == 0, fmt.Sprintf("%d of 6 pods ready, %d on %s; %s", ready, there, node, why)
+	})
+	lost, acked := stop()
+	t.Logf("drain of %s: %d requests, %d failed (%s), longest failing stretch %s; %d of %d acknowledged keys lost",
+		node, load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked)
+	if lost > 0 {
+		t.Errorf("%d acknowledged writes lost", lost)
+	}
+}
+
+// A node whose kubelet stops answering (frozen, as a kubelet that hangs or a node cut off from
+// the API server) goes NotReady once the control plane's grace period is past, and the control
+// plane marks its pods not Ready, while their servers, which still run, go on serving. The Cache
+// says so: Ready falls (Progressing, counting the pods ready), and rises again once the kubelet
+// is back. A client writing and reading all along loses no acknowledged write. It stops a whole
+// node's kubelet, so it runs alone.
+func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) {
+	ctx := context.Background()
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newClusterCache(t, ns, "unreported", 3, 1)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	primaryPod, _ := podOfRole(t, c, cachev2.RolePrimary)
+	node := primaryPod.Spec.NodeName
+
+	load, stop := startLoad(t, key)
+	if err := cluster.SignalNodeDaemon(node, "kubelet", syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := cluster.SignalNodeDaemon(node, "kubelet", syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(resume)
+	testenv.WaitFor(t, 3*time.Minute, node+" NotReady and "+primaryPod.Name+" not Ready", func() (bool, string) {
+		n := &corev1.Node{}
+		if err := admin.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+			return false, err.Error()
+		}
+		pod := &corev1.Pod{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(primaryPod), pod); err != nil {
+			return false, err.Error()
+		}
+		return !nodeReady(n) && !podReady(pod), fmt.Sprintf("node Ready %t, pod Ready %t", nodeReady(n), podReady(pod))
+	})
+	testenv.WaitFor(t, 2*time.Minute, "the Cache to report "+primaryPod.Name+" not Ready", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+		return ready != nil && ready.Status == metav1.ConditionFalse, fmt.Sprintf("%+v", ready)
+	})
+	reported, _ := getCache(t, key)
+	t.Logf("while %s is NotReady the Cache reports: %+v", node, reported.Status.Conditions)
+
+	resume()
+	testenv.WaitFor(t, 3*time.Minute, "the Cache Ready again with its 6 pods ready", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(c)
+		ready := 0
+		for _, pod := range cachePods(t, key) {
+			if podReady(&pod) {
+				ready++
+			}
+		}
+		return ok && ready == 6, fmt.Sprintf("%d of 6 pods ready; %s", ready, why)
+	})
+	lost, acked := stop()
+	t.Logf("%s NotReady: %d requests, %d failed (%s), longest failing stretch %s; %d of %d acknowledged keys lost",
+		node, load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked)
+	if lost > 0 {
+		t.Errorf("%d acknowledged writes lost", lost)
+	}
+}
+
+// startLoad starts a client writing and reading through the Cache (upgradeLoad) until the
+// function it returns stops it and counts the acknowledged writes lost.
+func startLoad(t *testing.T, key client.ObjectKey) (*upgradeLoad, func() (lost, acked int)) {
+	t.Helper()
+	load := &upgradeLoad{}
+	ctx, cancel := context.WithCancel(context.Background())
+	vc := clusterClient(t, key)
+	var wg sync.WaitGroup
+	wg.Go(func() { load.run(ctx, vc) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return load, func() (int, int) {
+		cancel()
+		wg.Wait()
+		return load.lost(t, vc)
+	}
+}
+
+// nodeReady reports whether the node's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
