@@ -410,12 +410,7 @@ func TestMeasureNodeDrain(t *testing.T) {
 					return false, err.Error()
 				}
 				ok, why := settled(c)
-				ready := 0
-				for _, pod := range cachePods(t, key) {
-					if podReady(&pod) {
-						ready++
-					}
-				}
+				ready, _ := readyPods(t, key, node.Name)
 				return left == 0 && ok && ready == 6, fmt.Sprintf("%d pods left on %s, %d of 6 ready; %s", left, node.Name, ready, why)
 			})
 			took := time.Since(began)

@@ -26,14 +26,8 @@ import (
 // stretch. It drains a whole node, so it runs alone.
 func TestKubectlDrainMovesACachesPodsUnderAClient(t *testing.T) {
 	ctx := context.Background()
-	startOperator(t, "a", "", clusterCheckInterval)
-	ns := newNamespace(t)
-	key := newClusterCache(t, ns, "drained", 3, 1)
-	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
-	primaryPod, _ := podOfRole(t, c, cachev2.RolePrimary)
+	key, primaryPod, load, stop := primaryUnderLoad(t, "drained")
 	node := primaryPod.Spec.NodeName
-
-	load, stop := startLoad(t, key)
 	t.Cleanup(func() { _ = cluster.Kubectl(context.Background(), "uncordon", node) })
 	// As an administrator runs it: kubectl retries an eviction the budget refuses every 5 s.
 	if out, err := cluster.KubectlOutput(ctx, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=5m"); err != nil {
@@ -45,15 +39,7 @@ func TestKubectlDrainMovesACachesPodsUnderAClient(t *testing.T) {
 			return false, err.Error()
 		}
 		ok, why := settled(c)
-		ready, there := 0, 0
-		for _, pod := range cachePods(t, key) {
-			if podReady(&pod) {
-				ready++
-			}
-			if pod.Spec.NodeName == node {
-				there++
-			}
-		}
+		ready, there := readyPods(t, key, node)
 		return ok && ready == 6 && there == 0, fmt.Sprintf("%d of 6 pods ready, %d on %s; %s", ready, there, node, why)
 	})
 	lost, acked := stop()
@@ -72,14 +58,8 @@ func TestKubectlDrainMovesACachesPodsUnderAClient(t *testing.T) {
 // node's kubelet, so it runs alone.
 func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) {
 	ctx := context.Background()
-	startOperator(t, "a", "", clusterCheckInterval)
-	ns := newNamespace(t)
-	key := newClusterCache(t, ns, "unreported", 3, 1)
-	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
-	primaryPod, _ := podOfRole(t, c, cachev2.RolePrimary)
+	key, primaryPod, load, stop := primaryUnderLoad(t, "unreported")
 	node := primaryPod.Spec.NodeName
-
-	load, stop := startLoad(t, key)
 	if err := cluster.SignalNodeDaemon(node, "kubelet", syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -122,12 +102,7 @@ func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) 
 			return false, err.Error()
 		}
 		ok, why := settled(c)
-		ready := 0
-		for _, pod := range cachePods(t, key) {
-			if podReady(&pod) {
-				ready++
-			}
-		}
+		ready, _ := readyPods(t, key, "")
 		return ok && ready == 6, fmt.Sprintf("%d of 6 pods ready; %s", ready, why)
 	})
 	lost, acked := stop()
@@ -136,6 +111,33 @@ func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) 
 	if lost > 0 {
 		t.Errorf("%d acknowledged writes lost", lost)
 	}
+}
+
+// primaryUnderLoad makes a 3 × 1 Cluster Cache of that name, managed by an operator of the
+// test's, and, once it is Ready, starts a client writing and reading through it (startLoad). It
+// returns the Cache and the pod of one of its primaries.
+func primaryUnderLoad(t *testing.T, name string) (client.ObjectKey, *corev1.Pod, *upgradeLoad, func() (lost, acked int)) {
+	t.Helper()
+	startOperator(t, "a", "", clusterCheckInterval)
+	key := newClusterCache(t, newNamespace(t), name, 3, 1)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	primaryPod, _ := podOfRole(t, c, cachev2.RolePrimary)
+	load, stop := startLoad(t, key)
+	return key, primaryPod, load, stop
+}
+
+// readyPods counts the Cache's ready pods, and its pods on the named node.
+func readyPods(t *testing.T, key client.ObjectKey, node string) (ready, onNode int) {
+	t.Helper()
+	for _, pod := range cachePods(t, key) {
+		if podReady(&pod) {
+			ready++
+		}
+		if pod.Spec.NodeName == node {
+			onNode++
+		}
+	}
+	return ready, onNode
 }
 
 // startLoad starts a client writing and reading through the Cache (upgradeLoad) until the
