@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	harnessimages "example.com/cache-operator/test/harness/images"
 	"example.com/cache-operator/test/harness/localcluster"
 	"example.com/cache-operator/test/harness/testenv"
 )
@@ -28,7 +29,12 @@ func TestTheOperatorAsUsersInstallIt(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	previous, err := previousReleaseImage()
+	if err != nil {
+		t.Fatal(err)
+	}
 	installCluster = newRealCluster(fmt.Sprintf("e2e-install-%d", os.Getpid()), 3)
+	installCluster.Images = append(slices.Clone(images), previous.archive)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -41,6 +47,90 @@ func TestTheOperatorAsUsersInstallIt(t *testing.T) {
 	}
 	t.Run("Helm", helmInstalledOperatorRunsACacheInRealContainers)
 	t.Run("kustomize", kustomizeInstalledOperatorHandsOverBetweenItsPods)
+	t.Run("helm upgrade", func(t *testing.T) { helmUpgradeFromTheLatestReleaseRestartsNoCachePod(t, previous.chart) })
+}
+
+// previousRelease is the release this one upgrades from (hack/previous-release's latest), as
+// Helm installs it: its chart, and its operator's image (tagged previousTag), built from this
+// repository's history.
+type previousRelease struct {
+	chart, archive string
+}
+
+// previousTag tags the previous release's image: it has the same release tag as this one's,
+// since none has been published yet.
+const previousTag = "previous"
+
+func previousReleaseImage() (previousRelease, error) {
+	r, err := builtRelease("latest")
+	if err != nil {
+		return previousRelease{}, err
+	}
+	img, err := harnessimages.Operator(r.source, testenv.BinDir(), previousTag)
+	if err != nil {
+		return previousRelease{}, err
+	}
+	archive := filepath.Join(workdir, "previous-operator.tar")
+	if _, err := harnessimages.WriteFile(archive, img); err != nil {
+		return previousRelease{}, err
+	}
+	return previousRelease{chart: filepath.Join(r.source, "charts", "cache-operator"), archive: archive}, nil
+}
+
+// `helm upgrade` from the previous release, run as docs/operations.md says (its values reset
+// to this chart's defaults, but for the image's tag, which the previous release had to set),
+// restarts no cache pod: a Valkey Cluster that the previous release's operator made keeps every
+// pod (same UID, no container restarted) and its keys, and the new operator, in pods of this
+// release's image, leads and makes a new Cache Ready.
+func helmUpgradeFromTheLatestReleaseRestartsNoCachePod(t *testing.T, previousChart string) {
+	kubectl := func(args ...string) string { return realKubectl(t, args...) }
+	c := installCluster
+	helm(t, c, "install", "cache-operator", previousChart, "--namespace", localcluster.OperatorNamespace, "--create-namespace",
+		"--set", "image.tag="+previousTag, "--wait", "--timeout", "5m")
+	t.Cleanup(func() {
+		helm(t, c, "uninstall", "cache-operator", "--namespace", localcluster.OperatorNamespace, "--wait")
+	})
+	const ns = "upgraded"
+	newRealNamespace(t, ns)
+	if err := c.Apply(context.Background(), `apiVersion: cache.example.com/v2
+kind: Cache
+metadata: {name: upgraded, namespace: upgraded}
+spec: {mode: Cluster, shards: 3, replicasPerShard: 1, version: "8.1.1", memory: 64Mi}
+`); err != nil {
+		t.Fatal(err)
+	}
+	kubectl("wait", "--namespace", ns, "cache/upgraded", "--for=condition=Ready", "--timeout=5m")
+	kubectl("exec", "--namespace", ns, "upgraded-0", "-c", "valkey", "--", "valkey-cli", "-c", "set", "before-the-upgrade", "kept")
+	pods := func() string {
+		return kubectl("get", "pods", "--namespace", ns, "-l", "app.kubernetes.io/instance=upgraded", "-o",
+			`jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.containerStatuses[*].restartCount}{"\n"}{end}`)
+	}
+	before := pods()
+
+	helm(t, c, "upgrade", "cache-operator", filepath.Join(testenv.Root(), "charts", "cache-operator"), "--namespace", localcluster.OperatorNamespace,
+		"--reset-then-reuse-values", "--set", "image.tag="+harnessimages.DefaultOperatorTag, "--wait", "--timeout", "5m")
+	kubectl("rollout", "status", "--namespace", localcluster.OperatorNamespace, "deployment/cache-operator", "--timeout=5m")
+	if image := kubectl("get", "deployment", "--namespace", localcluster.OperatorNamespace, "cache-operator", "-o",
+		"jsonpath={.spec.template.spec.containers[0].image}"); !strings.HasSuffix(image, ":"+harnessimages.DefaultOperatorTag) {
+		t.Fatalf("after the upgrade the operator runs %s", image)
+	}
+	// The new operator leads, and works: a Cache made now becomes Ready.
+	leaderPod(t)
+	if err := c.Apply(context.Background(), `apiVersion: cache.example.com/v2
+kind: Cache
+metadata: {name: after, namespace: upgraded}
+spec: {mode: Standalone, shards: 1, version: "8.1.1", memory: 64Mi}
+`); err != nil {
+		t.Fatal(err)
+	}
+	kubectl("wait", "--namespace", ns, "cache/after", "--for=condition=Ready", "--timeout=3m")
+	kubectl("wait", "--namespace", ns, "cache/upgraded", "--for=condition=Ready", "--timeout=1m")
+	if after := pods(); after != before {
+		t.Errorf("the upgrade restarted cache pods: before\n%s\nafter\n%s", before, after)
+	}
+	if got := kubectl("exec", "--namespace", ns, "upgraded-0", "-c", "valkey", "--", "valkey-cli", "-c", "get", "before-the-upgrade"); got != "kept" {
+		t.Errorf("after the upgrade the key written before reads %q", got)
+	}
 }
 
 // The operator, installed by its Helm chart from its image as a user installs it, runs a Valkey

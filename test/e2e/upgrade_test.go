@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -215,20 +216,37 @@ func waitReconciled(t *testing.T, o *testenv.Operator, n int) {
 }
 
 // buildPreviousRelease builds the operator of the release of that name in hack/previous-release
-// from this repository's history, and returns its commit, its binary and its source tree.
-// Whatever the rehearsal does, the tests after it get this checkout's CRDs and RBAC back.
+// from this repository's history (once a run: builtRelease), and returns its commit, its binary
+// and its source tree. Whatever the rehearsal does, the tests after it get this checkout's CRDs
+// and RBAC back.
 func buildPreviousRelease(t *testing.T, name string) (commit, binary, source string) {
 	t.Helper()
-	commit, err := testenv.PreviousRelease(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	binary, source, err = testenv.BuildRelease(context.Background(), commit, t.TempDir())
+	r, err := builtRelease(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { installCurrent(t) })
-	return commit, binary, source
+	return r.commit, r.binary, r.source
+}
+
+// release is a previous release built from this repository's history.
+type release struct{ commit, binary, source string }
+
+// builtReleases holds, by name, the build of each previous release that a test of the run asked
+// for: the rehearsals that start from the same release share it.
+var builtReleases sync.Map // name → func() (release, error)
+
+// builtRelease builds the previous release of that name the first time it is asked for.
+func builtRelease(name string) (release, error) {
+	build, _ := builtReleases.LoadOrStore(name, sync.OnceValues(func() (release, error) {
+		commit, err := testenv.PreviousRelease(name)
+		if err != nil {
+			return release{}, err
+		}
+		binary, source, err := testenv.BuildRelease(context.Background(), commit, filepath.Join(workdir, "release-"+name))
+		return release{commit, binary, source}, err
+	}))
+	return build.(func() (release, error))()
 }
 
 // installCurrent installs this checkout's CRDs and RBAC, with the conversion webhook at the

@@ -22,7 +22,12 @@
 //
 // How the local cluster differs from a production one:
 //   - One machine: every node shares its CPUs, memory and disk, and reports all of them as its
-//     capacity; what a test measures is what the machine gives all the nodes at once.
+//     capacity; what a test measures is what the machine gives all the nodes at once. Four nodes
+//     of two cores each schedule 80 pods of 100m, which the two cores then run together: a test
+//     keeps its Caches few and small.
+//   - The operator of `make run` and of most end-to-end tests runs on the machine, not in a pod
+//     (a developer sees its log, a test kills it at any point), and reaches the pods through the
+//     machine's routes to them.
 //   - No registry: the images are imported into each node's containerd when it starts, and the
 //     kubelets never collect unused images, which could never be pulled again.
 //   - The nodes' kubelets and kube-proxies authenticate as the cluster's admin (kwokctl's one
