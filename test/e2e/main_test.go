@@ -55,8 +55,8 @@ var (
 	images     []string
 )
 
-// realNodes is how many real nodes each cluster has: a Cluster's shards spread over three, and a
-// drain needs a fourth to move a pod to.
+// realNodes is how many real nodes the tests' cluster has: a Cluster's shards spread over three,
+// and a drain needs a fourth to move a pod to.
 const realNodes = 4
 
 func TestMain(m *testing.M) {
@@ -132,8 +132,8 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// newRealCluster is a cluster of the run with nodes real nodes, which import the images of
-// this checkout.
+// newRealCluster is a cluster of the run with the given number of real nodes, which import the
+// images of this checkout.
 func newRealCluster(name string, nodes int) *localcluster.Cluster {
 	return &localcluster.Cluster{Name: name, Workdir: workdir, BinDir: testenv.BinDir(),
 		RealNodes: nodes, NodeBinary: nodeBinary, Images: images}

@@ -410,6 +410,7 @@ func (c *Cluster) EtcdEndpoint() (string, error) {
 	return "", fmt.Errorf("%s names no etcd port", c.kwokConfig())
 }
 
+// kwokConfig is the configuration kwokctl wrote for the cluster when it created it.
 func (c *Cluster) kwokConfig() string {
 	return filepath.Join(c.Workdir, "clusters", c.Name, "kwok.yaml")
 }
