@@ -17,13 +17,24 @@ import (
 // cacheName is told at once, to the user who made it. The schema checks the rest. A Cache
 // deleted later still fails its backups, with CacheNotFound: admission is a courtesy, not the
 // guard, and the install asks the API server to admit backups when the webhook cannot answer.
-type admissionCheck struct{ reader client.Reader }
+type admissionCheck struct {
+	// reader is where the Cache is looked for first (SetupAdmission).
+	reader client.Reader
+	// apiServer is where a Cache that reader lacks is looked for before the backup is refused:
+	// an informer learns of a Cache a moment after its creation, and a Cache and its backup
+	// applied together (`kubectl apply -f` of both) come closer together than that.
+	apiServer client.Reader
+}
 
 func (a admissionCheck) ValidateCreate(ctx context.Context, b *cachev1alpha1.CacheBackup) (admission.Warnings, error) {
 	if b.Spec.CacheName == "" {
 		return nil, nil // an imported backup: of no Cache here
 	}
-	err := a.reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.CacheName}, &cachev2.Cache{})
+	key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.CacheName}
+	err := a.reader.Get(ctx, key, &cachev2.Cache{})
+	if apierrors.IsNotFound(err) {
+		err = a.apiServer.Get(ctx, key, &cachev2.Cache{})
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("spec.cacheName: Cache %s does not exist in namespace %s", b.Spec.CacheName, b.Namespace)
 	}
@@ -40,7 +51,9 @@ func (admissionCheck) ValidateDelete(context.Context, *cachev1alpha1.CacheBackup
 
 // SetupAdmission registers the admission check with the manager's webhook server; it reads the
 // Caches through reader: the manager's informer, or, for an operator scoped to some namespaces,
-// the API server, since the webhook answers for backups in every namespace.
+// the API server, since the webhook answers for backups in every namespace. It asks the API
+// server itself before it refuses a backup.
 func SetupAdmission(mgr ctrl.Manager, reader client.Reader) error {
-	return ctrl.NewWebhookManagedBy(mgr, &cachev1alpha1.CacheBackup{}).WithValidator(admissionCheck{reader: reader}).Complete()
+	check := admissionCheck{reader: reader, apiServer: mgr.GetAPIReader()}
+	return ctrl.NewWebhookManagedBy(mgr, &cachev1alpha1.CacheBackup{}).WithValidator(check).Complete()
 }
