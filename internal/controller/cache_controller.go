@@ -180,10 +180,16 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if verified {
+	switch {
+	case verified:
 		// The next pass removes the restore's ConfigMap; the echo of this status write would
 		// bring none (ownWrites).
 		pollAfter = restoreCleanupAfter
+	case !rs.done:
+		// A node's restore step that fails shows only in its init container's status, which no
+		// watch of the operator's brings (it caches a Cluster's pods only, without that
+		// status: clusterMemberPod): look again.
+		pollAfter = soonest(pollAfter, restoreWaitRetryAfter)
 	}
 	if err := r.writeStatus(ctx, cache, status); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)

@@ -288,8 +288,9 @@ func withRestore(status *cachev2.CacheStatus, stored []metav1.Condition, restore
 	meta.SetStatusCondition(&status.Conditions, ready)
 }
 
-// restoreWaitRetryAfter is how often a Cache whose restore waits for its backup looks again;
-// restoreCleanupAfter, how soon after its nodes were checked the restore's ConfigMap goes.
+// restoreWaitRetryAfter is how often a Cache whose restore waits for its backup, or for its
+// nodes to fetch it, looks again; restoreCleanupAfter, how soon after its nodes were checked the
+// restore's ConfigMap goes.
 const (
 	restoreWaitRetryAfter = 5 * time.Second
 	restoreCleanupAfter   = time.Second
