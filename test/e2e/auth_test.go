@@ -114,7 +114,8 @@ func waitDisruptionsAllowed(t *testing.T, key client.ObjectKey, n int32) {
 // replicas sync as the replication user and its probes pass, while a client without credentials,
 // or with a wrong password, is refused on every node and the application user may not run an
 // administrative command. A new password in the Secret works on every node at once, the old one
-// for the grace period only; a session authenticated with the old one stays up throughout. A
+// for the grace period only; a session authenticated with the old one stays up throughout, and
+// a client that takes the password in the Secret sees no request fail. A
 // primary's pod evicted after the rotation, as a node drain does, hands its shard over as the
 // operator's user, and its replacement loads the users as they are now; meanwhile the Cache's
 // PodDisruptionBudget refuses to evict another of its pods, until every one is back and in sync.
@@ -163,12 +164,14 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	load, stopLoad := startLoad(t, clusterClientOfSecret(t, key, secret.Name))
 
 	newPassword := "rotated-" + oldPassword
 	secret.Data[resources.AppPasswordKey] = []byte(newPassword)
 	if err := admin.Update(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
+	rotated := time.Now()
 	waitCredentials(t, key, cachev2.ReasonPreviousPasswordValid)
 	for _, pod := range pods {
 		for _, password := range []string{newPassword, oldPassword} {
@@ -188,6 +191,12 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 	}
 	if err := session.Do(context.Background(), session.B().Ping().Build()).Error(); err != nil {
 		t.Errorf("the session authenticated with the previous password was dropped: %v", err)
+	}
+	lost, acked := stopLoad()
+	t.Logf("rotation applied %s after the Secret changed; a client through it: %d requests, %d failed (%s), %d of %d acknowledged writes lost",
+		time.Since(rotated).Round(time.Second), load.requests, load.failures, load.errorKinds(), lost, acked)
+	if load.failures > 0 || lost > 0 {
+		t.Errorf("a client through the rotation saw %d failed requests and %d acknowledged writes lost", load.failures, lost)
 	}
 
 	primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
@@ -297,6 +306,28 @@ func TestAStandaloneCacheWaitsForTheSecretItNames(t *testing.T) {
 		return oldRefused && !newRefused, "old: " + said + "; new: " + saidNew
 	})
 	waitCredentials(t, key, cachev2.ReasonCredentialsApplied)
+}
+
+// clusterClientOfSecret is a cluster client of the Cache as the application user that, like an
+// application reading the Secret's mounted files, takes the password the Secret holds whenever it
+// opens a connection.
+func clusterClientOfSecret(t *testing.T, key client.ObjectKey, secretName string) valkeygo.Client {
+	t.Helper()
+	pods := cachePods(t, key)
+	c, err := valkeygo.NewClient(valkeygo.ClientOption{
+		InitAddress: []string{net.JoinHostPort(pods[len(pods)-1].Status.PodIP, fmt.Sprint(resources.Port))},
+		AuthCredentialsFn: func(valkeygo.AuthCredentialsContext) (valkeygo.AuthCredentials, error) {
+			secret := &corev1.Secret{}
+			err := admin.Get(context.Background(), client.ObjectKey{Namespace: key.Namespace, Name: secretName}, secret)
+			return valkeygo.AuthCredentials{Username: string(secret.Data[resources.AppUsernameKey]), Password: string(secret.Data[resources.AppPasswordKey])}, err
+		},
+		DisableCache: true, Dialer: net.Dialer{Timeout: 5 * time.Second}, ConnWriteTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }
 
 // clusterClientAs is clusterClient authenticating as the user given.

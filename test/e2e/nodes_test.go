@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	valkeygo "github.com/valkey-io/valkey-go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,7 +123,7 @@ func primaryUnderLoad(t *testing.T, name string) (client.ObjectKey, *corev1.Pod,
 	key := newClusterCache(t, newNamespace(t), name, 3, 1)
 	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	primaryPod, _ := podOfRole(t, c, cachev2.RolePrimary)
-	load, stop := startLoad(t, key)
+	load, stop := startLoad(t, clusterClient(t, key))
 	return key, primaryPod, load, stop
 }
 
@@ -140,13 +141,12 @@ func readyPods(t *testing.T, key client.ObjectKey, node string) (ready, onNode i
 	return ready, onNode
 }
 
-// startLoad starts a client writing and reading through the Cache (upgradeLoad) until the
-// function it returns stops it and counts the acknowledged writes lost.
-func startLoad(t *testing.T, key client.ObjectKey) (*upgradeLoad, func() (lost, acked int)) {
+// startLoad starts writing and reading through the client (upgradeLoad) until the function it
+// returns stops it and counts the acknowledged writes lost.
+func startLoad(t *testing.T, vc valkeygo.Client) (*upgradeLoad, func() (lost, acked int)) {
 	t.Helper()
 	load := &upgradeLoad{}
 	ctx, cancel := context.WithCancel(context.Background())
-	vc := clusterClient(t, key)
 	var wg sync.WaitGroup
 	wg.Go(func() { load.run(ctx, vc) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
