@@ -53,6 +53,10 @@ type Operator struct {
 	log string
 }
 
+// KeepOperatorLogs names the environment variable that, set to a directory, has every operator a
+// test starts leave its whole log there, as TEST-NAME.log, whether the test passes or fails.
+const KeepOperatorLogs = "CACHE_OPERATOR_KEEP_LOGS"
+
 // StartOperator starts the binary with kubeconfig and the given flags, plus its own metrics and
 // probe addresses. The test kills it when it ends, if nothing else has, and shows the end of
 // its log if the test failed.
@@ -89,6 +93,13 @@ func StartOperator(t testing.TB, binary, name, kubeconfig string, args ...string
 		o.Signal(syscall.SIGKILL)
 		<-o.Exited
 		logs := o.Logs(t)
+		// The whole log, kept for reading a passing run's steps (a failing run shows its end).
+		if dir := os.Getenv(KeepOperatorLogs); dir != "" {
+			file := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+o.Name+".log")
+			if err := os.WriteFile(file, []byte(logs), 0o644); err != nil {
+				t.Errorf("keeping the operator's log: %v", err)
+			}
+		}
 		if line := refused(logs); !o.AllowForbidden && line != "" {
 			t.Errorf("operator %s was refused something under its ServiceAccount: the generated RBAC lacks a permission: %s", o.Name, line)
 		}
