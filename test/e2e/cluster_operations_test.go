@@ -810,6 +810,13 @@ func (l *upgradeLoad) errorKinds() string {
 	return strings.Join(kinds, ", ")
 }
 
+// refused counts the failures other than a request timed out: an error reply, a connection
+// refused or dropped, a handshake failed. Timeouts are left out where a test asserts what a
+// change to a running Cache does to its clients, not how fast two shared cores answer.
+func (l *upgradeLoad) refused() int {
+	return l.failures - l.errors[context.DeadlineExceeded.Error()]
+}
+
 // lost counts the keys whose value is neither their last acknowledged write nor a later one tried.
 func (l *upgradeLoad) lost(t *testing.T, c valkeygo.Client) (lost, acked int) {
 	t.Helper()
