@@ -381,6 +381,9 @@ esac`}
 // a failover refused: nothing happens, as before. The operator's own restarts hand over first
 // already (topology.Roll), and find a replica here.
 //
+// The replica's address is as Valkey prints it, ip:port@cport, an IPv6 address without brackets:
+// the port is what follows the last colon.
+//
 // With TLS, the replica is asked over TLS, at Port: the hook's own connection, through the
 // socket, is in plain text, and to such a connection Valkey reports the nodes' plain-text port,
 // which is 0 (off), not the TLS port they serve on.
@@ -391,7 +394,8 @@ func handOverScript(cli nodeCLI) []string {
 	}
 	return []string{"sh", "-c", script + `[ "$($cli ROLE | head -n 1)" = master ] && $cli INFO replication | grep -q '^slave[0-9]*:.*state=online' || exit 0
 addr=$($cli CLUSTER REPLICAS "$($cli CLUSTER MYID)" | awk '$8 == "connected" && $3 !~ /fail/ { print $2; exit }')
-host=${addr%%:*} port=${addr#*:} port=${port%%@*}
+addr=${addr%%@*}
+host=${addr%:*} port=${addr##*:}
 [ -n "$host" ] && ` + peer + ` CLUSTER FAILOVER | grep -q OK || exit 0
 for i in $(seq 50); do
   [ "$($cli ROLE | head -n 1)" = slave ] && exit 0

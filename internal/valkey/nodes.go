@@ -2,7 +2,6 @@ package valkey
 
 import (
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,8 +84,9 @@ func parseClusterNode(line string) (ClusterNode, error) {
 	}
 	n := ClusterNode{ID: f[0], Connected: f[7] == "connected"}
 	addr, _, _ := strings.Cut(f[1], "@")
-	if host, port, err := net.SplitHostPort(addr); err == nil && host != "" {
+	if host, port := splitNodeAddress(addr); host != "" {
 		n.IP = host
+		var err error
 		if n.Port, err = strconv.Atoi(port); err != nil {
 			return ClusterNode{}, fmt.Errorf("port %q: %w", port, err)
 		}
@@ -116,6 +116,18 @@ func parseClusterNode(line string) (ClusterNode, error) {
 		}
 	}
 	return n, nil
+}
+
+// splitNodeAddress splits a node's address as CLUSTER NODES prints it, ip:port, into its host
+// and port. Valkey prints an IPv6 address without brackets (2001:db8::1:6379), which
+// net.SplitHostPort refuses, so the port is what follows the last colon; a bracketed address is
+// taken too. A node whose address is not known yet prints ":0" or ":port": no host.
+func splitNodeAddress(addr string) (host, port string) {
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return "", ""
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(addr[:i], "["), "]"), addr[i+1:]
 }
 
 // addSlot adds one slot field: "N", "N-M", "[N->-ID]" (migrating to ID) or "[N-<-ID]"

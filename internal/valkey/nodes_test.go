@@ -1,6 +1,7 @@
 package valkey
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -42,6 +43,25 @@ func TestParseClusterNodes(t *testing.T) {
 	}
 	if me, ok := Myself(got); !ok || me.SlotsServed() != 5461 {
 		t.Errorf("myself serves %d slots (found: %v), want 5461", me.SlotsServed(), ok)
+	}
+}
+
+// Valkey prints a node's IPv6 address without brackets, the port after its last colon.
+func TestParseClusterNodesReadsIPv6Addresses(t *testing.T) {
+	reply := `07c37dfeb235213a872192d90877d0cd55635b91 2001:db8::1:6379@16379 myself,master - 0 0 1 connected 0-16383
+292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f fd00:0:0:1::2:6380@16380,node-2 slave 07c37dfeb235213a872192d90877d0cd55635b91 0 1426238318243 1 connected
+6ec23923021cf3ffec47632106199cb7f496ce01 [fd00::3]:6379@16379 slave 07c37dfeb235213a872192d90877d0cd55635b91 0 1426238318243 1 connected
+`
+	got, err := ParseClusterNodes(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, n := range got {
+		addrs = append(addrs, fmt.Sprintf("%s port %d", n.IP, n.Port))
+	}
+	if want := []string{"2001:db8::1 port 6379", "fd00:0:0:1::2 port 6380", "fd00::3 port 6379"}; !slices.Equal(addrs, want) {
+		t.Errorf("addresses %q, want %q", addrs, want)
 	}
 }
 
