@@ -10,6 +10,7 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: a backup is one snapshot; make another CacheBackup for another"
 // +kubebuilder:validation:XValidation:rule="has(self.cacheName) != has(self.importPath)",message="exactly one of cacheName (take a backup) and importPath (stand for one made elsewhere) is set"
+// +kubebuilder:validation:XValidation:rule="!has(self.importPath) || !has(self.deletionPolicy) || self.deletionPolicy != 'Delete'",message="an imported backup's objects are the original backup's, which another cluster may still list and restore from: its deletionPolicy is Retain; delete them with the original"
 type CacheBackupSpec struct {
 	// CacheName is the Cache, in the backup's namespace, whose data the backup holds.
 	//
@@ -40,7 +41,8 @@ type CacheBackupSpec struct {
 	// CacheBackup is deleted: Retain leaves them (the default for a backup made or imported by
 	// hand, so that deleting a namespace never deletes data), Delete removes them first, through a Job that
 	// reads the bucket's credentials as the backup's own did. A schedule's backups are Delete:
-	// its retention is what removes them.
+	// its retention is what removes them. An imported backup is always Retain: its objects are
+	// the original's.
 	//
 	// +kubebuilder:default=Retain
 	// +optional

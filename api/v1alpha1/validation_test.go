@@ -98,6 +98,12 @@ func TestABackupRetainsItsObjectsByDefault(t *testing.T) {
 	if err := k8s.Create(ctx, backupObject("odd-policy", map[string]any{"cacheName": "orders", "storage": storage(nil), "deletionPolicy": "Archive"})); !apierrors.IsInvalid(err) {
 		t.Errorf("deletionPolicy Archive: got %v, want invalid", err)
 	}
+	// Deleting an imported backup's objects would delete the original's, which another cluster
+	// may still list and restore from.
+	if err := k8s.Create(ctx, backupObject("imported-delete", map[string]any{"importPath": "shop/orders/nightly", "storage": storage(nil), "deletionPolicy": "Delete"})); !apierrors.IsInvalid(err) ||
+		!strings.Contains(err.Error(), "deletionPolicy is Retain") {
+		t.Errorf("an imported backup with deletionPolicy Delete: got %v, want invalid: its deletionPolicy is Retain", err)
+	}
 }
 
 func scheduleObject(name string, spec map[string]any) *unstructured.Unstructured {

@@ -29,7 +29,8 @@ const deletionRetryInterval = time.Minute
 // lets the CacheBackup go: the backup's own Job is stopped first (objects it wrote after the
 // removal would stay), then a Job of the operator's image deletes every object under the
 // backup's path, its manifest first. A removal that fails is retried; in a namespace being
-// deleted, where no Job can start, the objects are left and the backup goes.
+// deleted, where no Job can start, the objects are left and the backup goes. An imported
+// backup's objects are the original's, and stay.
 func (r *Reconciler) removeObjects(ctx context.Context, b *cachev1alpha1.CacheBackup) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(b, cachev1alpha1.BackupObjectsFinalizer) {
 		return ctrl.Result{}, nil
@@ -41,8 +42,13 @@ func (r *Reconciler) removeObjects(ctx context.Context, b *cachev1alpha1.CacheBa
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if b.Status.Location == "" {
+	switch {
+	case b.Status.Location == "":
 		return ctrl.Result{}, r.release(ctx, b) // no Job ever started: nothing was written
+	case b.Spec.ImportPath != "":
+		// Its objects are the original backup's, which another cluster may still list: an
+		// imported backup stored with Delete before admission refused it removes nothing.
+		return ctrl.Result{}, r.release(ctx, b)
 	}
 	job := &batchv1.Job{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: resources.BackupDeletionJobName(b)}, job)

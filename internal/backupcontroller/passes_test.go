@@ -167,6 +167,25 @@ func TestADeletedBackupThatNeverStartedGoesAtOnce(t *testing.T) {
 	}
 }
 
+// An imported backup stands for another backup's objects: one stored with deletionPolicy Delete
+// before admission refused that goes, deleted, without removing them.
+func TestADeletedImportedBackupLeavesTheOriginalsObjects(t *testing.T) {
+	w := newBackupWorld(t, cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupCompleted, Location: "s3://caches/prod/shop/orders/nightly"})
+	b := w.backup()
+	b.Spec.CacheName, b.Spec.ImportPath = "", "shop/orders/nightly"
+	if err := w.c.Update(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	w.pass()
+	if err := w.c.Delete(context.Background(), w.backup()); err != nil {
+		t.Fatal(err)
+	}
+	w.pass()
+	if w.backup() != nil || w.job(resources.BackupDeletionJobName(w.b)) != nil {
+		t.Error("deleting an imported backup started a removal of the original's objects")
+	}
+}
+
 // A pass that made a backup's Job and crashed before its status write: the next pass finds the
 // Job and records the backup Running from the Job's own arguments, a backup taken here with its
 // shards and an imported one with the place it reads; no second Job is made.
