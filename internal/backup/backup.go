@@ -108,6 +108,7 @@ func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, s
 // key count on the way.
 func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, from snapshot.Source) (ShardCopy, error) {
 	c := ShardCopy{Shard: s, Object: path.Join(prefix, s.Name+".rdb")}
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r, w := io.Pipe()
@@ -129,6 +130,11 @@ func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, fr
 		_ = r.CloseWithError(err)
 	}
 	<-done
+	if err != nil && errors.Is(takeErr, context.Canceled) && parent.Err() == nil {
+		// The snapshot stopped because the upload failed, and says only "canceled": the
+		// bucket's error (wrong credentials, no such bucket) is the cause, and told first.
+		takeErr = nil
+	}
 	keys, keysErr := counting.result()
 	switch {
 	case takeErr != nil:

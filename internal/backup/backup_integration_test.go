@@ -26,14 +26,28 @@ import (
 // 1000·(i+1) keys, and returns the bucket and the servers' shards.
 func setUp(t *testing.T, n int) (*bucket.Bucket, []Shard, []*os.Process) {
 	t.Helper()
-	ips := testenv.LoopbackIPs(n + 1)
-	s3 := testenv.StartS3(t, ips[n], 7070)
-	s3.MakeBucket(t, "backups")
-	b, err := bucket.Open(bucket.Location{Endpoint: s3.Endpoint, Insecure: true, Bucket: "backups"},
-		bucket.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey})
+	s3, shards, servers := startServers(t, n)
+	return testBucket(t, s3, "backups", s3.SecretKey), shards, servers
+}
+
+// testBucket opens the named bucket of the S3 server with its access key and the secret given.
+func testBucket(t *testing.T, s3 *testenv.S3, name, secret string) *bucket.Bucket {
+	t.Helper()
+	b, err := bucket.Open(bucket.Location{Endpoint: s3.Endpoint, Insecure: true, Bucket: name},
+		bucket.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// startServers is setUp's servers: the S3 server, with the bucket "backups", and the Valkey
+// servers.
+func startServers(t *testing.T, n int) (*testenv.S3, []Shard, []*os.Process) {
+	t.Helper()
+	ips := testenv.LoopbackIPs(n + 1)
+	s3 := testenv.StartS3(t, ips[n], 7070)
+	s3.MakeBucket(t, "backups")
 	var shards []Shard
 	var servers []*os.Process
 	for i := range n {
@@ -51,7 +65,7 @@ func setUp(t *testing.T, n int) (*bucket.Bucket, []Shard, []*os.Process) {
 		shards = append(shards, Shard{Name: "shard-" + strconv.Itoa(i), Source: fmt.Sprintf("orders-%d", i),
 			Addr: net.JoinHostPort(ips[i], "6379")})
 	}
-	return b, shards, servers
+	return s3, shards, servers
 }
 
 // A backup holds each shard's RDB and its manifest, which lists them with their sizes and
@@ -130,6 +144,34 @@ func TestAFailedBackupLeavesNothing(t *testing.T) {
 	}
 	if names, err := b.List(ctx, ""); err != nil || len(names) != 0 {
 		t.Errorf("after the failed backup the bucket lists %q, %v; want nothing", names, err)
+	}
+}
+
+// A backup the bucket refuses fails with the bucket's answer for each shard, not with the
+// snapshot that its failed upload stopped ("context canceled").
+func TestABackupTheBucketRefusesSaysWhy(t *testing.T) {
+	s3, shards, _ := startServers(t, 2)
+	for _, tc := range []struct {
+		name, bucket, secret, code string
+	}{
+		{"wrong credentials", "backups", "not-the-secret", "SignatureDoesNotMatch"},
+		{"no such bucket", "missing", s3.SecretKey, "NoSuchBucket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBucket(t, s3, tc.bucket, tc.secret)
+			_, err := Take(context.Background(), b, "default/orders/refused", "8.0.1", shards, snapshot.Source{Stall: 10 * time.Second}, nil)
+			if err == nil {
+				t.Fatal("the backup succeeded")
+			}
+			for _, s := range shards {
+				if want := "shard " + s.Name + ": writing s3://" + tc.bucket + "/"; !strings.Contains(err.Error(), want) {
+					t.Errorf("the error does not say %q:\n%v", want, err)
+				}
+			}
+			if !strings.HasPrefix(err.Error(), "shard ") || !strings.Contains(err.Error(), tc.code) || strings.Contains(err.Error(), "context canceled") {
+				t.Errorf("the error does not lead with the bucket's %s:\n%v", tc.code, err)
+			}
+		})
 	}
 }
 

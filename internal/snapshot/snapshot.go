@@ -71,14 +71,16 @@ func (s Source) Take(ctx context.Context, w io.Writer) (int64, error) {
 	}
 	for _, cmd := range cmds {
 		if err := send(conn, stall, cmd...); err != nil {
-			return 0, err
+			return 0, ctxErr(ctx, err)
 		}
-		if reply, err := readLine(in); err != nil || reply != "+OK" {
-			return 0, replyError(s.Addr, cmd, reply, err)
+		if reply, err := readLine(in); err != nil {
+			return 0, replyError(s.Addr, cmd, reply, ctxErr(ctx, err))
+		} else if reply != "+OK" {
+			return 0, replyError(s.Addr, cmd, reply, nil)
 		}
 	}
 	if err := send(conn, stall, "SYNC"); err != nil {
-		return 0, err
+		return 0, ctxErr(ctx, err)
 	}
 	header, err := syncHeader(in)
 	if err != nil {
