@@ -81,6 +81,13 @@ func (r *CacheReconciler) prepareRestore(ctx context.Context, cache *cachev2.Cac
 		return restore{done: true}, client.IgnoreNotFound(err)
 	}
 	switch {
+	case err == nil && staleRecord(cache, cm) != "":
+		if cm.DeletionTimestamp == nil {
+			if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
+				return restore{}, err
+			}
+		}
+		return restore{waiting: restoreCondition(cache, cachev2.ReasonRestoring, staleRecord(cache, cm))}, nil
 	case err == nil:
 		return restoreOf(cache, r.AgentImage, cm)
 	case !apierrors.IsNotFound(err):
@@ -162,6 +169,22 @@ func phaseOrPending(p cachev1alpha1.BackupPhase) cachev1alpha1.BackupPhase {
 		return cachev1alpha1.BackupPending
 	}
 	return p
+}
+
+// staleRecord says why a restore ConfigMap of the Cache's name is no record of this Cache's
+// restore, or nothing. A Cache deleted and made again at once, before the garbage collector
+// removed its ConfigMap, finds the earlier Cache's: taken as its own, its nodes would restore
+// that Cache's backup. The ConfigMap must be this Cache's (its controller's UID) and name the
+// backup that the spec restores from.
+func staleRecord(cache *cachev2.Cache, cm *corev1.ConfigMap) string {
+	if !metav1.IsControlledBy(cm, cache) {
+		return fmt.Sprintf("waiting for ConfigMap %s, the restore record of an earlier Cache of this name, to be removed", cm.Name)
+	}
+	var record restoreRecord
+	if err := json.Unmarshal([]byte(cm.Data[restoreRecordKey]), &record); err == nil && record.Backup != cache.Spec.RestoreFrom.Backup {
+		return fmt.Sprintf("waiting for ConfigMap %s, the record of a restore from CacheBackup %s, to be removed", cm.Name, record.Backup)
+	}
+	return ""
 }
 
 // restoreOf is the restore the ConfigMap records.

@@ -1,13 +1,24 @@
 package controller
 
 import (
+	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/resources"
 )
 
 // While a restore holds Ready False, a pass whose pods are all up (Ready True before the gate)
@@ -44,5 +55,42 @@ func TestOlderVersion(t *testing.T) {
 		if got := olderVersion(c.a, c.b); got != c.older {
 			t.Errorf("olderVersion(%s, %s) = %v, want %v", c.a, c.b, got, c.older)
 		}
+	}
+}
+
+// A Cache deleted and made again at once, restoring from another backup, finds the earlier
+// Cache's restore record, which the garbage collector has not removed yet: it is not taken as
+// this Cache's. It is removed, the Cache waits, and its own record names its own backup.
+func TestARestoreRecordOfAnEarlierCacheOfTheSameNameIsNotTaken(t *testing.T) {
+	ctx := context.Background()
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", UID: "the-new-one"},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1",
+			RestoreFrom: &cachev2.RestoreSource{Backup: "tuesday"}}}
+	earlier := cache.DeepCopy()
+	earlier.UID, earlier.Spec.RestoreFrom.Backup = "the-earlier-one", "monday"
+	stale := resources.RestoreConfigMap(earlier, backup.RestorePlan{Path: "shop/orders/monday"})
+	stale.Data[restoreRecordKey] = `{"backup":"monday","keys":[3]}`
+	if err := controllerutil.SetControllerReference(earlier, stale, NewScheme()); err != nil {
+		t.Fatal(err)
+	}
+	tuesday := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "tuesday"},
+		Spec: cachev1alpha1.CacheBackupSpec{CacheName: "orders", Storage: cachev1alpha1.BucketLocation{Endpoint: "s3:9000", Bucket: "caches", CredentialsSecret: "creds"}},
+		Status: cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupCompleted, CacheMode: string(cachev2.ModeStandalone), ValkeyVersion: "8.1.1",
+			Shards: []cachev1alpha1.BackupShard{{Name: "shard-0", Source: "orders-0", Object: "shop/orders/tuesday/shard-0.rdb", Keys: 5}}}}
+	c := fake.NewClientBuilder().WithScheme(NewScheme()).WithObjects(cache, stale, tuesday).Build()
+	r := &CacheReconciler{Client: c, APIReader: c, AgentImage: "example.com/cache-operator:test"}
+
+	rs, err := r.prepareRestore(ctx, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.waiting == nil || !strings.Contains(rs.waiting.Message, "earlier Cache") || rs.initContainer != nil {
+		t.Fatalf("with the earlier Cache's record: %+v, want waiting for it to be removed", rs)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stale), &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the earlier Cache's record is still there: %v", err)
+	}
+	if rs, err = r.prepareRestore(ctx, cache); err != nil || rs.initContainer == nil || rs.record.Backup != "tuesday" || !slices.Equal(rs.record.Keys, []int64{5}) {
+		t.Fatalf("the next pass: %+v, %v; want the restore of tuesday", rs, err)
 	}
 }
