@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -308,8 +309,9 @@ func TestThePodDisruptionBudgetLetsOnePodGoAtATime(t *testing.T) {
 	if pods := StatefulSet(cache, DefaultImages).Spec.Template.Labels; !selector.Matches(labels.Set(pods)) {
 		t.Errorf("the budget's selector %s misses the pods %v", selector, pods)
 	}
-	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
-		t.Errorf("budget %+v, want maxUnavailable 1", pdb.Spec)
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil ||
+		pdb.Spec.UnhealthyPodEvictionPolicy == nil || *pdb.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
+		t.Errorf("budget %+v, want maxUnavailable 1, unhealthy pods evicted always", pdb.Spec)
 	}
 	stored := pdb.DeepCopy()
 	stored.Status.DisruptionsAllowed, stored.Status.CurrentHealthy = 1, 3
@@ -320,6 +322,12 @@ func TestThePodDisruptionBudgetLetsOnePodGoAtATime(t *testing.T) {
 	stored.Spec.MinAvailable = ptr.To(intstr.FromInt32(3))
 	if PodDisruptionBudgetUpToDate(StripPodDisruptionBudget(stored), PodDisruptionBudget(cache)) {
 		t.Error("a budget edited to minAvailable 3 is up to date")
+	}
+	// A budget of an earlier release, with Kubernetes' default for unhealthy pods, is updated.
+	stored = PodDisruptionBudget(cache)
+	stored.Spec.UnhealthyPodEvictionPolicy = nil
+	if PodDisruptionBudgetUpToDate(StripPodDisruptionBudget(stored), PodDisruptionBudget(cache)) {
+		t.Error("a budget without the eviction policy for unhealthy pods is up to date")
 	}
 }
 

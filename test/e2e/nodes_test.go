@@ -12,6 +12,7 @@ import (
 
 	valkeygo "github.com/valkey-io/valkey-go"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -111,6 +112,57 @@ func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) 
 		node, load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked)
 	if lost > 0 {
 		t.Errorf("%d acknowledged writes lost", lost)
+	}
+}
+
+// Pods that cannot become ready never hold a drain for good: the Cache's budget lets a pod that
+// is not ready be evicted whatever the others (unhealthyPodEvictionPolicy AlwaysAllow), where
+// Kubernetes' default refuses it while another of the Cache's pods is not ready either. Two
+// replicas' servers hang (SIGSTOP), both pods go not ready, and `kubectl drain` of one's node
+// completes. The operator is stopped first, so that the budget alone decides. It drains a whole
+// node, so it runs alone.
+func TestADrainEvictsPodsThatCannotBecomeReady(t *testing.T) {
+	ctx := context.Background()
+	operator := startOperator(t, "a", "", clusterCheckInterval)
+	key := newClusterCache(t, newNamespace(t), "stuck", 3, 1)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	waitDisruptionsAllowed(t, key, 1)
+	operator.Stop(t, syscall.SIGKILL)
+	var hung []string
+	for _, n := range c.Status.Nodes {
+		if n.Role == cachev2.RoleReplica && len(hung) < 2 {
+			if err := signalServer(key.Namespace, n.Pod, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			hung = append(hung, n.Pod)
+		}
+	}
+	t.Cleanup(func() {
+		for _, pod := range hung {
+			_ = signalServer(key.Namespace, pod, syscall.SIGCONT)
+		}
+	})
+	testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("%v not ready, and the budget to count them", hung), func() (bool, string) {
+		pdb := &policyv1.PodDisruptionBudget{}
+		if err := admin.Get(ctx, key, pdb); err != nil {
+			return false, err.Error()
+		}
+		return pdb.Status.CurrentHealthy == 4 && pdb.Status.DisruptionsAllowed == 0, fmt.Sprintf("%+v", pdb.Status)
+	})
+	pod := &corev1.Pod{}
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: hung[0]}, pod); err != nil {
+		t.Fatal(err)
+	}
+	node, evicted := pod.Spec.NodeName, pod.UID
+	t.Cleanup(func() { _ = cluster.Kubectl(context.Background(), "uncordon", node) })
+	// The node may hold a healthy pod of the Cache too, which the budget rightly keeps while two
+	// are not ready: the drain is of the hung pod's pods alone.
+	if out, err := cluster.KubectlOutput(ctx, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
+		"--pod-selector", "statefulset.kubernetes.io/pod-name="+hung[0], "--timeout=1m"); err != nil {
+		t.Fatalf("kubectl drain %s of %s, which is not ready: %v\n%s", node, hung[0], err, out)
+	}
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(pod), pod); err == nil && pod.UID == evicted {
+		t.Errorf("%s is still there after the drain of %s", hung[0], node)
 	}
 }
 
