@@ -89,7 +89,7 @@ func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.
 	}
 	creds := credentials{auth: operatorAuth(cache, next, tlsConfig), due: due}
 	if next.Applied != next.Digest(cache) {
-		if creds.applyErr = r.applyPasswords(ctx, cache, next, creds.auth); creds.applyErr != nil {
+		if creds.applyErr = r.applyUsers(ctx, cache, next, creds.auth); creds.applyErr != nil {
 			creds.condition = credentialsCondition(cache, metav1.ConditionFalse, cachev2.ReasonApplyingCredentials, creds.applyErr.Error())
 			return creds, nil
 		}
@@ -180,14 +180,14 @@ func (r *CacheReconciler) writeACL(ctx context.Context, cache *cachev2.Cache, st
 	return err
 }
 
-// applyPasswords gives every running server of the Cache the users' passwords as acl holds
-// them. A pod that is not running yet loads them from the ACL Secret when it starts.
-func (r *CacheReconciler) applyPasswords(ctx context.Context, cache *cachev2.Cache, acl resources.ACL, auth valkey.Auth) error {
+// applyUsers gives every running server of the Cache the users' passwords and rights as acl
+// holds them. A pod that is not running yet loads them from the ACL Secret when it starts.
+func (r *CacheReconciler) applyUsers(ctx context.Context, cache *cachev2.Cache, acl resources.ACL, auth valkey.Auth) error {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return fmt.Errorf("listing the Cache's pods: %w", err)
 	}
-	passwords := acl.UserPasswords(cache)
+	users := acl.Users(cache)
 	var errs []error
 	for _, pod := range pods.Items {
 		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
@@ -195,7 +195,7 @@ func (r *CacheReconciler) applyPasswords(ctx context.Context, cache *cachev2.Cac
 		}
 		server, err := valkey.Connect(pod.Status.PodIP, resources.Port, auth)
 		if err == nil {
-			err = server.SetPasswords(ctx, passwords)
+			err = server.SetUsers(ctx, users)
 			server.Close()
 		}
 		if err != nil {
@@ -203,7 +203,7 @@ func (r *CacheReconciler) applyPasswords(ctx context.Context, cache *cachev2.Cac
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("setting the users' passwords: %w", err)
+		return fmt.Errorf("setting the users' passwords and rights: %w", err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/valkey"
 )
 
 // This file is the credentials of a Cache with auth: the Valkey users and their rights, the
@@ -41,13 +42,18 @@ var internalUsers = []string{OperatorUser, ReplicationUser, ExporterUser}
 
 // userRules are each user's rights. The application user may run every command but the
 // administrative ones (CONFIG, ACL, replication, SHUTDOWN, the cluster's own management and
-// the like): what a cache's client needs, keys and channels included.
+// the like): what a cache's client needs, keys and channels included. The exporter may run what
+// redis_exporter reads by default, and nothing that shows a key, a value or a setting: not
+// CONFIG GET (masterauth, the replication user's password, is not redacted, and that user may
+// SYNC, which is the whole dataset), not SLOWLOG GET (commands with their arguments), not CLIENT
+// LIST; without them the exporter leaves out the config and slow-log details it would export
+// (redis_config_*, redis_slowlog_last_id), and reads maxmemory from INFO.
 var userRules = map[string]string{
 	cachev2.AppUser: "~* &* +@all -@admin",
 	OperatorUser:    "~* &* +@all",
 	ReplicationUser: "+psync +sync +replconf +ping",
-	ExporterUser: "+info +ping +config|get +client|list +client|setname +slowlog +latency +cluster|info " +
-		"+cluster|slots +select +dbsize +memory|usage +latency|histogram",
+	ExporterUser: "+info +ping +client|setname +slowlog|len +latency|latest +latency|histogram +cluster|info " +
+		"+select +dbsize",
 }
 
 // ReplicationFence is the rule a Cluster node's replication user starts with: no SYNC and no
@@ -193,24 +199,29 @@ func (a ACL) Equal(b ACL) bool {
 		a.PreviousUntil.Equal(b.PreviousUntil) && a.Applied == b.Applied
 }
 
-// UserPasswords are the password hashes each user is to have, by user: what the operator gives
-// the running servers (ACL SETUSER <user> resetpass #<hash>...).
-func (a ACL) UserPasswords(cache *cachev2.Cache) map[string][]string {
-	users := map[string][]string{cachev2.AppUser: a.AppHashes}
+// Users are what each user is to have, by user: its password hashes, and its rights, but for the
+// replication user's, whose fence the operator lifts on a running server (ReplicationFence).
+// What the operator gives the running servers (valkey.SetUsers), and what the ACL file holds.
+func (a ACL) Users(cache *cachev2.Cache) map[string]valkey.User {
+	users := map[string]valkey.User{cachev2.AppUser: {Hashes: a.AppHashes, Rights: userRules[cachev2.AppUser]}}
 	for _, user := range internalUsers {
-		if user != ReplicationUser || cache.Spec.Mode == cachev2.ModeCluster {
-			users[user] = []string{PasswordHash(a.Passwords[user])}
+		switch {
+		case user == ReplicationUser && cache.Spec.Mode == cachev2.ModeCluster:
+			users[user] = valkey.User{Hashes: []string{PasswordHash(a.Passwords[user])}}
+		case user != ReplicationUser:
+			users[user] = valkey.User{Hashes: []string{PasswordHash(a.Passwords[user])}, Rights: userRules[user]}
 		}
 	}
 	return users
 }
 
-// Digest is a digest of the users' passwords, for AnnotationACLApplied.
+// Digest is a digest of the users' passwords and rights, for AnnotationACLApplied: a change of
+// either is given to the running servers.
 func (a ACL) Digest(cache *cachev2.Cache) string {
-	users := a.UserPasswords(cache)
+	users := a.Users(cache)
 	var b strings.Builder
-	for _, user := range slices.Sorted(maps.Keys(users)) {
-		fmt.Fprintf(&b, "%s %s\n", user, strings.Join(users[user], " "))
+	for _, name := range slices.Sorted(maps.Keys(users)) {
+		fmt.Fprintf(&b, "%s %s %s\n", name, strings.Join(users[name].Hashes, " "), users[name].Rights)
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(sum[:8])
@@ -219,18 +230,18 @@ func (a ACL) Digest(cache *cachev2.Cache) string {
 // File is the ACL file a server loads at its start: Valkey's default user off, and each user
 // with its rights and password hashes. A Cluster node's replication user starts fenced.
 func (a ACL) File(cache *cachev2.Cache) string {
-	users := a.UserPasswords(cache)
+	users := a.Users(cache)
 	var b strings.Builder
 	b.WriteString("user default off resetkeys resetchannels -@all\n")
-	for _, user := range slices.Sorted(maps.Keys(users)) {
-		rules := userRules[user]
-		if user == ReplicationUser {
+	for _, name := range slices.Sorted(maps.Keys(users)) {
+		rules := userRules[name]
+		if name == ReplicationUser {
 			rules = strings.Join(slices.DeleteFunc(strings.Fields(rules), func(r string) bool {
 				return slices.Contains(ReplicationFence, "-"+strings.TrimPrefix(r, "+"))
 			}), " ")
 		}
-		fmt.Fprintf(&b, "user %s on", user)
-		for _, h := range users[user] {
+		fmt.Fprintf(&b, "user %s on", name)
+		for _, h := range users[name].Hashes {
 			fmt.Fprintf(&b, " #%s", h)
 		}
 		fmt.Fprintf(&b, " %s\n", rules)

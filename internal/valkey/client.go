@@ -178,16 +178,27 @@ func (s *Server) fenceUser() string {
 	return s.auth.ReplicationUser
 }
 
-// SetPasswords gives each user the passwords whose SHA-256 hashes are listed, and no other; its
-// rights stay as they are. Sessions already authenticated stay up.
-func (s *Server) SetPasswords(ctx context.Context, hashes map[string][]string) error {
+// User is what a server's ACL is to hold for one user: the SHA-256 hashes of its passwords, and
+// its rights (ACL rules), unless empty.
+type User struct {
+	Hashes []string
+	Rights string
+}
+
+// SetUsers gives each user the passwords whose hashes are listed, and no other, and the rights
+// given, in place of those it has (a user given none keeps its own). Sessions already
+// authenticated stay up, and their commands are checked against the new rights.
+func (s *Server) SetUsers(ctx context.Context, users map[string]User) error {
 	var cmds valkeygo.Commands
-	for user, userHashes := range hashes {
+	for name, user := range users {
 		rules := []string{"resetpass"}
-		for _, h := range userHashes {
+		for _, h := range user.Hashes {
 			rules = append(rules, "#"+h)
 		}
-		cmds = append(cmds, s.client.B().AclSetuser().Username(user).Rule(rules...).Build())
+		if user.Rights != "" {
+			rules = append(append(rules, "nocommands", "resetkeys", "resetchannels"), strings.Fields(user.Rights)...)
+		}
+		cmds = append(cmds, s.client.B().AclSetuser().Username(name).Rule(rules...).Build())
 	}
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
