@@ -324,34 +324,50 @@ func wholeCluster(shards []Shard) error {
 }
 
 // shardSlots are the slots of the shard the Cluster node at addr belongs to: its own if it is a
-// primary, its primary's if it is a replica. A shard with a slot moving in or out, as far as the
-// node asked shows it, fails: the slot's keys are in two shards at once.
+// primary, its primary's if it is a replica. A shard with a slot moving in or out fails: the
+// slot's keys are in two shards at once. Valkey prints a slot's migrating and importing marks on
+// the myself line of CLUSTER NODES only, so a replica's shard is read from its primary itself.
 func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, error) {
-	server, err := connect(addr)
+	me, nodes, err := myself(ctx, addr)
 	if err != nil {
 		return nil, err
-	}
-	defer server.Close()
-	nodes, err := server.ClusterNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	me, ok := valkey.Myself(nodes)
-	if !ok {
-		return nil, errors.New("the node does not list itself in CLUSTER NODES")
 	}
 	primary := me
 	if !me.Primary {
 		i := slices.IndexFunc(nodes, func(n valkey.ClusterNode) bool { return n.ID == me.PrimaryID })
-		if i < 0 {
-			return nil, fmt.Errorf("the node replicates %s, which it does not list", me.PrimaryID)
+		if i < 0 || nodes[i].IP == "" {
+			return nil, fmt.Errorf("the node replicates %s, whose address it does not list", me.PrimaryID)
 		}
-		primary = nodes[i]
+		primaryAddr := net.JoinHostPort(nodes[i].IP, strconv.Itoa(nodes[i].Port))
+		if primary, _, err = myself(ctx, primaryAddr); err != nil {
+			return nil, fmt.Errorf("its primary at %s: %w", primaryAddr, err)
+		}
+		if primary.ID != me.PrimaryID {
+			return nil, fmt.Errorf("its primary %s is not at %s, where %s answers", me.PrimaryID, primaryAddr, primary.ID)
+		}
 	}
 	if len(primary.Migrating)+len(primary.Importing) > 0 {
 		return nil, errors.New("slots are moving in or out of the shard: make the backup once the Cache is Ready")
 	}
 	return primary.Slots, nil
+}
+
+// myself is how the Cluster node at addr sees itself, and the nodes it lists.
+func myself(ctx context.Context, addr string) (valkey.ClusterNode, []valkey.ClusterNode, error) {
+	server, err := connect(addr)
+	if err != nil {
+		return valkey.ClusterNode{}, nil, err
+	}
+	defer server.Close()
+	nodes, err := server.ClusterNodes(ctx)
+	if err != nil {
+		return valkey.ClusterNode{}, nil, err
+	}
+	me, ok := valkey.Myself(nodes)
+	if !ok {
+		return valkey.ClusterNode{}, nil, errors.New("the node does not list itself in CLUSTER NODES")
+	}
+	return me, nodes, nil
 }
 
 // slotsUnmoved fails if a shard's slots changed while its snapshot was taken: a migration then

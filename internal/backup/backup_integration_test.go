@@ -19,6 +19,7 @@ import (
 
 	"example.com/cache-operator/internal/bucket"
 	"example.com/cache-operator/internal/snapshot"
+	"example.com/cache-operator/internal/valkey"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
@@ -194,5 +195,62 @@ func TestDeletingABackupRemovesItsObjectsOnly(t *testing.T) {
 	}
 	if n, err := Delete(ctx, b, "default/orders/nightly"); err != nil || n != 0 {
 		t.Errorf("deleting it again: %d objects, %v; want none and no error", n, err)
+	}
+}
+
+// A Cluster shard with a slot in migration is refused when its snapshot would come from its
+// replica too: Valkey prints a slot's migrating and importing marks on the myself line only,
+// which the primary's own CLUSTER NODES has and the replica's does not. On real servers: a
+// primary with every slot, its replica in sync, and a second primary importing one slot.
+func TestAShardWithASlotInMigrationIsRefusedFromItsReplica(t *testing.T) {
+	ctx := context.Background()
+	ips := testenv.LoopbackIPs(3)
+	servers := make([]*valkey.Server, len(ips))
+	ids := make([]string, len(ips))
+	for i, ip := range ips {
+		testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes", "--repl-diskless-sync-delay", "0")
+		s, err := valkey.Connect(ip, 6379, valkey.Auth{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		servers[i] = s
+		nodes, err := s.ClusterNodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		self, _ := valkey.Myself(nodes)
+		ids[i] = self.ID
+	}
+	primary, other, replica := servers[0], servers[1], servers[2]
+	if err := primary.AddSlots(ctx, []valkey.SlotRange{{Start: 0, End: valkey.SlotCount - 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range ips[1:] {
+		if err := primary.Meet(ctx, ip, 6379); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, 30*time.Second, "the replica to know its primary", func() (bool, string) {
+		err := replica.Replicate(ctx, ids[0])
+		return err == nil, fmt.Sprint(err)
+	})
+	replicaAddr := net.JoinHostPort(ips[2], "6379")
+	testenv.WaitFor(t, 30*time.Second, "the replica's shard to be the primary's slots", func() (bool, string) {
+		slots, err := shardSlots(ctx, replicaAddr)
+		return err == nil && len(slots) == 1 && slots[0].Len() == valkey.SlotCount, fmt.Sprint(slots, err)
+	})
+
+	const slot = 5
+	if err := other.SetSlotsImporting(ctx, []int{slot}, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.SetSlotsMigrating(ctx, []int{slot}, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	for name, addr := range map[string]string{"primary": net.JoinHostPort(ips[0], "6379"), "replica": replicaAddr} {
+		if slots, err := shardSlots(ctx, addr); err == nil || !strings.Contains(err.Error(), "moving") {
+			t.Errorf("the shard's slots from its %s while slot %d migrates: %v, %v; want refused", name, slot, slots, err)
+		}
 	}
 }
