@@ -205,23 +205,7 @@ func TestDeletingABackupRemovesItsObjectsOnly(t *testing.T) {
 func TestAShardWithASlotInMigrationIsRefusedFromItsReplica(t *testing.T) {
 	ctx := context.Background()
 	ips := testenv.LoopbackIPs(3)
-	servers := make([]*valkey.Server, len(ips))
-	ids := make([]string, len(ips))
-	for i, ip := range ips {
-		testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes", "--repl-diskless-sync-delay", "0")
-		s, err := valkey.Connect(ip, 6379, valkey.Auth{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		servers[i] = s
-		nodes, err := s.ClusterNodes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		self, _ := valkey.Myself(nodes)
-		ids[i] = self.ID
-	}
+	servers, ids := testenv.StartClusterNodes(t, ips, valkey.Auth{}, func(int) []string { return []string{"--repl-diskless-sync-delay", "0"} })
 	primary, other, replica := servers[0], servers[1], servers[2]
 	if err := primary.AddSlots(ctx, []valkey.SlotRange{{Start: 0, End: valkey.SlotCount - 1}}); err != nil {
 		t.Fatal(err)

@@ -28,10 +28,8 @@ func TestAMigrationStepOutOfTimeLeavesTheSlotOpenForTheNext(t *testing.T) {
 func migrationStepOutOfTime(t *testing.T, auth valkey.Auth) {
 	ctx := context.Background()
 	ips := testenv.LoopbackIPs(2)
-	servers := make([]*valkey.Server, len(ips))
-	ids := make([]string, len(ips))
-	for i, ip := range ips {
-		args := []string{"--cluster-enabled", "yes"}
+	servers, ids := testenv.StartClusterNodes(t, ips, auth, func(i int) []string {
+		var args []string
 		if auth.User != "" {
 			args = append(args, "--user", auth.User, "on", ">"+auth.Password, "~*", "&*", "+@all")
 			if i == 1 {
@@ -39,20 +37,8 @@ func migrationStepOutOfTime(t *testing.T, auth valkey.Auth) {
 				args = append(args, "--user", "default", "off")
 			}
 		}
-		testenv.StartValkey(t, ip, 6379, args...)
-		s, err := valkey.Connect(ip, 6379, auth)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		servers[i] = s
-		nodes, err := s.ClusterNodes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		self, _ := valkey.Myself(nodes)
-		ids[i] = self.ID
-	}
+		return args
+	})
 	source, target := servers[0], servers[1]
 	if err := source.AddSlots(ctx, []valkey.SlotRange{{Start: 0, End: valkey.SlotCount - 1}}); err != nil {
 		t.Fatal(err)

@@ -171,3 +171,28 @@ func SetAcknowledgedByAReplica(t testing.TB, c valkey.Client, keys, values []str
 		t.Fatal(err)
 	}
 }
+
+// StartClusterNodes starts a Cluster node (valkey-server --cluster-enabled yes, with the
+// arguments given) at port 6379 of each of ips, and returns a connection to each as auth says
+// and each node's ID. The nodes know of no other yet.
+func StartClusterNodes(t testing.TB, ips []string, auth valkeyadmin.Auth, args func(i int) []string) ([]*valkeyadmin.Server, []string) {
+	t.Helper()
+	servers := make([]*valkeyadmin.Server, len(ips))
+	ids := make([]string, len(ips))
+	for i, ip := range ips {
+		StartValkey(t, ip, 6379, append([]string{"--cluster-enabled", "yes"}, args(i)...)...)
+		s, err := valkeyadmin.Connect(ip, 6379, auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		servers[i] = s
+		nodes, err := s.ClusterNodes(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		self, _ := valkeyadmin.Myself(nodes)
+		ids[i] = self.ID
+	}
+	return servers, ids
+}
