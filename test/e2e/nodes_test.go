@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -118,9 +119,9 @@ func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) 
 // Pods that cannot become ready never hold a drain for good: the Cache's budget lets a pod that
 // is not ready be evicted whatever the others (unhealthyPodEvictionPolicy AlwaysAllow), where
 // Kubernetes' default refuses it while another of the Cache's pods is not ready either. Two
-// replicas' servers hang (SIGSTOP), both pods go not ready, and `kubectl drain` of one's node
-// completes. The operator is stopped first, so that the budget alone decides. It drains a whole
-// node, so it runs alone.
+// replicas can never sync (their primaries refuse the credentials they are given), both pods go
+// not ready, and `kubectl drain` of one's node completes. The operator is stopped first, so that
+// the budget alone decides and nothing mends the replicas. It drains a node, so it runs alone.
 func TestADrainEvictsPodsThatCannotBecomeReady(t *testing.T) {
 	ctx := context.Background()
 	operator := startOperator(t, "a", "", clusterCheckInterval)
@@ -128,41 +129,34 @@ func TestADrainEvictsPodsThatCannotBecomeReady(t *testing.T) {
 	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	waitDisruptionsAllowed(t, key, 1)
 	operator.Stop(t, syscall.SIGKILL)
-	var hung []string
-	for _, n := range c.Status.Nodes {
-		if n.Role == cachev2.RoleReplica && len(hung) < 2 {
-			if err := signalServer(key.Namespace, n.Pod, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			hung = append(hung, n.Pod)
+	var broken []*corev1.Pod
+	for _, pod := range cachePods(t, key) {
+		if i := slices.IndexFunc(c.Status.Nodes, func(n cachev2.ClusterNode) bool { return n.Pod == pod.Name && n.Role == cachev2.RoleReplica }); i >= 0 && len(broken) < 2 {
+			do(t, &pod, func(b valkeygo.Builder) valkeygo.Completed {
+				return b.ConfigSet().ParameterValue().ParameterValue("masteruser", "nobody").ParameterValue("masterauth", "wrong").Build()
+			})
+			do(t, &pod, func(b valkeygo.Builder) valkeygo.Completed { return b.ClientKill().TypeMaster().Build() })
+			broken = append(broken, &pod)
 		}
 	}
-	t.Cleanup(func() {
-		for _, pod := range hung {
-			_ = signalServer(key.Namespace, pod, syscall.SIGCONT)
-		}
-	})
-	testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("%v not ready, and the budget to count them", hung), func() (bool, string) {
+	testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("%s and %s not ready, and the budget to count them", broken[0].Name, broken[1].Name), func() (bool, string) {
 		pdb := &policyv1.PodDisruptionBudget{}
 		if err := admin.Get(ctx, key, pdb); err != nil {
 			return false, err.Error()
 		}
 		return pdb.Status.CurrentHealthy == 4 && pdb.Status.DisruptionsAllowed == 0, fmt.Sprintf("%+v", pdb.Status)
 	})
-	pod := &corev1.Pod{}
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: hung[0]}, pod); err != nil {
-		t.Fatal(err)
-	}
-	node, evicted := pod.Spec.NodeName, pod.UID
+	node := broken[0].Spec.NodeName
 	t.Cleanup(func() { _ = cluster.Kubectl(context.Background(), "uncordon", node) })
-	// The node may hold a healthy pod of the Cache too, which the budget rightly keeps while two
-	// are not ready: the drain is of the hung pod's pods alone.
+	// The node may hold a ready pod of the Cache too, which the budget rightly keeps while two
+	// are not ready: the drain is of the broken pod alone.
 	if out, err := cluster.KubectlOutput(ctx, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
-		"--pod-selector", "statefulset.kubernetes.io/pod-name="+hung[0], "--timeout=1m"); err != nil {
-		t.Fatalf("kubectl drain %s of %s, which is not ready: %v\n%s", node, hung[0], err, out)
+		"--pod-selector", "statefulset.kubernetes.io/pod-name="+broken[0].Name, "--timeout=1m"); err != nil {
+		t.Fatalf("kubectl drain %s of %s, which is not ready: %v\n%s", node, broken[0].Name, err, out)
 	}
-	if err := admin.Get(ctx, client.ObjectKeyFromObject(pod), pod); err == nil && pod.UID == evicted {
-		t.Errorf("%s is still there after the drain of %s", hung[0], node)
+	pod := &corev1.Pod{}
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(broken[0]), pod); err == nil && pod.UID == broken[0].UID {
+		t.Errorf("%s is still there after the drain of %s", broken[0].Name, node)
 	}
 }
 
