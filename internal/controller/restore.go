@@ -81,15 +81,17 @@ func (r *CacheReconciler) prepareRestore(ctx context.Context, cache *cachev2.Cac
 		return restore{done: true}, client.IgnoreNotFound(err)
 	}
 	switch {
-	case err == nil && staleRecord(cache, cm) != "":
+	case err == nil:
+		why := staleRecord(cache, cm)
+		if why == "" {
+			return restoreOf(cache, r.AgentImage, cm)
+		}
 		if cm.DeletionTimestamp == nil {
 			if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
 				return restore{}, err
 			}
 		}
-		return restore{waiting: restoreCondition(cache, cachev2.ReasonRestoring, staleRecord(cache, cm))}, nil
-	case err == nil:
-		return restoreOf(cache, r.AgentImage, cm)
+		return restore{waiting: restoreCondition(cache, cachev2.ReasonRestoring, why)}, nil
 	case !apierrors.IsNotFound(err):
 		return restore{}, err
 	}
