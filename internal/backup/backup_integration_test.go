@@ -215,10 +215,21 @@ func TestAShardWithASlotInMigrationIsRefusedFromItsReplica(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.WaitFor(t, 30*time.Second, "the replica to know its primary", func() (bool, string) {
-		err := replica.Replicate(ctx, ids[0])
-		return err == nil, fmt.Sprint(err)
+	testenv.WaitFor(t, 30*time.Second, "every node to know the other two", func() (bool, string) {
+		for i, s := range servers {
+			nodes, err := s.ClusterNodes(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			if known := slices.DeleteFunc(nodes, func(n valkey.ClusterNode) bool { return n.Handshake }); len(known) != len(servers) {
+				return false, fmt.Sprintf("node %d knows %d nodes", i, len(known))
+			}
+		}
+		return true, ""
 	})
+	if err := replica.Replicate(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
 	replicaAddr := net.JoinHostPort(ips[2], "6379")
 	testenv.WaitFor(t, 30*time.Second, "the replica's shard to be the primary's slots", func() (bool, string) {
 		slots, err := shardSlots(ctx, replicaAddr)
