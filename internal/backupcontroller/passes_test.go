@@ -33,12 +33,12 @@ type backupWorld struct {
 	b *cachev1alpha1.CacheBackup
 }
 
-func newBackupWorld(t *testing.T, status cachev1alpha1.CacheBackupStatus, objects ...client.Object) *backupWorld {
+func newBackupWorld(t *testing.T, status cachev1alpha1.CacheBackupStatus) *backupWorld {
 	b := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly", UID: "this-one"},
 		Spec: cachev1alpha1.CacheBackupSpec{CacheName: "orders", DeletionPolicy: cachev1alpha1.DeletionDelete,
 			Storage: cachev1alpha1.BucketLocation{Endpoint: "s3:9000", Bucket: "caches", CredentialsSecret: "creds"}},
 		Status: status}
-	c := fake.NewClientBuilder().WithScheme(controller.NewScheme()).WithObjects(append(objects, b)...).
+	c := fake.NewClientBuilder().WithScheme(controller.NewScheme()).WithObjects(b).
 		WithStatusSubresource(&cachev1alpha1.CacheBackup{}).Build()
 	return &backupWorld{t: t, c: c, b: b, r: &Reconciler{Client: c, APIReader: c, AgentImage: "example.com/cache-operator:test"}}
 }

@@ -127,7 +127,7 @@ func TestADrainEvictsPodsThatCannotBecomeReady(t *testing.T) {
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	key := newClusterCache(t, newNamespace(t), "stuck", 3, 1)
 	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
-	waitDisruptionsAllowed(t, key, 1)
+	waitOneDisruptionAllowed(t, key)
 	operator.Stop(t, syscall.SIGKILL)
 	var broken []*corev1.Pod
 	for _, pod := range cachePods(t, key) {

@@ -226,7 +226,7 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitDisruptionsAllowed(t, key, 1)
+	waitOneDisruptionAllowed(t, key)
 	if err := evict(primaryPod); err != nil {
 		t.Fatal(err)
 	}
