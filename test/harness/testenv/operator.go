@@ -174,8 +174,10 @@ func (o *Operator) Scrape() (map[string]*dto.MetricFamily, error) {
 	return families, nil
 }
 
-// ScrapeMetrics reads the Prometheus metrics served at url. It returns nil while nothing answers
-// there, and an error for metrics it cannot parse.
+// ScrapeMetrics reads the Prometheus metrics served at url. It returns nil while nothing serves
+// them there: nothing answers, or the answer is not 200 OK, which holds no metrics (one such
+// answer, just after an operator started, once failed a test as unparseable metrics). It returns
+// an error for metrics it cannot parse.
 func ScrapeMetrics(url string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -185,6 +187,9 @@ func ScrapeMetrics(url string) (map[string]*dto.MetricFamily, error) {
 		return nil, nil // not up (yet, or any more)
 	}
 	defer resp.Body.Close() //nolint:errcheck
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
