@@ -336,16 +336,5 @@ func clusterClientWithPassword(t *testing.T, key client.ObjectKey, user string, 
 // clusterClientAs is clusterClient authenticating as the user given.
 func clusterClientAs(t *testing.T, key client.ObjectKey, user, password string) valkeygo.Client {
 	t.Helper()
-	pods := cachePods(t, key)
-	c, err := valkeygo.NewClient(valkeygo.ClientOption{
-		InitAddress:  []string{net.JoinHostPort(pods[len(pods)-1].Status.PodIP, fmt.Sprint(resources.Port))},
-		Username:     user,
-		Password:     password,
-		DisableCache: true, Dialer: net.Dialer{Timeout: 5 * time.Second}, ConnWriteTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return clusterClientWithPassword(t, key, user, func() *string { return &password })
 }
