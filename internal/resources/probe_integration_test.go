@@ -3,9 +3,12 @@
 package resources
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,5 +54,40 @@ func TestTheClusterReadinessProbeWaitsForAReplicaInSync(t *testing.T) {
 	})
 	if err := probe(nobody); err == nil {
 		t.Error("a server that does not answer is ready")
+	}
+}
+
+// A readiness probe of a server that no longer answers (stopped here, as a hung or swapping server
+// would be) ends by itself, failed, with every process it started: containerd waits for every
+// writer of a probe's output, so a valkey-cli left waiting would keep the pod ready for minutes.
+// On a real server.
+func TestAProbeOfAServerThatHangsEndsFailed(t *testing.T) {
+	ip := testenv.LoopbackIPs(16)[15]
+	server := testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes")
+	if err := server.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Signal(syscall.SIGCONT) })
+	cli := fmt.Sprintf("%s -h %s -p %d", filepath.Join(testenv.BinDir(), "valkey-cli"), ip, Port)
+	for name, command := range map[string][]string{
+		"a Cluster node's":              boundedProbe(replicaInSync(cli)...),
+		"a Standalone node's with auth": boundedProbe(answersPong(cli)...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			run := exec.CommandContext(ctx, command[0], command[1:]...)
+			// Its output through a pipe, as containerd reads it: Wait returns once every writer
+			// has closed it, or WaitDelay after the context's kill.
+			run.Stdout = &bytes.Buffer{}
+			run.WaitDelay = time.Second
+			err := run.Run()
+			if ctx.Err() != nil {
+				t.Fatalf("the probe of a stopped server still ran a minute later: %v", err)
+			}
+			if err == nil {
+				t.Error("the probe of a stopped server passed")
+			}
+		})
 	}
 }

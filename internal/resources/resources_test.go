@@ -354,3 +354,29 @@ func TestPodsSpreadOverNodesAndZones(t *testing.T) {
 		t.Errorf("affinity %+v beside the spread", template.Spec.Affinity)
 	}
 }
+
+// Every readiness probe of a Valkey container, whatever the Cache's mode, auth and TLS, ends by
+// itself before the probe's timeout (boundedProbe): the kubelet's timeout does not end a script
+// waiting on a hung server.
+func TestEveryReadinessProbeEndsBeforeItsTimeout(t *testing.T) {
+	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
+		for _, auth := range []bool{false, true} {
+			for _, tls := range []bool{false, true} {
+				cache := testCache()
+				cache.Spec.Mode = mode
+				if auth {
+					cache.Spec.Auth = &cachev2.Auth{}
+				}
+				if tls {
+					cache.Spec.TLS = &cachev2.TLS{}
+				}
+				probe := valkeyContainer(cache, DefaultImages.ValkeyRepository).ReadinessProbe
+				command := probe.Exec.Command
+				deadline, err := strconv.Atoi(command[min(3, len(command)-1)])
+				if !slices.Equal(command[:min(3, len(command))], []string{"timeout", "-s", "KILL"}) || err != nil || deadline >= int(probe.TimeoutSeconds) {
+					t.Errorf("%s, auth %v, TLS %v: readiness %q does not end before its timeout, %d s", mode, auth, tls, command, probe.TimeoutSeconds)
+				}
+			}
+		}
+	}
+}

@@ -235,7 +235,7 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 			Limits: corev1.ResourceList{corev1.ResourceMemory: memory},
 		},
 		ReadinessProbe: probe(corev1.ProbeHandler{
-			Exec: &corev1.ExecAction{Command: append(strings.Fields(cli.local), "ping")},
+			Exec: &corev1.ExecAction{Command: boundedProbe(append(strings.Fields(cli.local), "ping")...)},
 		}, 5),
 		LivenessProbe: probe(corev1.ProbeHandler{
 			TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PortName)},
@@ -287,9 +287,15 @@ func authenticated(c *corev1.Container, cache *cachev2.Cache, cli nodeCLI) {
 		c.Env = append(c.Env, secretKey(envReplicationPassword, secret, ReplicationUser, false))
 		c.Args = append(c.Args, "--masteruser", ReplicationUser, "--masterauth", "$("+envReplicationPassword+")")
 	} else {
-		c.ReadinessProbe.Exec.Command = []string{"sh", "-c", cli.local + " ping | grep -qx PONG"}
+		c.ReadinessProbe.Exec.Command = boundedProbe(answersPong(cli.local)...)
 	}
 	c.Command = writingACL(c.Command)
+}
+
+// answersPong is a Standalone node's readiness probe with auth, with valkey-cli called as cli:
+// the server answers PING with PONG, not with an error such as NOAUTH.
+func answersPong(cli string) []string {
+	return []string{"sh", "-c", cli + " ping | grep -qx PONG"}
 }
 
 // nodeCLI is how a node's probes and preStop hook call valkey-cli: local, to the pod's own
@@ -352,7 +358,7 @@ func clusterNode(c *corev1.Container, auth bool, cli nodeCLI) {
 	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOverScript(cli)}}}
-	c.ReadinessProbe.Exec.Command = replicaInSync(cli.local)
+	c.ReadinessProbe.Exec.Command = boundedProbe(replicaInSync(cli.local)...)
 }
 
 // replicaInSync is a Cluster node's readiness probe, with valkey-cli called as cli: the server
@@ -452,19 +458,34 @@ var startRestored = []string{"sh", "-c", `rm -f ` + startRDB + ` && ` + takeRest
 // replicates a node that is gone.
 var FenceRule = []string{"default", "on", "nopass", "~*", "&*", "+@all", "-sync", "-psync"}
 
-// probe is a probe of the Valkey container, every periodSeconds. It gets 5 s, not the kubelet's
-// default of 1: a Cluster node's readiness starts a shell and valkey-cli twice, which on a node
-// short of CPU, or in a container at its CPU limit (spec.pod.cpu), can take longer than a second
-// while the server answers well; three such timeouts in a row would take a healthy node out of
-// its Service and its budget, and, for liveness, restart it empty.
+// probeTimeoutSeconds is how long a probe of the Valkey container may take. It is 5 s, not the
+// kubelet's default of 1: a Cluster node's readiness starts a shell and valkey-cli twice, which
+// on a node short of CPU, or in a container at its CPU limit (spec.pod.cpu), can take longer than
+// a second while the server answers well; three such timeouts in a row would take a healthy node
+// out of its Service and its budget, and, for liveness, restart it empty.
+const probeTimeoutSeconds = 5
+
+// probe is a probe of the Valkey container, every periodSeconds.
 func probe(handler corev1.ProbeHandler, periodSeconds int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler:     handler,
 		PeriodSeconds:    periodSeconds,
-		TimeoutSeconds:   5,
+		TimeoutSeconds:   probeTimeoutSeconds,
 		SuccessThreshold: 1,
 		FailureThreshold: 3,
 	}
+}
+
+// boundedProbe is command run as an exec probe that ends, failed, a second before the probe's
+// timeout, with every process it started. The kubelet's own timeout does not do that for a
+// script: containerd kills the probe's first process at the timeout, then waits for every writer
+// of its output to close it, and a valkey-cli waiting on a server that no longer answers (hung,
+// stopped, swapping) never does. The kubelet gives up only after its runtime timeout (2 min more)
+// and then ignores the result, so a hung server stayed ready, in its Service and in its budget,
+// for as long as it hung. timeout(1) kills its whole process group, and SIGKILL also ends a
+// process that is itself stopped.
+func boundedProbe(command ...string) []string {
+	return append([]string{"timeout", "-s", "KILL", strconv.Itoa(probeTimeoutSeconds - 1)}, command...)
 }
 
 // podSecurityContext meets the restricted Pod Security Standard.

@@ -116,6 +116,50 @@ func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) 
 	}
 }
 
+// A server that hangs (stopped here, as one swapping or stuck would be) is taken out of its
+// Service and its budget within its readiness probe's failures, so a drain cannot count it as a
+// replica in sync and take its primary; once it answers again, its pod is ready and the Cache is
+// Ready. The kubelet's probe timeout alone did not do it: the probe's valkey-cli, waiting on the
+// server, kept the probe running, and the pod ready, for minutes (boundedProbe).
+func TestAHungServerIsNotReady(t *testing.T) {
+	runBeside(t, 1)
+	startOperator(t, "a", "", clusterCheckInterval)
+	key := newClusterCache(t, newNamespace(t), "hung", 1, 1)
+	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+	waitOneDisruptionAllowed(t, key)
+	replica, _ := podOfRole(t, c, cachev2.RoleReplica)
+	pid, err := serverPID(replica.Namespace, replica.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server alone, not a probe that may be running in its container at that moment.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
+	t.Cleanup(resume)
+	// Three failed probes, 5 s apart, each ending within its 5 s timeout.
+	testenv.WaitFor(t, time.Minute, replica.Name+" not ready, and its budget to count it", func() (bool, string) {
+		pdb := &policyv1.PodDisruptionBudget{}
+		if err := admin.Get(context.Background(), key, pdb); err != nil {
+			return false, err.Error()
+		}
+		ready, _ := readyPods(t, key, "")
+		return ready == 1 && pdb.Status.CurrentHealthy == 1 && pdb.Status.DisruptionsAllowed == 0,
+			fmt.Sprintf("%d of 2 pods ready; budget %+v", ready, pdb.Status)
+	})
+	resume()
+	testenv.WaitFor(t, 2*time.Minute, "the Cache Ready again with both pods ready", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(c)
+		ready, _ := readyPods(t, key, "")
+		return ok && ready == 2, fmt.Sprintf("%d of 2 pods ready; %s", ready, why)
+	})
+}
+
 // Pods that cannot become ready never hold a drain for good: the Cache's budget lets a pod that
 // is not ready be evicted whatever the others (unhealthyPodEvictionPolicy AlwaysAllow), where
 // Kubernetes' default refuses it while another of the Cache's pods is not ready either. Two
