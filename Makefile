@@ -17,13 +17,16 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 # Test tiers. Unit tests need nothing but Go: a plain `go test ./...` runs them. The tiers that
 # need the toolchain are selected by build tags: integration (a real etcd and kube-apiserver,
 # CoreDNS, promtool, valkey-server) and e2e (the operator on local kwokctl clusters of real nodes).
+# `make test` asks for every tool it runs at once, golangci-lint's included, so that a fresh
+# machine builds them side by side (hack/toolchain.sh), and lints after.
 .PHONY: test
-test: verify lint ## Run every test tier: unit, integration and end to end. CI runs this.
-	hack/toolchain.sh etcd kubernetes kwok promtool helm valkey versitygw cert-manager-crds $(REAL_NODE_TOOLS)
+test: ## Run every test tier: unit, integration and end to end. CI runs this.
+	hack/toolchain.sh etcd kubernetes kwok promtool helm valkey versitygw cert-manager-crds golangci-lint $(REAL_NODE_TOOLS)
+	$(MAKE) verify lint
 	go test -tags integration,e2e ./... -count=1 -timeout 45m
 
 # What the local cluster's real nodes run (test/harness/realnode) and their images are made of.
-REAL_NODE_TOOLS := kubelet containerd runc cni-plugins nftables coredns valkey-rootfs redis-exporter ca-certificates
+REAL_NODE_TOOLS := containerd runc cni-plugins nftables coredns valkey-rootfs redis-exporter ca-certificates
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests only (no toolchain needed).

@@ -99,8 +99,15 @@ VALKEY_ROOTFS_PACKAGES=(
 # libc and libcap-ng), not util-linux's other programs and the dozen libraries they link.
 UTIL_LINUX_LINE=2.38.1
 
-all_components=(etcd kubernetes kubelet kwok coredns promtool helm golangci-lint valkey redis-exporter versitygw
-	cert-manager-crds runc containerd cni-plugins nftables ca-certificates valkey-rootfs)
+# Every component, the longest to build first (the times of a build on two cores with every cache
+# empty): components not cached yet start in this order, whatever order they are asked in.
+all_components=(kubernetes kwok golangci-lint coredns helm versitygw runc valkey-rootfs etcd nftables
+	cni-plugins valkey promtool containerd redis-exporter ca-certificates cert-manager-crds)
+
+# The commands of the kubernetes component: the control plane's, kubectl, and the real nodes'. One
+# go build makes them all, so that the packages they share are compiled once: two builds side by
+# side would each compile them.
+KUBERNETES_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
 
@@ -110,7 +117,7 @@ digest_of() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
 version_of() {
 	case $1 in
 	etcd) echo "$ETCD_VERSION" ;;
-	kubernetes | kubelet) echo "$KUBERNETES_VERSION" ;;
+	kubernetes) echo "$KUBERNETES_VERSION-$(digest_of "${KUBERNETES_COMMANDS[@]}")" ;;
 	kwok) echo "$KWOK_VERSION" ;;
 	coredns) echo "$COREDNS_VERSION" ;;
 	promtool) echo "$PROMETHEUS_LINE" ;;
@@ -142,15 +149,7 @@ build_into() {
 	etcd)
 		(cd "$root/hack/tools/etcd" && go build -mod=readonly -trimpath -o "$out/etcd" go.etcd.io/etcd/server/v3)
 		;;
-	kubernetes)
-		build_kubernetes "$out" kube-apiserver kube-controller-manager kube-scheduler kubectl
-		;;
-	kubelet)
-		# The real nodes' programs, apart from the control plane's so that a machine that has the
-		# control plane cached builds only these; the Go build cache shares what they have in
-		# common.
-		build_kubernetes "$out" kubelet kube-proxy
-		;;
+	kubernetes) build_kubernetes "$out" "${KUBERNETES_COMMANDS[@]}" ;;
 	kwok) go_install "$out" sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
 	coredns) go_install "$out" github.com/coredns/coredns@"$COREDNS_VERSION" ;;
 	promtool) fetch_promtool "$out" ;;
@@ -186,6 +185,26 @@ build_kubernetes() {
 		cmds+=("k8s.io/kubernetes/cmd/$pkg")
 	done
 	(cd "$root/hack/tools/kubernetes" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/" "${cmds[@]}")
+}
+
+# prefetch_modules COMPONENT downloads the Go modules that the component's build needs, and builds
+# nothing (the network lane). A failure is left for the build itself to report.
+prefetch_modules() {
+	local pkg cmds=()
+	case $1 in
+	kubernetes)
+		for pkg in "${KUBERNETES_COMMANDS[@]}"; do
+			cmds+=("k8s.io/kubernetes/cmd/$pkg")
+		done
+		(cd "$root/hack/tools/kubernetes" && go list -mod=readonly -deps "${cmds[@]}") ;;
+	etcd) (cd "$root/hack/tools/etcd" && go list -mod=readonly -deps go.etcd.io/etcd/server/v3) ;;
+	kwok) go install -n sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
+	coredns) go install -n github.com/coredns/coredns@"$COREDNS_VERSION" ;;
+	helm) go install -n helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
+	golangci-lint) go install -n github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
+	versitygw) go install -n github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
+	runc) go install -n github.com/opencontainers/runc@"$RUNC_VERSION" ;;
+	esac >/dev/null 2>&1 || true
 }
 
 # debian_unpack DIR [--suites="SUITE..."] PACKAGE=VERSION|PACKAGE@LINE... unpacks Debian's
@@ -613,31 +632,53 @@ go_install() {
 	GOBIN=$out go install -trimpath -ldflags "-s -w" "$@"
 }
 
-ensure() {
-	local component=$1 version dir tmp start exact
+# cached COMPONENT reports whether the component's build is in the cache.
+cached() { [[ -d $cache/$1-$(version_of "$1") ]]; }
+
+# build COMPONENT builds the component into the cache, its output into a log that is shown if it
+# fails (builds run side by side: their output would interleave).
+build() {
+	local component=$1 version dir tmp start exact status
 	version=$(version_of "$component")
 	dir=$cache/$component-$version
-	if [[ ! -d $dir ]]; then
-		mkdir -p "$cache"
-		tmp=$(mktemp -d "$cache/.building-$component-$version.XXXXXX")
-		# Global: the trap runs where ensure's locals are gone, after an exit in a build.
-		building=$tmp
-		trap 'rm -rf "$building"' EXIT
-		log "building $component $version into $dir (first time on this machine; cached afterwards)"
-		start=$SECONDS
+	mkdir -p "$cache"
+	tmp=$(mktemp -d "$cache/.building-$component-$version.XXXXXX")
+	# Global: the trap runs where build's locals are gone, after an exit in a build.
+	building=$tmp
+	trap 'rm -rf "$building"' EXIT
+	log "building $component $version into $dir (first time on this machine; cached afterwards)"
+	start=$SECONDS
+	# Not in a condition: there bash would ignore set -e within the build.
+	set +e
+	(
+		set -e
 		build_into "$component" "$tmp"
-		# A concurrent call may have finished first; its result is as good as ours.
-		exact=$(paste -sd' ' "$tmp/VERSION" 2>/dev/null || true)
-		mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
-		trap - EXIT
-		case $exact in
-		*=*) exact="Debian's $exact" ;;
-		?*) exact="Debian version $exact" ;;
-		esac
-		log "built $component $version${exact:+ ($exact)} in $((SECONDS - start))s"
+	) >"$tmp.log" 2>&1
+	status=$?
+	set -e
+	if ((status != 0)); then
+		sed "s/^/toolchain: $component: /" "$tmp.log" >&2
+		rm -f "$tmp.log"
+		log "building $component $version failed (its output above)"
+		exit 1
 	fi
+	rm -f "$tmp.log"
+	# A concurrent call may have finished first; its result is as good as ours.
+	exact=$(paste -sd' ' "$tmp/VERSION" 2>/dev/null || true)
+	mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+	trap - EXIT
+	case $exact in
+	*=*) exact="Debian's $exact" ;;
+	?*) exact="Debian version $exact" ;;
+	esac
+	log "built $component $version${exact:+ ($exact)} in $((SECONDS - start))s"
+}
+
+# link COMPONENT links the cached component's binaries into $localbin.
+link() {
+	local component=$1 dir file name
+	dir=$cache/$component-$(version_of "$component")
 	mkdir -p "$localbin"
-	local file name
 	for file in "$dir"/*; do
 		name=$(basename "$file")
 		case $component/$name in
@@ -648,10 +689,51 @@ ensure() {
 	done
 }
 
-components=("$@")
-if [[ ${#components[@]} -eq 0 || " ${components[*]} " == *" all "* ]]; then
-	components=("${all_components[@]}")
+requested=("$@")
+if [[ ${#requested[@]} -eq 0 || " ${requested[*]} " == *" all "* ]]; then
+	requested=("${all_components[@]}")
 fi
-for c in "${components[@]}"; do
-	ensure "$c"
+for c in "${requested[@]}"; do
+	version_of "$c" >/dev/null # an unknown component fails here, before any build starts
+done
+
+# Components not cached yet are built in two lanes side by side, each in the order of
+# all_components. The Go lane compiles, one build at a time: a Go build keeps every core busy while
+# it compiles, and two would only share them. The network lane fetches Debian's components, after
+# it has downloaded the modules of the Go lane's builds still to come (prefetch), so that the Go
+# lane spends its time compiling rather than waiting on the network.
+go_lane=() network_lane=() prefetch=()
+for c in "${all_components[@]}"; do
+	if [[ " ${requested[*]} " == *" $c "* ]] && ! cached "$c"; then
+		case $c in
+		kubernetes | kwok | golangci-lint | coredns | helm | versitygw | runc | etcd) go_lane+=("$c") ;;
+		*) network_lane+=("$c") ;;
+		esac
+	fi
+done
+prefetch=("${go_lane[@]:1}")
+lane() {
+	local c
+	for c; do
+		build "$c"
+	done
+}
+(lane "${go_lane[@]}") &
+go_pid=$!
+(
+	for c in "${prefetch[@]}"; do
+		prefetch_modules "$c"
+	done
+	lane "${network_lane[@]}"
+) &
+network_pid=$!
+failed=()
+wait "$go_pid" || failed+=(the Go lane)
+wait "$network_pid" || failed+=(the network lane)
+if ((${#failed[@]} > 0)); then
+	log "${failed[*]} failed (the output above says why)"
+	exit 1
+fi
+for c in "${requested[@]}"; do
+	link "$c"
 done
