@@ -206,14 +206,8 @@ func sources(cache *cachev2.Cache, pods []corev1.Pod) ([]backup.Shard, error) {
 // firstReady is the first of the named pods that is ready and not going away.
 func firstReady(names []string, pods map[string]*corev1.Pod) *corev1.Pod {
 	for _, name := range names {
-		pod := pods[name]
-		if pod == nil || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
-			continue
-		}
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return pod
-			}
+		if pod := pods[name]; pod != nil && resources.PodReady(pod) {
+			return pod
 		}
 	}
 	return nil

@@ -48,8 +48,8 @@ type credentials struct {
 // user's Secret, made if the spec names none; the ACL Secret, made once with the internal users'
 // passwords, and moved on when the application password changes or its previous one's grace
 // period ends (resources.NextACL); and the running servers, given the users' passwords as the
-// ACL Secret holds them whenever it holds others than they were last given. Servers that start
-// later load the ACL Secret's file. Every step is decided by what the Secrets hold, so a pass
+// ACL Secret holds them whenever it holds others than they were last given, or a ready server
+// holds others than it holds. Servers that start later load the ACL Secret's file. Every step is decided by what the Secrets hold, so a pass
 // that crashed half-way is taken up by the next.
 func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.Cache, tlsConfig *tls.Config) (credentials, error) {
 	if cache.Spec.Auth == nil {
@@ -88,11 +88,14 @@ func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.
 		}
 	}
 	creds := credentials{auth: operatorAuth(cache, next, tlsConfig), due: due}
+	// Every pass, not only when the ACL Secret moved on: a pod may have loaded the Secret's file
+	// as it was before the last write (its container made just before, from a kubelet's copy of
+	// the Secret not yet updated), and it was not running to be given the passwords then.
+	if creds.applyErr = r.applyUsers(ctx, cache, next, creds.auth); creds.applyErr != nil {
+		creds.condition = credentialsCondition(cache, metav1.ConditionFalse, cachev2.ReasonApplyingCredentials, creds.applyErr.Error())
+		return creds, nil
+	}
 	if next.Applied != next.Digest(cache) {
-		if creds.applyErr = r.applyUsers(ctx, cache, next, creds.auth); creds.applyErr != nil {
-			creds.condition = credentialsCondition(cache, metav1.ConditionFalse, cachev2.ReasonApplyingCredentials, creds.applyErr.Error())
-			return creds, nil
-		}
 		applied := next
 		applied.Applied = next.Digest(cache)
 		if err := r.writeACL(ctx, cache, stored, applied); err != nil {
@@ -181,21 +184,26 @@ func (r *CacheReconciler) writeACL(ctx context.Context, cache *cachev2.Cache, st
 }
 
 // applyUsers gives every running server of the Cache the users' passwords and rights as acl
-// holds them. A pod that is not running yet loads them from the ACL Secret when it starts.
+// holds them, when it does not have those passwords or the ACL Secret moved on since they were
+// last given (acl.Applied). A pod that is not running yet loads them from the ACL Secret when it
+// starts, and is looked at again by a later pass.
 func (r *CacheReconciler) applyUsers(ctx context.Context, cache *cachev2.Cache, acl resources.ACL, auth valkey.Auth) error {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return fmt.Errorf("listing the Cache's pods: %w", err)
 	}
 	users := acl.Users(cache)
+	applied := acl.Applied == acl.Digest(cache)
 	var errs []error
 	for _, pod := range pods.Items {
-		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
+		// Once applied, only the ready pods are checked: a server still starting may not answer
+		// yet, and the pass its readiness brings checks it.
+		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning || applied && !resources.PodReady(&pod) {
 			continue
 		}
 		server, err := valkey.Connect(pod.Status.PodIP, resources.Port, auth)
 		if err == nil {
-			err = server.SetUsers(ctx, users)
+			err = giveUsers(ctx, server, users, applied)
 			server.Close()
 		}
 		if err != nil {
@@ -206,6 +214,17 @@ func (r *CacheReconciler) applyUsers(ctx context.Context, cache *cachev2.Cache, 
 		return fmt.Errorf("setting the users' passwords and rights: %w", err)
 	}
 	return nil
+}
+
+// giveUsers gives the server the users as listed, unless applied (the ACL Secret has not moved
+// on since they were last given) and the server has their passwords already.
+func giveUsers(ctx context.Context, server *valkey.Server, users map[string]valkey.User, applied bool) error {
+	if applied {
+		if has, err := server.HasPasswords(ctx, users); err != nil || has {
+			return err
+		}
+	}
+	return server.SetUsers(ctx, users)
 }
 
 // waitForCredentials records why a Cache has no pods yet, as the waiting condition says: with

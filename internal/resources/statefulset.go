@@ -488,6 +488,19 @@ func boundedProbe(command ...string) []string {
 	return append([]string{"timeout", "-s", "KILL", strconv.Itoa(probeTimeoutSeconds - 1)}, command...)
 }
 
+// PodReady reports whether the pod is ready, as its readiness probe says, and not going away.
+func PodReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // podSecurityContext meets the restricted Pod Security Standard.
 func podSecurityContext() *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{

@@ -9,7 +9,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -208,6 +210,38 @@ func (s *Server) SetUsers(ctx context.Context, users map[string]User) error {
 		}
 	}
 	return nil
+}
+
+// HasPasswords reports whether each user exists on the server with exactly the passwords whose
+// hashes are listed (ACL GETUSER): a server that loaded an earlier ACL file, or was given other
+// passwords by hand, does not. Rights are not compared: Valkey prints them in a form of its own.
+func (s *Server) HasPasswords(ctx context.Context, users map[string]User) (bool, error) {
+	names := slices.Sorted(maps.Keys(users))
+	cmds := make(valkeygo.Commands, 0, len(names))
+	for _, name := range names {
+		cmds = append(cmds, s.client.B().AclGetuser().Username(name).Build())
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	for i, reply := range s.client.DoMulti(ctx, cmds...) {
+		if valkeygo.IsValkeyNil(reply.Error()) {
+			return false, nil // no such user
+		}
+		fields, err := reply.AsMap()
+		if err != nil {
+			return false, s.wrap("ACL GETUSER", err)
+		}
+		passwords := fields["passwords"]
+		hashes, err := passwords.AsStrSlice()
+		if err != nil {
+			return false, s.wrap("ACL GETUSER", err)
+		}
+		slices.Sort(hashes)
+		if !slices.Equal(hashes, slices.Sorted(slices.Values(users[names[i]].Hashes))) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // NodeName is the name the server announces for itself (cluster-announce-human-nodename); empty
