@@ -190,13 +190,8 @@ build_kubernetes() {
 # prefetch_modules COMPONENT downloads the Go modules that the component's build needs, and builds
 # nothing (the network lane). A failure is left for the build itself to report.
 prefetch_modules() {
-	local pkg cmds=()
 	case $1 in
-	kubernetes)
-		for pkg in "${KUBERNETES_COMMANDS[@]}"; do
-			cmds+=("k8s.io/kubernetes/cmd/$pkg")
-		done
-		(cd "$root/hack/tools/kubernetes" && go list -mod=readonly -deps "${cmds[@]}") ;;
+	# kubernetes is not here: the first of the Go lane, it downloads its own.
 	etcd) (cd "$root/hack/tools/etcd" && go list -mod=readonly -deps go.etcd.io/etcd/server/v3) ;;
 	kwok) go install -n sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
 	coredns) go install -n github.com/coredns/coredns@"$COREDNS_VERSION" ;;
@@ -653,16 +648,15 @@ build() {
 	(
 		set -e
 		build_into "$component" "$tmp"
-	) >"$tmp.log" 2>&1
+	) >"$tmp/.build.log" 2>&1
 	status=$?
 	set -e
 	if ((status != 0)); then
-		sed "s/^/toolchain: $component: /" "$tmp.log" >&2
-		rm -f "$tmp.log"
+		sed "s/^/toolchain: $component: /" "$tmp/.build.log" >&2
 		log "building $component $version failed (its output above)"
 		exit 1
 	fi
-	rm -f "$tmp.log"
+	rm "$tmp/.build.log"
 	# A concurrent call may have finished first; its result is as good as ours.
 	exact=$(paste -sd' ' "$tmp/VERSION" 2>/dev/null || true)
 	mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
@@ -702,7 +696,7 @@ done
 # it compiles, and two would only share them. The network lane fetches Debian's components, after
 # it has downloaded the modules of the Go lane's builds still to come (prefetch), so that the Go
 # lane spends its time compiling rather than waiting on the network.
-go_lane=() network_lane=() prefetch=()
+go_lane=() network_lane=()
 for c in "${all_components[@]}"; do
 	if [[ " ${requested[*]} " == *" $c "* ]] && ! cached "$c"; then
 		case $c in
