@@ -199,36 +199,21 @@ func valkeyCLIRebalance(t *testing.T) time.Duration {
 		}
 	}
 	cli("--cluster", "create", addr(0), addr(1), addr(2), "--cluster-yes")
-	for i := range 3 {
-		testenv.WaitFor(t, time.Minute, "the plain cluster ok on "+ips[i], func() (bool, string) {
-			out, err := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), "-h", ips[i], "cluster", "info").Output()
-			return err == nil && strings.Contains(string(out), "cluster_state:ok"), string(out)
-		})
-	}
+	waitPlainClusterKnows(t, ips[:3])
 	plain, err := valkeygo.NewClient(valkeygo.ClientOption{InitAddress: []string{addr(0)}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer plain.Close()
 	loadKeys100B(t, plain)
+	// valkey-cli refuses to add a node while the nodes disagree about the cluster, as they do
+	// until every one has learnt of the node added before: each is added once all know the last.
 	for i := 3; i < 5; i++ {
 		cli("--cluster", "add-node", addr(i), addr(0))
+		// MIGRATE is refused while its target says the cluster is down: every server, the new
+		// ones too, must also say ok.
+		waitPlainClusterKnows(t, ips[:i+1])
 	}
-	// MIGRATE is refused while its target says the cluster is down: every server, the new ones
-	// too, must know all five and say ok.
-	testenv.WaitFor(t, time.Minute, "every plain server to know all 5 and say cluster_state:ok", func() (bool, string) {
-		for i := range 5 {
-			nodes, err := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), "-h", ips[i], "cluster", "nodes").Output()
-			if err != nil || strings.Count(string(nodes), "\n") < 5 || strings.Contains(string(nodes), "handshake") {
-				return false, string(nodes)
-			}
-			info, err := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), "-h", ips[i], "cluster", "info").Output()
-			if err != nil || !strings.Contains(string(info), "cluster_state:ok") {
-				return false, ips[i] + ": " + string(info)
-			}
-		}
-		return true, ""
-	})
 	began := time.Now()
 	cli("--cluster", "rebalance", addr(0), "--cluster-use-empty-masters")
 	took := time.Since(began)
@@ -236,6 +221,26 @@ func valkeyCLIRebalance(t *testing.T) time.Duration {
 		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
 	}
 	return took
+}
+
+// waitPlainClusterKnows waits until every plain server at ips knows all of them, with no
+// handshake under way, and says cluster_state:ok.
+func waitPlainClusterKnows(t *testing.T, ips []string) {
+	t.Helper()
+	cli := filepath.Join(testenv.BinDir(), "valkey-cli")
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("every plain server to know all %d and say cluster_state:ok", len(ips)), func() (bool, string) {
+		for _, ip := range ips {
+			nodes, err := exec.Command(cli, "-h", ip, "cluster", "nodes").Output()
+			if err != nil || strings.Count(string(nodes), "\n") < len(ips) || strings.Contains(string(nodes), "handshake") {
+				return false, ip + ": " + string(nodes)
+			}
+			info, err := exec.Command(cli, "-h", ip, "cluster", "info").Output()
+			if err != nil || !strings.Contains(string(info), "cluster_state:ok") {
+				return false, ip + ": " + string(info)
+			}
+		}
+		return true, ""
+	})
 }
 
 // largeValues and largeValue are the large values mixed into the reference data: 1,000 of 1 MiB.
