@@ -49,6 +49,11 @@ const (
 	// the bucket unreachable, the credentials refused or their Secret gone); it is tried again.
 	// Removing the finalizer cache.example.com/backup-objects gives up, leaving the objects.
 	ReasonDeletionFailed = "DeletionFailed"
+
+	// ReasonHeldForRestore means a Cache is restoring from the backup (it names it in
+	// spec.restoreFrom and is not Restored yet): its objects are removed once that Cache has its
+	// data, is deleted, or has refused the backup. The message names the Caches.
+	ReasonHeldForRestore = "HeldForRestore"
 )
 
 // Scheduling reports whether a CacheBackupSchedule makes backups, with the reason when it does not.

@@ -154,12 +154,19 @@ func ptrNow() *metav1.Time {
 // backups that wait for it.
 const cacheNameField = "spec.cacheName"
 
+// restoreFromField indexes the Caches by the backup they restore from, whose deletion waits for
+// them (restoringFrom).
+const restoreFromField = "spec.restoreFrom.backup"
+
 // SetupWithManager registers the controller: it watches the backups, their Jobs and the Caches
 // they wait for.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, maxConcurrentReconciles int) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &cachev1alpha1.CacheBackup{}, cacheNameField, func(o client.Object) []string {
 		return []string{o.(*cachev1alpha1.CacheBackup).Spec.CacheName}
 	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &cachev2.Cache{}, restoreFromField, restoreFrom); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -171,13 +178,26 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, max
 		Complete(r)
 }
 
-// backupsOf are the unfinished backups of a Cache.
-func (r *Reconciler) backupsOf(ctx context.Context, cache client.Object) []reconcile.Request {
-	var backups cachev1alpha1.CacheBackupList
-	if err := r.List(ctx, &backups, client.InNamespace(cache.GetNamespace()), client.MatchingFields{cacheNameField: cache.GetName()}); err != nil {
-		return nil
+// restoreFrom is the backup a Cache restores from (restoreFromField).
+func restoreFrom(o client.Object) []string {
+	if from := o.(*cachev2.Cache).Spec.RestoreFrom; from != nil {
+		return []string{from.Backup}
 	}
+	return nil
+}
+
+// backupsOf are the unfinished backups of a Cache, and the backup it restores from, whose
+// deletion may wait for it.
+func (r *Reconciler) backupsOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	cache := obj.(*cachev2.Cache)
 	var requests []reconcile.Request
+	if from := cache.Spec.RestoreFrom; from != nil {
+		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: cache.Namespace, Name: from.Backup}})
+	}
+	var backups cachev1alpha1.CacheBackupList
+	if err := r.List(ctx, &backups, client.InNamespace(cache.Namespace), client.MatchingFields{cacheNameField: cache.Name}); err != nil {
+		return requests
+	}
 	for _, b := range backups.Items {
 		if !b.Status.Phase.Finished() {
 			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})

@@ -2,6 +2,7 @@ package backupcontroller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
 	"example.com/cache-operator/internal/resources"
 )
@@ -54,7 +56,13 @@ func (r *Reconciler) removeObjects(ctx context.Context, b *cachev1alpha1.CacheBa
 	err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: resources.BackupDeletionJobName(b)}, job)
 	switch {
 	case apierrors.IsNotFound(err):
-		return ctrl.Result{}, r.startDeletion(ctx, b)
+		restoring, err := r.restoringFrom(ctx, b)
+		if err != nil || len(restoring) == 0 {
+			return ctrl.Result{}, errors.Join(err, r.startDeletion(ctx, b))
+		}
+		// The Cache's change of Restored, or its deletion, brings us back (backupsOf).
+		return ctrl.Result{}, r.setDeletion(ctx, b, cachev1alpha1.ReasonHeldForRestore, fmt.Sprintf(
+			"Cache %s restores from this backup: its objects are removed once it holds its data", strings.Join(restoring, ", ")))
 	case err != nil:
 		return ctrl.Result{}, err
 	case !metav1.IsControlledBy(job, b):
@@ -83,6 +91,25 @@ func (r *Reconciler) removeObjects(ctx context.Context, b *cachev1alpha1.CacheBa
 			fmt.Sprintf("the Job's pod cannot start: %s: %s", state.Waiting.Reason, state.Waiting.Message))
 	}
 	return ctrl.Result{}, nil // running: its end is the Job's event
+}
+
+// restoringFrom names the Caches that restore from the backup: they name it in spec.restoreFrom,
+// are not deleted, and are not Restored yet, nor refused it. A pod of theirs that starts fetches
+// its shard from the backup's objects until then.
+func (r *Reconciler) restoringFrom(ctx context.Context, b *cachev1alpha1.CacheBackup) ([]string, error) {
+	var caches cachev2.CacheList
+	if err := r.List(ctx, &caches, client.InNamespace(b.Namespace), client.MatchingFields{restoreFromField: b.Name}); err != nil {
+		return nil, err
+	}
+	var restoring []string
+	for _, c := range caches.Items {
+		restored := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionRestored)
+		over := restored != nil && (restored.Status == metav1.ConditionTrue || restored.Reason == cachev2.ReasonRestoreRefused)
+		if c.DeletionTimestamp == nil && !over {
+			restoring = append(restoring, c.Name)
+		}
+	}
+	return restoring, nil
 }
 
 // startDeletion starts the Job that removes the backup's objects, and says so in the status.

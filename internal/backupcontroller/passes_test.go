@@ -3,6 +3,7 @@ package backupcontroller
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func newBackupWorld(t *testing.T, status cachev1alpha1.CacheBackupStatus) *backu
 			Storage: cachev1alpha1.BucketLocation{Endpoint: "s3:9000", Bucket: "caches", CredentialsSecret: "creds"}},
 		Status: status}
 	c := fake.NewClientBuilder().WithScheme(controller.NewScheme()).WithObjects(b).
-		WithStatusSubresource(&cachev1alpha1.CacheBackup{}).Build()
+		WithStatusSubresource(&cachev1alpha1.CacheBackup{}).WithIndex(&cachev2.Cache{}, restoreFromField, restoreFrom).Build()
 	return &backupWorld{t: t, c: c, b: b, r: &Reconciler{Client: c, APIReader: c, AgentImage: "example.com/cache-operator:test"}}
 }
 
@@ -164,6 +165,54 @@ func TestADeletedBackupThatNeverStartedGoesAtOnce(t *testing.T) {
 	w.pass()
 	if w.backup() != nil || w.job(resources.BackupDeletionJobName(w.b)) != nil {
 		t.Error("a backup that never started waited for a removal of objects")
+	}
+}
+
+// A deleted backup that a Cache restores from keeps its objects, and says why, until that Cache
+// holds its data: a pod of the Cache that starts meanwhile fetches its shard from them (retention
+// of a schedule with keep 1 deleted such a backup when the next one completed, and the restored
+// Cache never became Ready). A Cache that has refused it, or is Restored, holds it no more.
+func TestADeletedBackupACacheRestoresFromKeepsItsObjectsUntilRestored(t *testing.T) {
+	ctx := context.Background()
+	w := newBackupWorld(t, cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupCompleted, Location: "s3://caches/shop/orders/nightly/"})
+	restoring := func(name string) *cachev2.Cache {
+		c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec: cachev2.CacheSpec{RestoreFrom: &cachev2.RestoreSource{Backup: w.b.Name}}}
+		if err := w.c.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	setRestored := func(c *cachev2.Cache, status metav1.ConditionStatus, reason string) {
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: cachev2.ConditionRestored, Status: status, Reason: reason})
+		if err := w.c.Update(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyOne, copyTwo := restoring("orders-copy"), restoring("orders-refused")
+	w.pass()
+	if err := w.c.Delete(ctx, w.backup()); err != nil {
+		t.Fatal(err)
+	}
+	w.pass()
+	held := w.backup()
+	if held == nil || w.job(resources.BackupDeletionJobName(w.b)) != nil || reasonOf(held) != cachev1alpha1.ReasonHeldForRestore {
+		t.Fatalf("a backup two Caches restore from, deleted: removal Job %v, backup %+v; want it held, %s",
+			w.job(resources.BackupDeletionJobName(w.b)) != nil, held, cachev1alpha1.ReasonHeldForRestore)
+	}
+	if c := meta.FindStatusCondition(held.Status.Conditions, cachev1alpha1.ConditionObjectsDeleted); !strings.Contains(c.Message, "orders-copy, orders-refused") {
+		t.Errorf("the hold says %q; want it to name both Caches", c.Message)
+	}
+	setRestored(copyTwo, metav1.ConditionFalse, cachev2.ReasonRestoreRefused)
+	setRestored(copyOne, metav1.ConditionFalse, cachev2.ReasonRestoring)
+	w.pass()
+	if w.job(resources.BackupDeletionJobName(w.b)) != nil {
+		t.Fatal("the removal started while a Cache was still restoring")
+	}
+	setRestored(copyOne, metav1.ConditionTrue, cachev2.ReasonRestoreVerified)
+	w.pass()
+	if w.job(resources.BackupDeletionJobName(w.b)) == nil || reasonOf(w.backup()) != cachev1alpha1.ReasonDeletingObjects {
+		t.Fatal("no removal once every Cache had its data or had refused the backup")
 	}
 }
 
