@@ -342,7 +342,24 @@ type Auth struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="rotationGracePeriod must be between 0s and 168h"
 	// +optional
 	RotationGracePeriod *metav1.Duration `json:"rotationGracePeriod,omitempty"`
+
+	// Grant lists what the application user may run besides its default rights. By default it
+	// may run every command except the administrative ones (@admin: CONFIG, ACL, SHUTDOWN,
+	// replication, the cluster's own management), which are the operator's and are never
+	// granted, and except those that wipe every key, reach beyond the client's own keys or write
+	// to another server: FLUSHALL, FLUSHDB, KEYS, MIGRATE, RESTORE, SORT, SORT_RO, SWAPDB (the
+	// rest of @dangerous, INFO excepted), SCRIPT FLUSH and FUNCTION FLUSH. Each entry grants one
+	// of those, by its lower-case name, or @dangerous all of them.
+	// +kubebuilder:validation:MaxItems=11
+	// +listType=set
+	// +optional
+	Grant []Grant `json:"grant,omitempty"`
 }
+
+// Grant is a command (or a subcommand, COMMAND|SUBCOMMAND), or @dangerous, that the application
+// user may run besides its default rights (Auth.Grant).
+// +kubebuilder:validation:Enum=flushall;flushdb;keys;migrate;restore;sort;sort_ro;swapdb;script|flush;function|flush;@dangerous
+type Grant string
 
 // AppUser is the Valkey user applications connect as, in a Cache with auth.
 const AppUser = "app"

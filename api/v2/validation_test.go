@@ -76,6 +76,10 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 		{"tls with certificates valid for a minute", "tls", map[string]any{"certificateValidity": "1m"}, "spec.tls.certificateValidity", "between 1h and 8760h"},
 		{"tls with certificates valid for two years", "tls", map[string]any{"certificateValidity": "17520h"}, "spec.tls.certificateValidity", "between 1h and 8760h"},
 		{"auth with a grace period of a month", "auth", map[string]any{"rotationGracePeriod": "720h"}, "spec.auth.rotationGracePeriod", "between 0s and 168h"},
+		{"auth granting the administrative commands", "auth", map[string]any{"grant": []any{"@admin"}}, "spec.auth.grant[0]", "Unsupported value"},
+		{"auth granting CONFIG", "auth", map[string]any{"grant": []any{"keys", "config"}}, "spec.auth.grant[1]", "Unsupported value"},
+		{"auth granting in capitals", "auth", map[string]any{"grant": []any{"FLUSHDB"}}, "spec.auth.grant[0]", "Unsupported value"},
+		{"auth granting one command twice", "auth", map[string]any{"grant": []any{"keys", "keys"}}, "spec.auth.grant[1]", "Duplicate value"},
 		{"a pod label of the operator's", "pod", map[string]any{"labels": map[string]any{"app.kubernetes.io/name": "x"}}, "spec.pod.labels", "are the operator's"},
 		{"a pod label value too long", "pod", map[string]any{"labels": map[string]any{"team": strings.Repeat("a", 64)}}, "spec.pod.labels.team", "may not be more than 63"},
 		{"a pod label value with a space", "pod", map[string]any{"labels": map[string]any{"team": "check out"}}, "spec.pod.labels", "must be label keys and values"},
@@ -297,7 +301,7 @@ func TestSchemaKeepsAuthAndTLSAsCreated(t *testing.T) {
 		// start.
 		frozen map[string]string
 	}{
-		{"auth", "rotationGracePeriod", "10m", `{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s"}}}`, nil},
+		{"auth", "rotationGracePeriod", "10m", `{"spec":{"auth":{"secretName":"rotated","rotationGracePeriod":"0s","grant":["keys","script|flush","@dangerous"]}}}`, nil},
 		{"tls", "certificateValidity", "2160h", `{"spec":{"tls":{"certificateValidity":"24h"}}}`, map[string]string{
 			`{"spec":{"tls":{"secretName":"certificates-of-mine"}}}`:   "tls.secretName is set when a Cache is created",
 			`{"spec":{"tls":{"issuerRef":{"name":"issuer-of-mine"}}}}`: "tls.issuerRef is set when a Cache is created",

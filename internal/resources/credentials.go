@@ -40,20 +40,32 @@ const (
 // internalUsers are the users whose passwords the ACL Secret holds, under their names.
 var internalUsers = []string{OperatorUser, ReplicationUser, ExporterUser}
 
-// userRules are each user's rights. The application user may run every command but the
-// administrative ones (CONFIG, ACL, replication, SHUTDOWN, the cluster's own management and
-// the like): what a cache's client needs, keys and channels included. The exporter may run what
+// userRules are each user's rights; the application user's are appRights. The exporter may run what
 // redis_exporter reads by default, and nothing that shows a key, a value or a setting: not
 // CONFIG GET (masterauth, the replication user's password, is not redacted, and that user may
 // SYNC, which is the whole dataset), not SLOWLOG GET (commands with their arguments), not CLIENT
 // LIST; without them the exporter leaves out the config and slow-log details it would export
 // (redis_config_*, redis_slowlog_last_id), and reads maxmemory from INFO.
 var userRules = map[string]string{
-	cachev2.AppUser: "~* &* +@all -@admin",
 	OperatorUser:    "~* &* +@all",
 	ReplicationUser: "+psync +sync +replconf +ping",
 	ExporterUser: "+info +ping +client|setname +slowlog|len +latency|latest +latency|histogram +cluster|info " +
 		"+select +dbsize",
+}
+
+// appRights are the application user's rights: what a cache's client needs, every key and
+// channel, and every command but the administrative ones (@admin: CONFIG, ACL, replication,
+// SHUTDOWN, the cluster's own management and the like) and those that wipe every key, reach
+// beyond the client's own keys or write to another server (the rest of @dangerous: FLUSHALL,
+// FLUSHDB, KEYS, MIGRATE, RESTORE, SORT, SWAPDB; INFO, which clients read, excepted; and SCRIPT
+// FLUSH and FUNCTION FLUSH), unless the spec grants them (spec.auth.grant). The administrative
+// ones are taken away last, so that no grant gives them back.
+func appRights(cache *cachev2.Cache) string {
+	rules := []string{"~*", "&*", "+@all", "-@dangerous", "+info", "-script|flush", "-function|flush"}
+	for _, g := range cache.Spec.Auth.Grant {
+		rules = append(rules, "+"+string(g))
+	}
+	return strings.Join(append(rules, "-@admin"), " ")
 }
 
 // ReplicationFence is the rule a Cluster node's replication user starts with: no SYNC and no
@@ -203,7 +215,7 @@ func (a ACL) Equal(b ACL) bool {
 // replication user's, whose fence the operator lifts on a running server (ReplicationFence).
 // What the operator gives the running servers (valkey.SetUsers), and what the ACL file holds.
 func (a ACL) Users(cache *cachev2.Cache) map[string]valkey.User {
-	users := map[string]valkey.User{cachev2.AppUser: {Hashes: a.AppHashes, Rights: userRules[cachev2.AppUser]}}
+	users := map[string]valkey.User{cachev2.AppUser: {Hashes: a.AppHashes, Rights: appRights(cache)}}
 	for _, user := range internalUsers {
 		switch {
 		case user == ReplicationUser && cache.Spec.Mode == cachev2.ModeCluster:
@@ -234,9 +246,9 @@ func (a ACL) File(cache *cachev2.Cache) string {
 	var b strings.Builder
 	b.WriteString("user default off resetkeys resetchannels -@all\n")
 	for _, name := range slices.Sorted(maps.Keys(users)) {
-		rules := userRules[name]
+		rules := users[name].Rights
 		if name == ReplicationUser {
-			rules = strings.Join(slices.DeleteFunc(strings.Fields(rules), func(r string) bool {
+			rules = strings.Join(slices.DeleteFunc(strings.Fields(userRules[name]), func(r string) bool {
 				return slices.Contains(ReplicationFence, "-"+strings.TrimPrefix(r, "+"))
 			}), " ")
 		}

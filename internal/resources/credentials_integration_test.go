@@ -89,3 +89,65 @@ func TestTheExportersUserReadsNoKeyAndNoSecret(t *testing.T) {
 		t.Errorf("GET a-key as the application user after the new rights: %q, %v", got, err)
 	}
 }
+
+// The application user runs what a cache's client needs, and not what wipes every key, reaches
+// beyond its own keys or writes to another server, unless the spec grants it (spec.auth.grant);
+// no grant gives it an administrative command. Grants given to a running server take effect on
+// the sessions already open. On a real server.
+func TestTheApplicationUserRunsWhatACacheClientNeedsAndWhatIsGranted(t *testing.T) {
+	ip := testenv.LoopbackIPs(17)[16]
+	cache := testCache()
+	cache.Spec.Auth = &cachev2.Auth{}
+	acl, _ := NextACL(cache, ACL{}, "the-application-password", time.Now())
+	file := filepath.Join(t.TempDir(), ACLFileKey)
+	if err := os.WriteFile(file, []byte(acl.File(cache)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartValkey(t, ip, Port, "--aclfile", file)
+	app, err := valkeygo.NewClient(valkeygo.ClientOption{
+		InitAddress: []string{net.JoinHostPort(ip, strconv.Itoa(Port))}, Username: cachev2.AppUser, Password: "the-application-password",
+		ForceSingleClient: true, DisableCache: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	server, err := valkey.Connect(ip, Port, valkey.Auth{User: OperatorUser, Password: acl.Passwords[OperatorUser]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	check := func(rights string, commands map[string]bool) {
+		t.Helper()
+		for command, allowed := range commands {
+			err := app.Do(t.Context(), app.B().Arbitrary(strings.Fields(command)...).Build()).Error()
+			if refused := err != nil && strings.Contains(err.Error(), "NOPERM"); refused == allowed {
+				t.Errorf("%s: the application user's %s: %v; want allowed %t", rights, command, err, allowed)
+			}
+		}
+	}
+	check("by default", map[string]bool{
+		"SET k v": true, "GET k": true, "INFO": true, "SCAN 0": true, "EVAL return 1 0": true, "SCRIPT LOAD return 1": true,
+		"CLIENT SETNAME app": true, "SELECT 0": true, "PUBLISH c m": true,
+		"FLUSHALL": false, "FLUSHDB": false, "KEYS *": false, "SWAPDB 0 1": false, "SORT k": false,
+		"SCRIPT FLUSH": false, "FUNCTION FLUSH": false, "MIGRATE 127.0.0.1 1 k 0 10": false, "RESTORE k2 0 x": false,
+		"CONFIG GET maxmemory": false, "DEBUG SLEEP 0": false, "ACL LIST": false, "SHUTDOWN": false,
+	})
+	grant := func(grants ...cachev2.Grant) {
+		t.Helper()
+		cache.Spec.Auth.Grant = grants
+		if err := server.SetUsers(t.Context(), acl.Users(cache)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grant("keys", "flushdb", "script|flush")
+	check("granted keys, flushdb and script|flush", map[string]bool{
+		"KEYS *": true, "FLUSHDB": true, "SCRIPT FLUSH": true, "SET k v": true,
+		"FLUSHALL": false, "FUNCTION FLUSH": false, "CONFIG GET maxmemory": false,
+	})
+	grant("@dangerous")
+	check("granted @dangerous", map[string]bool{
+		"FLUSHALL": true, "SWAPDB 0 1": true, "SORT k": true,
+		"CONFIG GET maxmemory": false, "DEBUG SLEEP 0": false, "ACL LIST": false, "SHUTDOWN": false, "MONITOR": false,
+	})
+}

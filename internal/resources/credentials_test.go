@@ -149,3 +149,15 @@ func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 		t.Errorf("a Cache without auth got %q %q %v", plain.Command, plain.Args, plain.Env)
 	}
 }
+
+// The application user's grants come after the default's exclusions, and the administrative
+// commands are taken away after the grants, so that no grant gives them back.
+func TestTheApplicationUsersGrantsComeBeforeTheAdministrativeCommandsGo(t *testing.T) {
+	cache := testCache()
+	cache.Spec.Auth = &cachev2.Auth{Grant: []cachev2.Grant{"keys", "@dangerous"}}
+	rules := strings.Fields(appRights(cache))
+	at := func(rule string) int { return slices.Index(rules, rule) }
+	if at("-@dangerous") < 0 || at("+keys") < at("-@dangerous") || at("+@dangerous") < at("-@dangerous") || at("-@admin") != len(rules)-1 {
+		t.Errorf("rights %q: want the default's exclusions, then the grants, then -@admin last", rules)
+	}
+}
