@@ -131,7 +131,7 @@ func TestTheApplicationUserRunsWhatACacheClientNeedsAndWhatIsGranted(t *testing.
 		"CLIENT SETNAME app": true, "SELECT 0": true, "PUBLISH c m": true,
 		"FLUSHALL": false, "FLUSHDB": false, "KEYS *": false, "SWAPDB 0 1": false, "SORT k": false,
 		"SCRIPT FLUSH": false, "FUNCTION FLUSH": false, "MIGRATE 127.0.0.1 1 k 0 10": false, "RESTORE k2 0 x": false,
-		"CONFIG GET maxmemory": false, "DEBUG SLEEP 0": false, "ACL LIST": false, "SHUTDOWN": false,
+		"CONFIG GET maxmemory": false, "LATENCY RESET": false, "ACL LIST": false, "SHUTDOWN": false,
 	})
 	grant := func(grants ...cachev2.Grant) {
 		t.Helper()
@@ -148,6 +148,6 @@ func TestTheApplicationUserRunsWhatACacheClientNeedsAndWhatIsGranted(t *testing.
 	grant("@dangerous")
 	check("granted @dangerous", map[string]bool{
 		"FLUSHALL": true, "SWAPDB 0 1": true, "SORT k": true,
-		"CONFIG GET maxmemory": false, "DEBUG SLEEP 0": false, "ACL LIST": false, "SHUTDOWN": false, "MONITOR": false,
+		"CONFIG GET maxmemory": false, "LATENCY RESET": false, "ACL LIST": false, "SHUTDOWN": false, "MONITOR": false,
 	})
 }
