@@ -49,8 +49,8 @@ type credentials struct {
 // passwords, and moved on when the application password changes or its previous one's grace
 // period ends (resources.NextACL); and the running servers, given the users' passwords as the
 // ACL Secret holds them whenever it holds others than they were last given, or a ready server
-// holds others than it holds. Servers that start later load the ACL Secret's file. Every step is decided by what the Secrets hold, so a pass
-// that crashed half-way is taken up by the next.
+// holds others than it holds. Servers that start later load the ACL Secret's file. Every step is
+// decided by what the Secrets hold, so a pass that crashed half-way is taken up by the next.
 func (r *CacheReconciler) ensureCredentials(ctx context.Context, cache *cachev2.Cache, tlsConfig *tls.Config) (credentials, error) {
 	if cache.Spec.Auth == nil {
 		return credentials{auth: valkey.Auth{TLS: tlsConfig}}, nil

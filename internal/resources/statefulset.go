@@ -476,14 +476,14 @@ func probe(handler corev1.ProbeHandler, periodSeconds int32) *corev1.Probe {
 	}
 }
 
-// boundedProbe is command run as an exec probe that ends, failed, a second before the probe's
-// timeout, with every process it started. The kubelet's own timeout does not do that for a
-// script: containerd kills the probe's first process at the timeout, then waits for every writer
-// of its output to close it, and a valkey-cli waiting on a server that no longer answers (hung,
-// stopped, swapping) never does. The kubelet gives up only after its runtime timeout (2 min more)
-// and then ignores the result, so a hung server stayed ready, in its Service and in its budget,
-// for as long as it hung. timeout(1) kills its whole process group, and SIGKILL also ends a
-// process that is itself stopped.
+// boundedProbe is the command, run as an exec probe so that it ends, failed, a second before the
+// probe's timeout, with every process it started. The kubelet's own timeout does not do that for
+// a script: containerd kills the probe's first process at the timeout, then waits for every
+// writer of its output to close it, and a valkey-cli waiting on a server that no longer answers
+// (hung, stopped, swapping) never does. The kubelet gives up only after its runtime's timeout,
+// 2 min more, so three failures in a row took over six minutes, while the hung server stayed
+// ready, in its Service and in its budget. timeout(1) kills its whole process group, and SIGKILL
+// also ends a process that is itself stopped.
 func boundedProbe(command ...string) []string {
 	return append([]string{"timeout", "-s", "KILL", strconv.Itoa(probeTimeoutSeconds - 1)}, command...)
 }
