@@ -99,15 +99,7 @@ func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) 
 	t.Logf("while %s is NotReady the Cache reports: %+v", node, reported.Status.Conditions)
 
 	resume()
-	testenv.WaitFor(t, 3*time.Minute, "the Cache Ready again with its 6 pods ready", func() (bool, string) {
-		c, err := getCache(t, key)
-		if err != nil {
-			return false, err.Error()
-		}
-		ok, why := settled(c)
-		ready, _ := readyPods(t, key, "")
-		return ok && ready == 6, fmt.Sprintf("%d of 6 pods ready; %s", ready, why)
-	})
+	waitReadyWithPods(t, key, 6, 3*time.Minute)
 	lost, acked := stop()
 	t.Logf("%s NotReady: %d requests, %d failed (%s), longest failing stretch %s; %d of %d acknowledged keys lost",
 		node, load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked)
@@ -149,14 +141,20 @@ func TestAHungServerIsNotReady(t *testing.T) {
 			fmt.Sprintf("%d of 2 pods ready; budget %+v", ready, pdb.Status)
 	})
 	resume()
-	testenv.WaitFor(t, 2*time.Minute, "the Cache Ready again with both pods ready", func() (bool, string) {
+	waitReadyWithPods(t, key, 2, 2*time.Minute)
+}
+
+// waitReadyWithPods waits until the Cache is Ready for its generation with that many pods ready.
+func waitReadyWithPods(t *testing.T, key client.ObjectKey, pods int, timeout time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, timeout, fmt.Sprintf("the Cache Ready again with its %d pods ready", pods), func() (bool, string) {
 		c, err := getCache(t, key)
 		if err != nil {
 			return false, err.Error()
 		}
 		ok, why := settled(c)
 		ready, _ := readyPods(t, key, "")
-		return ok && ready == 2, fmt.Sprintf("%d of 2 pods ready; %s", ready, why)
+		return ok && ready == pods, fmt.Sprintf("%d of %d pods ready; %s", ready, pods, why)
 	})
 }
 
