@@ -154,10 +154,6 @@ func ptrNow() *metav1.Time {
 // backups that wait for it.
 const cacheNameField = "spec.cacheName"
 
-// restoreFromField indexes the Caches by the backup they restore from, whose deletion waits for
-// them (restoringFrom).
-const restoreFromField = "spec.restoreFrom.backup"
-
 // SetupWithManager registers the controller: it watches the backups, their Jobs and the Caches
 // they wait for.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, maxConcurrentReconciles int) error {
@@ -166,9 +162,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, max
 	}); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &cachev2.Cache{}, restoreFromField, restoreFrom); err != nil {
-		return err
-	}
+	// No index on the Caches: an index makes the Cache informer at set-up, and the manager then
+	// waits for it to sync before it starts anything else, the webhook's certificate loader
+	// included. Listing Caches stored as v1 needs that webhook, so an operator upgraded from v1
+	// would never start. restoringFrom filters the namespace's Caches instead.
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&cachev1alpha1.CacheBackup{}).
@@ -176,14 +173,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, max
 		Watches(&cachev2.Cache{}, handler.EnqueueRequestsFromMapFunc(r.backupsOf)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Complete(r)
-}
-
-// restoreFrom is the backup a Cache restores from (restoreFromField).
-func restoreFrom(o client.Object) []string {
-	if from := o.(*cachev2.Cache).Spec.RestoreFrom; from != nil {
-		return []string{from.Backup}
-	}
-	return nil
 }
 
 // backupsOf are the unfinished backups of a Cache, and the backup it restores from, whose

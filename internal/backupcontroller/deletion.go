@@ -98,11 +98,14 @@ func (r *Reconciler) removeObjects(ctx context.Context, b *cachev1alpha1.CacheBa
 // its shard from the backup's objects until then.
 func (r *Reconciler) restoringFrom(ctx context.Context, b *cachev1alpha1.CacheBackup) ([]string, error) {
 	var caches cachev2.CacheList
-	if err := r.List(ctx, &caches, client.InNamespace(b.Namespace), client.MatchingFields{restoreFromField: b.Name}); err != nil {
+	if err := r.List(ctx, &caches, client.InNamespace(b.Namespace)); err != nil {
 		return nil, err
 	}
 	var restoring []string
 	for _, c := range caches.Items {
+		if c.Spec.RestoreFrom == nil || c.Spec.RestoreFrom.Backup != b.Name {
+			continue
+		}
 		restored := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionRestored)
 		over := restored != nil && (restored.Status == metav1.ConditionTrue || restored.Reason == cachev2.ReasonRestoreRefused)
 		if c.DeletionTimestamp == nil && !over {

@@ -40,7 +40,7 @@ func newBackupWorld(t *testing.T, status cachev1alpha1.CacheBackupStatus) *backu
 			Storage: cachev1alpha1.BucketLocation{Endpoint: "s3:9000", Bucket: "caches", CredentialsSecret: "creds"}},
 		Status: status}
 	c := fake.NewClientBuilder().WithScheme(controller.NewScheme()).WithObjects(b).
-		WithStatusSubresource(&cachev1alpha1.CacheBackup{}).WithIndex(&cachev2.Cache{}, restoreFromField, restoreFrom).Build()
+		WithStatusSubresource(&cachev1alpha1.CacheBackup{}).Build()
 	return &backupWorld{t: t, c: c, b: b, r: &Reconciler{Client: c, APIReader: c, AgentImage: "example.com/cache-operator:test"}}
 }
 
