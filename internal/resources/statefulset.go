@@ -349,7 +349,12 @@ func clusterNode(c *corev1.Container, auth bool, cli nodeCLI) {
 		// Any replica may stand for election, however long it has been cut off from its
 		// primary: a cache would rather serve slightly stale keys than none (Valkey's default,
 		// 10, can keep every replica of a shard from standing).
-		"--cluster-replica-validity-factor", "0")
+		"--cluster-replica-validity-factor", "0",
+		// A shard with no node left to serve it (its primary gone, no replica, or its replicas
+		// gone too) takes only its own slots down: the other shards keep serving theirs.
+		// Valkey's default, yes, answers CLUSTERDOWN for every key until the shard is back or
+		// healed, and with replicasPerShard 0 a node drain evicts a primary at a time.
+		"--cluster-require-full-coverage", "no")
 	if !auth {
 		// With auth, the ACL file fences the replication user instead (ReplicationFence).
 		c.Args = append(c.Args, "--user")
