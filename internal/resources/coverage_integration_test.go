@@ -37,19 +37,7 @@ func TestAClusterWithAShardDownServesTheOtherShards(t *testing.T) {
 		for j, arg := range args {
 			podArgs[j] = pod.Replace(arg)
 		}
-		processes[i] = testenv.StartValkey(t, ip, Port, podArgs...)
-		s, err := valkeyadmin.Connect(ip, Port, valkeyadmin.Auth{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		servers[i] = s
-		nodes, err := s.ClusterNodes(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		self, _ := valkeyadmin.Myself(nodes)
-		ids[i] = self.ID
+		servers[i], ids[i], processes[i] = testenv.StartClusterNode(t, ip, valkeyadmin.Auth{}, podArgs...)
 	}
 	ctx := t.Context()
 	for i, s := range servers {

@@ -180,19 +180,25 @@ func StartClusterNodes(t testing.TB, ips []string, auth valkeyadmin.Auth, args f
 	servers := make([]*valkeyadmin.Server, len(ips))
 	ids := make([]string, len(ips))
 	for i, ip := range ips {
-		StartValkey(t, ip, 6379, append([]string{"--cluster-enabled", "yes"}, args(i)...)...)
-		s, err := valkeyadmin.Connect(ip, 6379, auth)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		servers[i] = s
-		nodes, err := s.ClusterNodes(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		self, _ := valkeyadmin.Myself(nodes)
-		ids[i] = self.ID
+		servers[i], ids[i], _ = StartClusterNode(t, ip, auth, args(i)...)
 	}
 	return servers, ids
+}
+
+// StartClusterNode starts a Cluster node at port 6379 of ip, as StartClusterNodes does, and also
+// returns its process, for a test to signal.
+func StartClusterNode(t testing.TB, ip string, auth valkeyadmin.Auth, args ...string) (*valkeyadmin.Server, string, *os.Process) {
+	t.Helper()
+	process := StartValkey(t, ip, 6379, append([]string{"--cluster-enabled", "yes"}, args...)...)
+	s, err := valkeyadmin.Connect(ip, 6379, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	nodes, err := s.ClusterNodes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := valkeyadmin.Myself(nodes)
+	return s, self.ID, process
 }
