@@ -40,20 +40,23 @@ func TestAClusterWithAShardDownServesTheOtherShards(t *testing.T) {
 		servers[i], ids[i], processes[i] = testenv.StartClusterNode(t, ip, valkeyadmin.Auth{}, podArgs...)
 	}
 	ctx := t.Context()
+	// A third of the slots each, the last node taking the remainder.
+	third := valkeyadmin.SlotCount / len(servers)
+	shards := make([]valkeyadmin.SlotRange, len(servers))
 	for i, s := range servers {
-		third := valkeyadmin.SlotCount / len(servers)
-		end := (i+1)*third - 1
+		shards[i] = valkeyadmin.SlotRange{Start: i * third, End: (i+1)*third - 1}
 		if i == len(servers)-1 {
-			end = valkeyadmin.SlotCount - 1
+			shards[i].End = valkeyadmin.SlotCount - 1
 		}
-		if err := s.AddSlots(ctx, []valkeyadmin.SlotRange{{Start: i * third, End: end}}); err != nil {
+		if err := s.AddSlots(ctx, []valkeyadmin.SlotRange{shards[i]}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Meet(ctx, ips[0], Port); err != nil {
 			t.Fatal(err)
 		}
 	}
-	everyNodeSays := func(what string, says func(valkeyadmin.ClusterNode) bool, of string) {
+	// theOthersSay waits until both nodes that stay up say of the node of ID of what says checks.
+	theOthersSay := func(what string, says func(valkeyadmin.ClusterNode) bool, of string) {
 		t.Helper()
 		testenv.WaitFor(t, time.Minute, what, func() (bool, string) {
 			for i, s := range servers[:2] {
@@ -69,7 +72,7 @@ func TestAClusterWithAShardDownServesTheOtherShards(t *testing.T) {
 		})
 	}
 	for _, id := range ids {
-		everyNodeSays("every node to know every other", func(valkeyadmin.ClusterNode) bool { return true }, id)
+		theOthersSay("the nodes that stay up to know every node", func(valkeyadmin.ClusterNode) bool { return true }, id)
 	}
 	testenv.WaitFor(t, time.Minute, "every node to say the cluster is ok", func() (bool, string) {
 		for i, s := range servers {
@@ -80,9 +83,9 @@ func TestAClusterWithAShardDownServesTheOtherShards(t *testing.T) {
 		return true, ""
 	})
 
-	// One key in each shard's slots: the first and the last shard's.
+	// A key of the first shard, which stays up, and one of the last, whose node stops.
 	first := testenv.Valkey(t, ips[0], Port)
-	kept, lost := keyInSlots(t, first, 0, valkeyadmin.SlotCount/3-1), keyInSlots(t, first, 2*(valkeyadmin.SlotCount/3), valkeyadmin.SlotCount-1)
+	kept, lost := keyInSlots(t, first, shards[0]), keyInSlots(t, first, shards[2])
 	if err := first.Do(ctx, first.B().Set().Key(kept).Value("kept").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +94,7 @@ func TestAClusterWithAShardDownServesTheOtherShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = processes[2].Signal(syscall.SIGCONT) })
-	everyNodeSays("both nodes left to count the stopped one failed", func(n valkeyadmin.ClusterNode) bool { return n.Failing }, ids[2])
+	theOthersSay("both nodes left to count the stopped one failed", func(n valkeyadmin.ClusterNode) bool { return n.Failing }, ids[2])
 
 	if got, err := first.Do(ctx, first.B().Get().Key(kept).Build()).ToString(); err != nil || got != "kept" {
 		t.Errorf("GET of a key of a shard that serves: %q, %v; want it served", got, err)
@@ -106,8 +109,8 @@ func TestAClusterWithAShardDownServesTheOtherShards(t *testing.T) {
 	}
 }
 
-// keyInSlots is a key whose slot is in [start, end], as the server computes it.
-func keyInSlots(t *testing.T, c valkey.Client, start, end int) string {
+// keyInSlots is a key whose slot is in slots, as the server computes it.
+func keyInSlots(t *testing.T, c valkey.Client, slots valkeyadmin.SlotRange) string {
 	t.Helper()
 	for i := 0; ; i++ {
 		key := fmt.Sprint("key-", i)
@@ -115,7 +118,7 @@ func keyInSlots(t *testing.T, c valkey.Client, start, end int) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if int(slot) >= start && int(slot) <= end {
+		if int(slot) >= slots.Start && int(slot) <= slots.End {
 			return key
 		}
 	}
