@@ -76,6 +76,7 @@ func main() {
 		webhookCert                         conversionwebhook.Config
 		watchNamespaces                     string
 		maxConcurrentRollouts               int
+		rolloutProgressDeadline             time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, only to clients whose token the API server authenticates and authorizes for GET /metrics (the metrics-reader role).")
@@ -90,6 +91,7 @@ func main() {
 	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches, backups and schedules this operator manages; empty: every namespace. Operators scoped to namespaces apart, each with a Lease of its own, run side by side.")
 	flag.IntVar(&maxConcurrentRollouts, "max-concurrent-rollouts", 10, "How many Caches may roll a new pod template out (restart their pods) at once; the others wait their turn. 0 sets no limit.")
+	flag.DurationVar(&rolloutProgressDeadline, "rollout-progress-deadline", controller.DefaultRolloutProgressDeadline, "How long a Cache's rollout of a new pod template may go without one more pod running it before it is reported stalled (Progressing=False) and no longer counts against --max-concurrent-rollouts.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&images.ValkeyRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
 	flag.StringVar(&images.Exporter, "exporter-image", resources.DefaultExporterImage, "The metrics exporter's image (redis_exporter), which the pods of a Cache with spec.metrics.enabled run beside Valkey. A Cache's pods take a new one with their next change (docs/operations.md, Upgrading the operator).")
@@ -143,6 +145,9 @@ func main() {
 	if webhookCert.RenewBefore >= webhookCert.CertValidity {
 		fail(log, errors.New("--webhook-cert-renew-before must be shorter than --webhook-cert-validity"), "Invalid webhook flags")
 	}
+	if rolloutProgressDeadline <= 0 {
+		fail(log, errors.New("--rollout-progress-deadline must be positive"), "Invalid rollout flags")
+	}
 
 	// No client-side limit by default: the workers bound how many requests are in flight, and
 	// the API server's Priority and Fairness queues them fairly among its clients; a limit here
@@ -194,7 +199,7 @@ func main() {
 		AgentImage:    agentImage,
 
 		ClusterCheckInterval: clusterCheckInterval,
-		Rollouts:             &controller.RolloutGate{Limit: maxConcurrentRollouts, StatefulSets: mgr.GetClient()},
+		Rollouts:             &controller.RolloutGate{Limit: maxConcurrentRollouts, ProgressDeadline: rolloutProgressDeadline, Reader: mgr.GetClient()},
 	}
 	if catalogEndpoints != "" {
 		layout.Zone = strings.Trim(layout.Zone, ".")

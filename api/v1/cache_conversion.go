@@ -33,13 +33,14 @@ type v2Fields struct {
 	Config      *cachev2.ValkeyConfig  `json:"config,omitempty"`
 	TLS         *cachev2.TLS           `json:"tls,omitempty"`
 
-	StatusShards      int32                 `json:"statusShards,omitempty"`
-	StatusReadyShards int32                 `json:"statusReadyShards,omitempty"`
-	SlotsAssigned     int32                 `json:"slotsAssigned,omitempty"`
-	SlotsToMove       int32                 `json:"slotsToMove,omitempty"`
-	SlotsMoved        int32                 `json:"slotsMoved,omitempty"`
-	Nodes             []cachev2.ClusterNode `json:"nodes,omitempty"`
-	CertificateSerial string                `json:"certificateSerial,omitempty"`
+	StatusShards      int32                  `json:"statusShards,omitempty"`
+	StatusReadyShards int32                  `json:"statusReadyShards,omitempty"`
+	SlotsAssigned     int32                  `json:"slotsAssigned,omitempty"`
+	SlotsToMove       int32                  `json:"slotsToMove,omitempty"`
+	SlotsMoved        int32                  `json:"slotsMoved,omitempty"`
+	Nodes             []cachev2.ClusterNode  `json:"nodes,omitempty"`
+	CertificateSerial string                 `json:"certificateSerial,omitempty"`
+	Rollout           *cachev2.RolloutStatus `json:"rollout,omitempty"`
 }
 
 // ConvertTo converts this v1 Cache to the hub version, v2: replicas: N is mode: Standalone,
@@ -76,6 +77,7 @@ func (src *Cache) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Status.SlotsToMove, dst.Status.SlotsMoved = fields.SlotsToMove, fields.SlotsMoved
 	dst.Status.Nodes = fields.Nodes
 	dst.Status.CertificateSerial = fields.CertificateSerial
+	dst.Status.Rollout = fields.Rollout
 	return nil
 }
 
@@ -143,6 +145,7 @@ func (dst *Cache) ConvertFrom(srcRaw conversion.Hub) error {
 		SlotsMoved:        src.Status.SlotsMoved,
 		Nodes:             src.Status.Nodes,
 		CertificateSerial: src.Status.CertificateSerial,
+		Rollout:           src.Status.Rollout,
 	})
 	if err != nil {
 		return err

@@ -462,6 +462,11 @@ type CacheStatus struct {
 	// +optional
 	CertificateSerial string `json:"certificateSerial,omitempty"`
 
+	// Rollout is the rollout of a new pod template under way, while the pods do not all run the
+	// latest one; absent otherwise. The Progressing condition reports whether it still moves.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+
 	// Selector is the label selector of the cache node pods, in string form, for the scale
 	// subresource (a HorizontalPodAutoscaler needs it to find the pods).
 	// +optional
@@ -474,6 +479,17 @@ type CacheStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RolloutStatus is how far a rollout of a new pod template has got, and since when it has not
+// got further.
+type RolloutStatus struct {
+	// UpdatedReplicas is how many pods run the new template, ready or not.
+	UpdatedReplicas int32 `json:"updatedReplicas"`
+	// ProgressedAt is when the rollout last moved: when it started, or when one more pod came to
+	// run the new template. The rollout's progress deadline counts from it
+	// (--rollout-progress-deadline).
+	ProgressedAt metav1.Time `json:"progressedAt"`
 }
 
 // Role is a Cluster node's role.

@@ -120,6 +120,24 @@ const (
 	ReasonRolloutQueued = "RolloutQueued"
 )
 
+// Progressing reports, while a new pod template rolls out (status.rollout), whether the rollout
+// still moves. False means no pod has come to run the new template for the operator's progress
+// deadline (--rollout-progress-deadline): an image that cannot be pulled, a pod that never gets
+// ready. The rollout then stops counting against --max-concurrent-rollouts, so that it holds up
+// no other Cache's, and goes on if it moves again. The condition is absent when no rollout is
+// under way.
+const (
+	// ConditionProgressing is the type of the Progressing condition.
+	ConditionProgressing = "Progressing"
+
+	// ReasonRollingOut means the rollout moves: the message says how far it has got.
+	ReasonRollingOut = "RollingOut"
+
+	// ReasonProgressDeadlineExceeded means the rollout has not moved for the progress deadline:
+	// the pods' events say why (kubectl describe pod).
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+)
+
 // Restored reports, on a Cache created with spec.restoreFrom, whether its nodes hold the backup's
 // data. Until it is True, Ready is False with one of the reasons below.
 const (

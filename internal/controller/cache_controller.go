@@ -167,6 +167,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
 	status := observedStatus(cache, made.sts, registered, made.hold, cluster)
+	pollAfter = soonest(pollAfter, r.Rollouts.trackProgress(cache, made.sts, &status, time.Now()))
 	if made.hold == resources.TemplateHeldForFleet {
 		meta.SetStatusCondition(&status.Conditions, r.Rollouts.queued(cache))
 		pollAfter = soonest(pollAfter, rolloutQueueInterval)

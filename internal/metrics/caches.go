@@ -26,6 +26,10 @@ var (
 	slotsMovedDesc = prometheus.NewDesc("cache_operator_cache_slots_moved",
 		"Hash slots that a Cluster Cache's latest operation has moved so far.",
 		[]string{"namespace", "name"}, nil)
+	rolloutStalledDesc = prometheus.NewDesc("cache_operator_cache_rollout_stalled",
+		"1 if the Cache's rollout of a new pod template has not moved for the operator's progress deadline "+
+			"(Progressing=False), else 0.",
+		[]string{"namespace", "name"}, nil)
 	terminatingDesc = prometheus.NewDesc("cache_operator_caches_terminating",
 		"Caches that are being deleted and wait for their finalizer.", nil, nil)
 	oldestTerminatingDesc = prometheus.NewDesc("cache_operator_oldest_terminating_cache_age_seconds",
@@ -56,6 +60,7 @@ func (c *cachesCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cacheReadyDesc
 	ch <- slotsToMoveDesc
 	ch <- slotsMovedDesc
+	ch <- rolloutStalledDesc
 	ch <- terminatingDesc
 	ch <- oldestTerminatingDesc
 }
@@ -93,6 +98,11 @@ func (c *cachesCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(slotsToMoveDesc, prometheus.GaugeValue, float64(cache.Status.SlotsToMove), cache.Namespace, cache.Name)
 			ch <- prometheus.MustNewConstMetric(slotsMovedDesc, prometheus.GaugeValue, float64(cache.Status.SlotsMoved), cache.Namespace, cache.Name)
 		}
+		stalled := 0.0
+		if meta.IsStatusConditionFalse(cache.Status.Conditions, cachev2.ConditionProgressing) {
+			stalled = 1
+		}
+		ch <- prometheus.MustNewConstMetric(rolloutStalledDesc, prometheus.GaugeValue, stalled, cache.Namespace, cache.Name)
 		if ts := cache.DeletionTimestamp; ts != nil {
 			terminating++
 			oldest = max(oldest, time.Since(ts.Time).Seconds())

@@ -73,7 +73,14 @@ func JudgeStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) St
 // is not ready for another reason, which would otherwise keep the rollouts that might mend it
 // waiting.
 func RollingOut(sts *appsv1.StatefulSet) bool {
-	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdatedReplicas < sts.Status.Replicas {
+	return sts.Status.ObservedGeneration < sts.Generation || PodsRunEarlierTemplate(sts)
+}
+
+// PodsRunEarlierTemplate is RollingOut as the StatefulSet's status reports it, for the generation
+// the status has observed: some pods run an earlier template, or, in a rolling update, the new
+// ones are not all ready yet.
+func PodsRunEarlierTemplate(sts *appsv1.StatefulSet) bool {
+	if sts.Status.UpdatedReplicas < sts.Status.Replicas {
 		return true
 	}
 	return sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType &&

@@ -5,11 +5,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,6 +71,74 @@ func TestAChangeToManyCachesRollsOutAFewAtATime(t *testing.T) {
 	if len(queued()) == 0 {
 		t.Errorf("no Cache ever said RolloutQueued")
 	}
+}
+
+// A rollout that never moves, a version no image exists for, holds its place of
+// --max-concurrent-rollouts=1 only until the progress deadline: then its Cache says
+// Progressing=False/ProgressDeadlineExceeded, and another Cache's change, queued behind it until
+// then, rolls out.
+func TestARolloutThatNeverMovesIsReportedAndFreesItsPlace(t *testing.T) {
+	runBeside(t, 1)
+	ctx := context.Background()
+	startOperator(t, "a", "", "--max-concurrent-rollouts=1", "--rollout-progress-deadline=20s")
+	ns := newNamespace(t)
+	stuck, next := client.ObjectKey{Namespace: ns, Name: "stuck"}, client.ObjectKey{Namespace: ns, Name: "next"}
+	for _, key := range []client.ObjectKey{stuck, next} {
+		c := &cachev2.Cache{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name,
+				Annotations: map[string]string{cachev2.AnnotationRolloutEmptiesNodes: cachev2.RolloutEmptiesNodesAllowed}},
+			Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		}
+		if err := admin.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSettled(t, ns, 3*time.Minute)
+	_, queued := watchRollouts(t, ns)
+
+	patchCache(t, stuck, `{"spec":{"version":"8.1.9"}}`) // no node has an image of 8.1.9, nor a registry to pull it from
+	waitProgressing(t, stuck, metav1.ConditionTrue, cachev2.ReasonRollingOut)
+	patchCache(t, next, `{"spec":{"memory":"80Mi"}}`)
+	testenv.WaitFor(t, time.Minute, "next to wait behind stuck's rollout", func() (bool, string) {
+		return slices.Contains(queued(), next.Name), fmt.Sprintf("queued: %v", queued())
+	})
+	c := waitProgressing(t, stuck, metav1.ConditionFalse, cachev2.ReasonProgressDeadlineExceeded)
+	if c.Status.Rollout == nil || c.Status.Rollout.UpdatedReplicas != 1 {
+		t.Errorf("stuck's rollout is %+v, want 1 pod on the new template", c.Status.Rollout)
+	}
+	testenv.WaitFor(t, 3*time.Minute, "next rolled out with 80Mi and Ready", func() (bool, string) {
+		c, err := getCache(t, next)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, why := settled(c)
+		return ok && c.Spec.Memory.String() == "80Mi" && c.Status.Rollout == nil &&
+			meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionProgressing) == nil, why
+	})
+	// What a user who looks at the pod sees: it cannot get its image.
+	var pod corev1.Pod
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stuck-0"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if w := pod.Status.ContainerStatuses[0].State.Waiting; w == nil || !slices.Contains([]string{"ErrImagePull", "ImagePullBackOff"}, w.Reason) {
+		t.Errorf("stuck-0's container is %+v, want waiting for its image", pod.Status.ContainerStatuses[0].State)
+	}
+}
+
+// waitProgressing waits until the Cache's Progressing condition has the status and reason, and
+// returns the Cache.
+func waitProgressing(t *testing.T, key client.ObjectKey, status metav1.ConditionStatus, reason string) *cachev2.Cache {
+	t.Helper()
+	var c *cachev2.Cache
+	testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("%s to say Progressing=%s/%s", key.Name, status, reason), func() (bool, string) {
+		var err error
+		if c, err = getCache(t, key); err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionProgressing)
+		return cond != nil && cond.Status == status && cond.Reason == reason, fmt.Sprintf("%+v", cond)
+	})
+	return c
 }
 
 // watchRollouts watches the namespace's StatefulSets and Caches until the test ends: most is the
