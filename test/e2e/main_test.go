@@ -98,6 +98,7 @@ func run(m *testing.M) int {
 	}
 
 	cluster = newRealCluster(fmt.Sprintf("e2e-%d", os.Getpid()), realNodes)
+	deleteOnAbort(cluster, newRealCluster(installClusterName(), installNodes))
 	// Removed however the tests end; a failed create may have left parts behind too.
 	defer func() {
 		if err := cluster.Delete(context.Background()); err != nil {
@@ -138,6 +139,11 @@ func newRealCluster(name string, nodes int) *localcluster.Cluster {
 	return &localcluster.Cluster{Name: name, Workdir: workdir, BinDir: testenv.BinDir(),
 		RealNodes: nodes, NodeBinary: nodeBinary, Images: images}
 }
+
+// installClusterName names installCluster, which has installNodes real nodes.
+func installClusterName() string { return fmt.Sprintf("e2e-install-%d", os.Getpid()) }
+
+const installNodes = 3
 
 func fail(err error) int {
 	fmt.Fprintln(os.Stderr, "e2e setup:", err)

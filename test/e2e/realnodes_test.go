@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -33,7 +32,7 @@ func TestTheOperatorAsUsersInstallIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installCluster = newRealCluster(fmt.Sprintf("e2e-install-%d", os.Getpid()), 3)
+	installCluster = newRealCluster(installClusterName(), installNodes)
 	installCluster.Images = append(slices.Clone(images), previous.archive)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
