@@ -18,9 +18,12 @@ import (
 	"example.com/cache-operator/internal/valkey"
 )
 
-// keyMoveBudget bounds how long one pass spends moving keys between servers. A slot whose keys
-// are not all moved by then stays open, and the next pass resumes it from what the servers
-// report; so a big migration takes many short passes and never holds a worker long.
+// keyMoveBudget bounds how long one pass spends moving slots between servers: no slot is opened
+// after it. A slot opened in time has as long again to move its keys: most slots of a cache
+// hold a few keys, and one left open at the pass's deadline would take a pass of its own to
+// finish. A slot whose keys are not all moved by then (large values) stays open, and the next
+// pass resumes it from what the servers report; so a big migration takes many short passes and
+// never holds a worker long.
 const keyMoveBudget = time.Second
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=delete;patch
@@ -108,7 +111,7 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 	case topology.KindClaim:
 		return server.SetSlotsOwner(ctx, a.Claim.Slots, a.Claim.ID)
 	case topology.KindMigrate:
-		return migrate(ctx, server, byPod, a.Migrate, deadline)
+		return migrate(ctx, server, byPod, a.Migrate, deadline, keyMoveBudget)
 	case topology.KindUnfence:
 		return server.Unfence(ctx)
 	case topology.KindRestart, topology.KindMarkHandover:
@@ -122,9 +125,10 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 // already), the slot's keys go over in batches (moveKeys), and the target, then the source, are
 // told the target owns it. So at most one slot is open at a time, the one whose keys are moving,
 // and clients meet ASK redirections for that slot alone; a slot not reached by the deadline is
-// not opened at all, and the one the deadline stopped (with its keys partly moved, or none) stays
-// open for the next pass. Every other primary is told the new owners once, at the end.
-func migrate(ctx context.Context, source *valkey.Server, byPod map[string]clusterMember, m *topology.Migration, deadline time.Time) error {
+// not opened at all, and one opened has until the deadline or slotBudget after its opening,
+// whichever is later, to move its keys: one stopped then (with its keys partly moved, or none)
+// stays open for the next pass. Every other primary is told the new owners once, at the end.
+func migrate(ctx context.Context, source *valkey.Server, byPod map[string]clusterMember, m *topology.Migration, deadline time.Time, slotBudget time.Duration) error {
 	target, err := valkey.Connect(m.TargetAddress.IP, m.TargetAddress.Port, source.Auth())
 	if err != nil {
 		return err
@@ -148,7 +152,7 @@ func migrate(ctx context.Context, source *valkey.Server, byPod map[string]cluste
 				return err
 			}
 		}
-		done, err := moveKeys(ctx, source, m.TargetAddress, slot, deadline, batch)
+		done, err := moveKeys(ctx, source, m.TargetAddress, slot, later(deadline, time.Now().Add(slotBudget)), batch)
 		if err != nil || !done {
 			return err
 		}
@@ -164,6 +168,14 @@ func migrate(ctx context.Context, source *valkey.Server, byPod map[string]cluste
 		announce(ctx, source, []int{slot}, m.TargetID)
 	}
 	return nil
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // announceOwner tells every other primary that the target owns the moved slots: they would

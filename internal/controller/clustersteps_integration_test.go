@@ -13,11 +13,12 @@ import (
 	"example.com/cache-operator/test/harness/testenv"
 )
 
-// A migration step moves keys only until its deadline, so that no pass blocks a worker for as
-// long as a slot's keys take to move: a step out of time returns with the slot left open,
-// IMPORTING on the target and MIGRATING on the source, and the next step, planned afresh from the
-// open slot, finishes it. On real servers; and, with auth, the keys go to a target that refuses
-// clients without credentials (MIGRATE ... AUTH2 as the operator's user).
+// A migration step moves keys only until its deadline (and the slot's own budget, none here), so
+// that no pass blocks a worker for as long as a slot's keys take to move: a step out of time
+// returns with the slot left open, IMPORTING on the target and MIGRATING on the source, and the
+// next step, planned afresh from the open slot, finishes it. On real servers; and, with auth, the
+// keys go to a target that refuses clients without credentials (MIGRATE ... AUTH2 as the
+// operator's user).
 func TestAMigrationStepOutOfTimeLeavesTheSlotOpenForTheNext(t *testing.T) {
 	t.Run("without auth", func(t *testing.T) { migrationStepOutOfTime(t, valkey.Auth{}) })
 	t.Run("with auth", func(t *testing.T) {
@@ -99,7 +100,7 @@ func migrationStepOutOfTime(t *testing.T, auth valkey.Auth) {
 		return self
 	}
 
-	if err := migrate(ctx, source, nil, m, time.Now()); err != nil {
+	if err := migrate(ctx, source, nil, m, time.Now(), 0); err != nil {
 		t.Fatal(err)
 	}
 	if got := selfOf(source).Migrating[int(slot)]; got != ids[1] {
@@ -112,7 +113,7 @@ func migrationStepOutOfTime(t *testing.T, auth valkey.Auth) {
 		t.Errorf("a step out of time moved keys: %d of %d left on the source", n, keys)
 	}
 
-	if err := migrate(ctx, source, nil, m, time.Now().Add(time.Minute)); err != nil {
+	if err := migrate(ctx, source, nil, m, time.Now().Add(time.Minute), 0); err != nil {
 		t.Fatal(err)
 	}
 	src, dst := selfOf(source), selfOf(target)

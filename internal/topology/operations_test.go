@@ -389,6 +389,39 @@ func TestScaleOutMovesSlotsToTheNewShardsInBoundedSteps(t *testing.T) {
 	}
 }
 
+func TestAScaleOutStepMovesFromEverySourceAtOnce(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 1}, Want{Shards: 5, ReplicasPerShard: 1}
+	s := formedSim(t, from)
+	s.add(simPods(from.Nodes(), to.Nodes())...)
+	for step := 1; ; step++ {
+		plan := Form(to, s.members())
+		if plan.Waiting != "" && s.finishSyncs() {
+			continue
+		}
+		var sources []string
+		for _, a := range plan.Actions {
+			if a.Kind == KindMigrate {
+				sources = append(sources, a.On)
+			}
+		}
+		if len(sources) == 0 {
+			if step > 20 {
+				t.Fatal("no migration in 20 steps")
+			}
+			for _, a := range plan.Actions {
+				s.apply(t, a)
+			}
+			s.gossip()
+			continue
+		}
+		slices.Sort(sources)
+		if len(sources) != from.Shards || len(slices.Compact(sources)) != from.Shards {
+			t.Errorf("the first migrating step moves from %v, want each of the %d primaries once", sources, from.Shards)
+		}
+		return
+	}
+}
+
 func TestScaleInDrainsLeavingShardsBeforeTheyAreReleased(t *testing.T) {
 	for _, tc := range []struct{ from, to Want }{
 		{Want{Shards: 5, ReplicasPerShard: 1}, Want{Shards: 3, ReplicasPerShard: 1}},

@@ -116,26 +116,36 @@ func slotsToMove(want Want, members []Member) int {
 	return len(moving)
 }
 
-// rebalance moves up to MaxSlotsPerStep slots towards the balance of balancingMoves.
+// rebalance moves up to MaxSlotsPerStep slots towards the balance of balancingMoves: one
+// migration from each source that still gives, towards the first target it gives to, the step's
+// slots shared out among them. The reconciler runs a step's migrations side by side, each
+// against its own source; a migration is a chain of round trips per slot, so a scale-out that
+// moved from one source at a time took as many times longer as there were sources.
 func rebalance(want Want, members []Member) (Plan, bool) {
 	moves := balancingMoves(want, members)
 	if len(moves) == 0 {
 		return Plan{}, true
 	}
-	moves = moves[:min(len(moves), MaxSlotsPerStep)]
 	type pair struct{ from, to *Member }
 	bySlots := map[pair][]int{}
 	var order []pair
+	targetOf := map[*Member]*Member{}
 	for _, mv := range moves {
+		if to, ok := targetOf[mv.from]; ok && to != mv.to {
+			continue // a later step, once this source's current target has its share
+		}
 		p := pair{mv.from, mv.to}
-		if _, ok := bySlots[p]; !ok {
+		if _, ok := targetOf[mv.from]; !ok {
+			targetOf[mv.from] = mv.to
 			order = append(order, p)
 		}
 		bySlots[p] = append(bySlots[p], mv.slot)
 	}
+	order = order[:min(len(order), MaxSlotsPerStep)]
+	share := MaxSlotsPerStep / len(order)
 	var actions []Action
 	for _, p := range order {
-		slots := bySlots[p]
+		slots := bySlots[p][:min(len(bySlots[p]), share)]
 		actions = append(actions, migrate(members, p.from, p.to, slots, slots, slots))
 	}
 	return Plan{Actions: actions}, false
