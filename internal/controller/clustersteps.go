@@ -120,14 +120,17 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 	return fmt.Errorf("%s: no command for this kind of step", a)
 }
 
-// migrate moves slots from source one at a time, as valkey-cli does, until the deadline: the
-// target is told it imports the slot and the source that it migrates it (unless they do
-// already), the slot's keys go over in batches (moveKeys), and the target, then the source, are
-// told the target owns it. So at most one slot is open at a time, the one whose keys are moving,
-// and clients meet ASK redirections for that slot alone; a slot not reached by the deadline is
-// not opened at all, and one opened has until the deadline or slotBudget after its opening,
-// whichever is later, to move its keys: one stopped then (with its keys partly moved, or none)
-// stays open for the next pass. Every other primary is told the new owners once, at the end.
+// migrate moves slots from source, slotsOpenAtOnce at a time, until the deadline: the target is
+// told it imports them and the source that it migrates them (unless they do already), each
+// slot's keys go over in batches (moveKeys), and the target, then the source, are told the
+// target owns the slots whose keys have all moved. Each of these is one pipelined round trip for
+// the whole group, where valkey-cli spends one per slot: a slot of a cache holds a few keys, and
+// the round trips, each acknowledged by the primaries' replicas since Valkey 8, were most of a
+// scale-out's time. Clients meet ASK redirections for the open group's slots alone. A group not
+// reached by the deadline is not opened at all; one opened has until the deadline or slotBudget
+// after its opening, whichever is later, to move its keys, and its slots not emptied by then
+// (with their keys partly moved, or none) stay open for the next pass. Every other primary is
+// told the new owners once, at the end.
 func migrate(ctx context.Context, source *valkey.Server, byPod map[string]clusterMember, m *topology.Migration, deadline time.Time, slotBudget time.Duration) error {
 	target, err := valkey.Connect(m.TargetAddress.IP, m.TargetAddress.Port, source.Auth())
 	if err != nil {
@@ -137,37 +140,60 @@ func migrate(ctx context.Context, source *valkey.Server, byPod map[string]cluste
 	batch := newKeyBatch()
 	var moved []int
 	defer func() { announceOwner(ctx, byPod, m, moved) }()
-	for i, slot := range m.Slots {
-		// The first slot is opened whatever the time, so that every pass makes progress.
-		if i > 0 && time.Now().After(deadline) {
+	for group := range slices.Chunk(m.Slots, slotsOpenAtOnce) {
+		// The first group is opened whatever the time, so that every pass makes progress.
+		if len(moved) > 0 && time.Now().After(deadline) {
 			return nil
 		}
-		if slices.Contains(m.Import, slot) {
-			if err := target.SetSlotsImporting(ctx, []int{slot}, m.SourceID); err != nil {
-				return err
-			}
-		}
-		if slices.Contains(m.Export, slot) {
-			if err := source.SetSlotsMigrating(ctx, []int{slot}, m.TargetID); err != nil {
-				return err
-			}
-		}
-		done, err := moveKeys(ctx, source, m.TargetAddress, slot, later(deadline, time.Now().Add(slotBudget)), batch)
-		if err != nil || !done {
+		if err := target.SetSlotsImporting(ctx, among(group, m.Import), m.SourceID); err != nil {
 			return err
+		}
+		if err := source.SetSlotsMigrating(ctx, among(group, m.Export), m.TargetID); err != nil {
+			return err
+		}
+		slotDeadline := later(deadline, time.Now().Add(slotBudget))
+		var emptied []int
+		for _, slot := range group {
+			done, err := moveKeys(ctx, source, m.TargetAddress, slot, slotDeadline, batch)
+			if err != nil {
+				return err
+			}
+			if !done {
+				break
+			}
+			emptied = append(emptied, slot)
 		}
 		// The target first: it raises its config epoch, so its claim wins over the source's.
-		if err := target.SetSlotsOwner(ctx, []int{slot}, m.TargetID); err != nil {
+		if err := target.SetSlotsOwner(ctx, emptied, m.TargetID); err != nil {
 			return err
 		}
-		moved = append(moved, slot)
+		moved = append(moved, emptied...)
 		// The source would learn it from the cluster bus; told now, it redirects clients at
 		// once. A failure here is no error: a source that gave away its last slot turns into a
 		// replica of the target and drops its clients, and a slot it still shows migrating is
 		// finished by the next pass (topology.closeOpenSlots).
-		announce(ctx, source, []int{slot}, m.TargetID)
+		announce(ctx, source, emptied, m.TargetID)
+		if len(emptied) < len(group) {
+			return nil // out of time: the rest of the group stays open
+		}
 	}
 	return nil
+}
+
+// slotsOpenAtOnce is how many slots a migration opens together: few enough that clients meet ASK
+// for a sliver of the keyspace (16 of 16384 slots per source), enough that a group's SETSLOTs
+// cost a round trip where one per slot cost a scale-out most of its time.
+const slotsOpenAtOnce = 16
+
+// among are those of slots that are in set, in the order of slots.
+func among(slots, set []int) []int {
+	var in []int
+	for _, slot := range slots {
+		if slices.Contains(set, slot) {
+			in = append(in, slot)
+		}
+	}
+	return in
 }
 
 // later is the later of two times.
