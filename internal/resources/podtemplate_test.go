@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
 // The informer keeps StatefulSets stripped of their pod template, so statefulSetUpToDate must
@@ -240,5 +242,44 @@ func TestRollingOutIsANewTemplateNotYetOnEveryPod(t *testing.T) {
 		if got := RollingOut(sts); got != tc.want {
 			t.Errorf("%s: RollingOut = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A restored Cache's pods keep the restore's init step once the restore is over, until their
+// next rollout removes it: its removal alone is no reason to restart them. A rollout during the
+// restore gives it the running release's image; kept for good, the step would pin the release
+// that made it, whose image a registry may prune.
+func TestARestoresInitStepGoesWithTheNextRolloutOnceTheRestoreIsOver(t *testing.T) {
+	cache := testCache()
+	cache.Spec.RestoreFrom = &cachev2.RestoreSource{Backup: "nightly"}
+	cache.Annotations = map[string]string{cachev2.AnnotationRolloutEmptiesNodes: cachev2.RolloutEmptiesNodesAllowed}
+	restoring := func(c *cachev2.Cache, agentImage string) *appsv1.StatefulSet {
+		sts := StatefulSet(c, DefaultImages)
+		sts.Spec.Template.Spec.InitContainers = []corev1.Container{RestoreInitContainer(c, agentImage, "bucket")}
+		return sts
+	}
+	was := stored(restoring(cache, "cache-operator:1.0.0"))
+	initImages := func(sts *appsv1.StatefulSet) []string {
+		var images []string
+		for _, c := range sts.Spec.Template.Spec.InitContainers {
+			images = append(images, c.Image)
+		}
+		return images
+	}
+
+	if v := JudgeStatefulSet(cache, was, StatefulSet(cache, DefaultImages)); !v.UpToDate {
+		t.Errorf("the restore over and nothing else changed: %+v, want nothing to write", v)
+	}
+	more := cache.DeepCopy()
+	more.Spec.Memory = resource.MustParse("512Mi")
+	during := was.DeepCopy()
+	UpdateStatefulSet(more, during, restoring(more, "cache-operator:1.1.0"), false)
+	if got := initImages(during); len(got) != 1 || got[0] != "cache-operator:1.1.0" {
+		t.Errorf("a rollout during the restore: init images %v, want the running release's", got)
+	}
+	after := was.DeepCopy()
+	UpdateStatefulSet(more, after, StatefulSet(more, DefaultImages), false)
+	if got := initImages(after); len(got) != 0 {
+		t.Errorf("a rollout once the restore is over: init images %v, want none", got)
 	}
 }

@@ -124,8 +124,13 @@ func mergeStatefulSet(dst, desired *appsv1.StatefulSet) {
 		dst.Spec.Selector = desired.Spec.Selector
 		dst.Spec.ServiceName = desired.Spec.ServiceName
 		dst.Spec.PodManagementPolicy = desired.Spec.PodManagementPolicy
-		// A restore's init step is the pods' from the start, and stays as it was made: it
-		// does nothing once the restore is over (RestoreInitContainer).
+	}
+	if dst.CreationTimestamp.IsZero() || ownedTemplateDigest(&dst.Spec.Template) != ownedTemplateDigest(&desired.Spec.Template) {
+		// A restore's init step is the pods' from the start and goes with the first rollout once
+		// the restore is over (desired has none then); during a restore a rollout gives it the
+		// running release's agent image. It is not an owned field, so that its removal alone
+		// restarts no pod (it does nothing once the restore is over: RestoreInitContainer); kept
+		// for good, it would pin the release that made it, whose image a registry may prune.
 		dst.Spec.Template.Spec.InitContainers = desired.Spec.Template.Spec.InitContainers
 	}
 	dst.Spec.Replicas = desired.Spec.Replicas
