@@ -116,18 +116,23 @@ func countMissing(t *testing.T, c valkeygo.Client) int {
 	return missing
 }
 
-// Scale-out of a Cluster Cache 3 → 5 primaries (no replicas) holding 200,000 keys of 100 B, under
-// a client writing and reading all along, against valkey-cli --cluster rebalance
-// --cluster-use-empty-masters on plain servers of the same release with the same data, in the
-// same run, on the same machine; then the scale-in back to 3. It logs, per run: the operator's
-// time from the patch to Ready, valkey-cli's time, the client's requests, failures (valkey-go
-// follows MOVED and ASK itself, so every failure is an error other than a redirection) and
-// longest stretch of failures, and the keys lost.
+// Scale-out of a Cluster Cache 3 → 5 primaries holding 200,000 keys of 100 B, under a client
+// writing and reading all along, against valkey-cli --cluster rebalance
+// --cluster-use-empty-masters on plain servers of the same release with the same data and the
+// same replicas, in the same run, on the same machine; then the scale-in back to 3. With one
+// replica per shard, the shape users run, and without. It logs, per run: the operator's time
+// from the patch to Ready, valkey-cli's time, the client's requests, failures (valkey-go follows
+// MOVED and ASK itself, so every failure is an error other than a redirection) and longest
+// stretch of failures, and the keys lost.
 func TestMeasureScaleOutAgainstValkeyCLI(t *testing.T) {
 	runs := measureRuns(t)
 	operator := startOperator(t, "a", "", clusterCheckInterval, "--zap-time-encoding=rfc3339nano")
-	for run := 1; run <= runs; run++ {
-		t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) { measureScaleOut(t, operator, run) })
+	for _, replicas := range []int32{1, 0} {
+		t.Run(fmt.Sprintf("%d replicas per shard", replicas), func(t *testing.T) {
+			for run := 1; run <= runs; run++ {
+				t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) { measureScaleOut(t, operator, replicas, run) })
+			}
+		})
 	}
 }
 
@@ -153,9 +158,9 @@ func firstMigrationStep(t *testing.T, operator *testenv.Operator, namespace stri
 }
 
 // measureScaleOut is one run of TestMeasureScaleOutAgainstValkeyCLI.
-func measureScaleOut(t *testing.T, operator *testenv.Operator, run int) {
+func measureScaleOut(t *testing.T, operator *testenv.Operator, replicas int32, run int) {
 	ns := newNamespace(t)
-	key := newClusterCache(t, ns, "rebalance", 3, 0)
+	key := newClusterCache(t, ns, "rebalance", 3, replicas)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	c := clusterClient(t, key)
 	loadKeys100B(t, c)
@@ -174,7 +179,7 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, run int) {
 		run, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.errorKinds(), in.longestOutage.Round(time.Millisecond),
 		inLost, inAcked, inMissing, rebalanceKeys)
 
-	cli := valkeyCLIRebalance(t)
+	cli := valkeyCLIRebalance(t, int(replicas))
 	t.Logf("run %d: operator 3 → 5: %s from the patch, %s from its first migration step (%.2f × valkey-cli); valkey-cli rebalance: %s; "+
 		"client: %d requests, %d failed (%s), longest failing stretch %s; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
 		run, took.Round(100*time.Millisecond), migrating.Round(100*time.Millisecond), migrating.Seconds()/cli.Seconds(), cli.Round(100*time.Millisecond),
@@ -182,24 +187,32 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, run int) {
 	deleteAllCaches(t, ns)
 }
 
-// valkeyCLIRebalance forms a cluster of 3 plain servers with the reference data, adds 2 empty
-// primaries and times valkey-cli --cluster rebalance --cluster-use-empty-masters.
-func valkeyCLIRebalance(t *testing.T) time.Duration {
+// valkeyCLIRebalance forms a cluster of 3 plain primaries, each with replicas replicas, with the
+// reference data, adds 2 empty primaries with as many replicas, and times valkey-cli --cluster
+// rebalance --cluster-use-empty-masters.
+func valkeyCLIRebalance(t *testing.T, replicas int) time.Duration {
 	t.Helper()
-	ips := testenv.LoopbackIPs(5)
+	perShard := 1 + replicas
+	ips := testenv.LoopbackIPs(5 * perShard)
 	addr := func(i int) string { return net.JoinHostPort(ips[i], "6379") }
 	for _, ip := range ips {
 		testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes", "--cluster-node-timeout", "5000")
 	}
-	cli := func(args ...string) {
+	cli := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), args...)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		out, err := cmd.CombinedOutput()
+		if err != nil {
 			t.Fatalf("valkey-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+		return strings.TrimSpace(string(out))
 	}
-	cli("--cluster", "create", addr(0), addr(1), addr(2), "--cluster-yes")
-	waitPlainClusterKnows(t, ips[:3])
+	create := []string{"--cluster", "create"}
+	for i := range 3 * perShard {
+		create = append(create, addr(i))
+	}
+	cli(append(create, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...)
+	waitPlainClusterKnows(t, ips[:3*perShard])
 	plain, err := valkeygo.NewClient(valkeygo.ClientOption{InitAddress: []string{addr(0)}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
@@ -208,12 +221,18 @@ func valkeyCLIRebalance(t *testing.T) time.Duration {
 	loadKeys100B(t, plain)
 	// valkey-cli refuses to add a node while the nodes disagree about the cluster, as they do
 	// until every one has learnt of the node added before: each is added once all know the last.
-	for i := 3; i < 5; i++ {
-		cli("--cluster", "add-node", addr(i), addr(0))
+	for i := 3 * perShard; i < 5*perShard; i++ {
+		if (i-3*perShard)%perShard == 0 {
+			cli("--cluster", "add-node", addr(i), addr(0))
+		} else {
+			primary := cli("-h", ips[i-(i-3*perShard)%perShard], "cluster", "myid")
+			cli("--cluster", "add-node", addr(i), addr(0), "--cluster-slave", "--cluster-master-id", primary)
+		}
 		// MIGRATE is refused while its target says the cluster is down: every server, the new
 		// ones too, must also say ok.
 		waitPlainClusterKnows(t, ips[:i+1])
 	}
+	waitPlainReplicasInSync(t, ips)
 	began := time.Now()
 	cli("--cluster", "rebalance", addr(0), "--cluster-use-empty-masters")
 	took := time.Since(began)
@@ -221,6 +240,22 @@ func valkeyCLIRebalance(t *testing.T) time.Duration {
 		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
 	}
 	return took
+}
+
+// waitPlainReplicasInSync waits until every plain server that is a replica has its link to its
+// primary up.
+func waitPlainReplicasInSync(t *testing.T, ips []string) {
+	t.Helper()
+	cli := filepath.Join(testenv.BinDir(), "valkey-cli")
+	testenv.WaitFor(t, time.Minute, "every plain replica in sync", func() (bool, string) {
+		for _, ip := range ips {
+			info, err := exec.Command(cli, "-h", ip, "info", "replication").Output()
+			if err != nil || strings.Contains(string(info), "role:slave") && !strings.Contains(string(info), "master_link_status:up") {
+				return false, ip + ": " + string(info)
+			}
+		}
+		return true, ""
+	})
 }
 
 // waitPlainClusterKnows waits until every plain server at ips knows all of them, with no
