@@ -90,6 +90,12 @@ GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/templates
 local-cluster-down: ## Delete the local cluster that make run started.
 	go run ./hack/localcluster down
 
+.PHONY: local-s3
+local-s3: ## Serve an S3 bucket that make run's cluster reaches, for trying backups (until Ctrl-C).
+	hack/toolchain.sh versitygw
+	go build -o bin/localcluster ./hack/localcluster
+	bin/localcluster s3
+
 .PHONY: bench
 bench: ## Measure the operator at scale on a local cluster (BENCH_ARGS="-caches=10000"); writes docs/benchmark-N.*
 	hack/toolchain.sh etcd kubernetes kwok

@@ -5,18 +5,24 @@
 //	go run ./hack/localcluster kubeconfig     print its kubeconfig path
 //	go run ./hack/localcluster operator-args  print the flags an operator beside it runs with
 //	go run ./hack/localcluster down           delete it
+//	go run ./hack/localcluster s3             serve an S3 bucket the cluster's pods reach, for trying backups, until stopped
+//	go run ./hack/localcluster s3-endpoint    print that server's host:port
 //	go run ./hack/localcluster node SPECFILE  run one of its real nodes (the cluster starts them)
 package main
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	"example.com/cache-operator/test/harness/localcluster"
 	"example.com/cache-operator/test/harness/realnode"
 )
@@ -42,7 +48,7 @@ func main() {
 		return
 	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|operator-args|down")
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|kubeconfig|operator-args|down|s3|s3-endpoint")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -116,6 +122,65 @@ func run(ctx context.Context, command string) error {
 			return nil
 		}
 		return c.Delete(ctx)
+	case "s3":
+		return serveS3(ctx, c)
+	case "s3-endpoint":
+		endpoint, err := s3Endpoint(c)
+		if err == nil {
+			fmt.Println(endpoint)
+		}
+		return err
 	}
-	return fmt.Errorf("unknown command %q: want up, kubeconfig, operator-args or down", command)
+	return fmt.Errorf("unknown command %q: want up, kubeconfig, operator-args, down, s3 or s3-endpoint", command)
+}
+
+// The local S3 server's port, bucket and credentials: fixed, so that the walkthrough in
+// docs/operations.md works when pasted.
+const (
+	s3Port      = 9000
+	s3Bucket    = "backups"
+	s3AccessKey = "local-cluster"
+	s3SecretKey = "local-cluster-secret"
+)
+
+// s3Endpoint is where serveS3 serves: the machine's address on the cluster's bridge.
+func s3Endpoint(c *localcluster.Cluster) (string, error) {
+	plan, ok, err := c.Plan()
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("local cluster %s has no real nodes: start it with `make run` first", c.Name)
+	}
+	return net.JoinHostPort(plan.HostIP().String(), strconv.Itoa(s3Port)), nil
+}
+
+// serveS3 runs the toolchain's versitygw until ctx ends, on the machine's address on the
+// cluster's bridge, where the pods reach it, over a directory in the cluster's own, so that
+// `make local-cluster-down` removes the backups with the cluster.
+func serveS3(ctx context.Context, c *localcluster.Cluster) error {
+	endpoint, err := s3Endpoint(c)
+	if err != nil {
+		return err
+	}
+	if !c.Running(ctx) {
+		return fmt.Errorf("local cluster %s is not running: start it with `make run` first", c.Name)
+	}
+	dir := filepath.Join(filepath.Dir(c.Kubeconfig()), "s3")
+	// versitygw's posix backend serves each directory of its root as a bucket.
+	if err := os.MkdirAll(filepath.Join(dir, s3Bucket), 0o700); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, `Serving S3 at %[1]s, bucket %[2]q, until stopped (Ctrl-C); the backups are removed with the cluster.
+A CacheBackup's storage:  {endpoint: %[1]s, insecure: true, bucket: %[2]s, credentialsSecret: local-s3}
+Its Secret, in the Cache's namespace:
+  kubectl create secret generic local-s3 --from-literal=%[3]s=%[4]s --from-literal=%[5]s=%[6]s
+`, endpoint, s3Bucket, cachev1alpha1.SecretKeyAccessKeyID, s3AccessKey, cachev1alpha1.SecretKeySecretAccessKey, s3SecretKey)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "versitygw"), "--port", endpoint,
+		"--access", s3AccessKey, "--secret", s3SecretKey, "posix", dir)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("versitygw: %w", err)
+	}
+	return nil
 }
