@@ -18,9 +18,9 @@ import (
 	"example.com/cache-operator/test/harness/localcluster"
 )
 
-// deleteOnAbort deletes the clusters and stops the processes the run started if it is stopped
-// before TestMain's deferred deletes can run: by SIGINT or SIGTERM, or by go test's -timeout,
-// which panics and so skips them. A run killed that way used to leave a whole cluster running (an
+// deleteOnAbort deletes the clusters, stops the processes and removes the directory the run
+// made if it is stopped before TestMain's deferred deletes can run: by SIGINT or SIGTERM, or by
+// go test's -timeout, which panics and so skips them. A run killed that way used to leave a whole cluster running (an
 // API server, kubelets, containers, the nodes' namespaces and cgroups), and `go test` waiting on
 // the pipe its processes held. The timeout is met a minute early, with every goroutine's stack
 // written out in place of the panic's.
@@ -51,6 +51,7 @@ func deleteOnAbort(clusters ...*localcluster.Cluster) {
 			}
 		}
 		killChildren()
+		_ = os.RemoveAll(workdir)
 		os.Exit(1)
 	}()
 }
