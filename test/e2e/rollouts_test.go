@@ -34,14 +34,7 @@ func TestAChangeToManyCachesRollsOutAFewAtATime(t *testing.T) {
 	startOperator(t, "a", "", fmt.Sprintf("--max-concurrent-rollouts=%d", limit))
 	ns := newNamespace(t)
 	for i := range caches {
-		c := &cachev2.Cache{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cache-%02d", i),
-				Annotations: map[string]string{cachev2.AnnotationRolloutEmptiesNodes: cachev2.RolloutEmptiesNodesAllowed}},
-			Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
-		}
-		if err := admin.Create(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+		newOneNodeCacheRestartedAtWill(t, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("cache-%02d", i)})
 	}
 	waitSettled(t, ns, 3*time.Minute)
 
@@ -84,14 +77,7 @@ func TestARolloutThatNeverMovesIsReportedAndFreesItsPlace(t *testing.T) {
 	ns := newNamespace(t)
 	stuck, next := client.ObjectKey{Namespace: ns, Name: "stuck"}, client.ObjectKey{Namespace: ns, Name: "next"}
 	for _, key := range []client.ObjectKey{stuck, next} {
-		c := &cachev2.Cache{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name,
-				Annotations: map[string]string{cachev2.AnnotationRolloutEmptiesNodes: cachev2.RolloutEmptiesNodesAllowed}},
-			Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
-		}
-		if err := admin.Create(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+		newOneNodeCacheRestartedAtWill(t, key)
 	}
 	waitSettled(t, ns, 3*time.Minute)
 	_, queued := watchRollouts(t, ns)
@@ -122,6 +108,20 @@ func TestARolloutThatNeverMovesIsReportedAndFreesItsPlace(t *testing.T) {
 	}
 	if w := pod.Status.ContainerStatuses[0].State.Waiting; w == nil || !slices.Contains([]string{"ErrImagePull", "ImagePullBackOff"}, w.Reason) {
 		t.Errorf("stuck-0's container is %+v, want waiting for its image", pod.Status.ContainerStatuses[0].State)
+	}
+}
+
+// newOneNodeCacheRestartedAtWill creates a Standalone Cache of one node that consents to rollouts
+// that empty it, so that a change of its version or memory rolls out at once.
+func newOneNodeCacheRestartedAtWill(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	c := &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Annotations: map[string]string{cachev2.AnnotationRolloutEmptiesNodes: cachev2.RolloutEmptiesNodesAllowed}},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+	}
+	if err := admin.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
 	}
 }
 
