@@ -179,9 +179,14 @@ func replicasComplete(want Want, members []Member) (Plan, bool) {
 	return Plan{}, true
 }
 
-// release lets the servers of leaving pods go once they serve no slot: each forgets the cluster
-// (CLUSTER RESET SOFT), and every staying member forgets it, in one step. Then the StatefulSet
-// may remove their pods (Released).
+// release lets the servers of leaving pods go once they serve no slot: every staying member
+// forgets them, in one step. Then the StatefulSet may remove their pods (Released). A leaving
+// server is not reset: until its pod is gone it still answers clients with the cluster's slot map,
+// as it learns it from the staying members' replies. Reset, it would answer CLUSTER SHARDS with
+// itself alone, serving no slot, and a client that refreshed its map from it (valkey-go takes the
+// first non-empty reply) would find no node for any slot. Forgotten by every staying member, it
+// is not learnt again: a node takes in what it is told only from nodes it knows, and the
+// leaving server's pod goes with its data (an emptyDir), so it never comes back with its old ID.
 func release(_ Want, members []Member) (Plan, bool) {
 	var actions []Action
 	for i := range members {
@@ -189,9 +194,6 @@ func release(_ Want, members []Member) (Plan, bool) {
 		self, _ := m.self()
 		if open := openSlots(self); !m.Leaving || self.SlotsServed() > 0 || len(open.Migrating) > 0 || len(open.Importing) > 0 {
 			continue
-		}
-		if knowsStaying(m, members) {
-			actions = append(actions, Action{Kind: KindReset, On: m.Pod})
 		}
 		for _, other := range staying(members) {
 			if knows(other, self.ID) {
@@ -203,8 +205,8 @@ func release(_ Want, members []Member) (Plan, bool) {
 }
 
 // Released reports whether the pods that a scale-in removes may go: none serves a slot, and none
-// knows a staying member or is known by one, or is shaking hands with one, so that removing them
-// takes nothing from the cluster and leaves no failed node behind.
+// is known by a staying member or is shaking hands with one, so that removing them takes nothing
+// from the cluster and leaves no failed node behind.
 func Released(members []Member) bool {
 	for i := range members {
 		m := &members[i]
@@ -212,7 +214,7 @@ func Released(members []Member) bool {
 			continue
 		}
 		self, ok := m.self()
-		if !ok || self.SlotsServed() > 0 || knowsStaying(m, members) {
+		if !ok || self.SlotsServed() > 0 {
 			return false
 		}
 		for _, other := range staying(members) {
@@ -227,15 +229,6 @@ func Released(members []Member) bool {
 
 func knows(m *Member, id string) bool {
 	return slices.ContainsFunc(m.Nodes, func(n valkey.ClusterNode) bool { return n.ID == id && !n.Myself })
-}
-
-func knowsStaying(m *Member, members []Member) bool {
-	for _, other := range staying(members) {
-		if self, ok := other.self(); ok && knows(m, self.ID) {
-			return true
-		}
-	}
-	return false
 }
 
 // leavingPods lists the leaving members, for messages.
