@@ -231,8 +231,10 @@ type IssuerRef struct {
 	Group string `json:"group,omitempty"`
 }
 
-// TLSSecretName is the name of the Secret with a Cache's CA and its nodes' certificate: the one
-// the spec names, or the one the operator makes; empty for a Cache without TLS.
+// TLSSecretName is the name of the Secret with its nodes' certificate and key and the CA's
+// certificate, which the pods mount: the one the spec names, or the one the operator makes; empty
+// for a Cache without TLS. It is no Secret for clients: the nodes' key lets a process join the
+// cluster bus. Clients trust the CA that CAConfigMapName publishes.
 func (c *Cache) TLSSecretName() string {
 	switch {
 	case c.Spec.TLS == nil:
@@ -241,6 +243,25 @@ func (c *Cache) TLSSecretName() string {
 		return c.Spec.TLS.SecretName
 	}
 	return c.Name + "-tls"
+}
+
+// CAConfigMapName is the name of the ConfigMap (key ca.crt) that publishes the certificate of the
+// CA a Cache's nodes are signed by, for clients to trust; empty for a Cache without TLS.
+func (c *Cache) CAConfigMapName() string {
+	if c.Spec.TLS == nil {
+		return ""
+	}
+	return c.Name + "-ca"
+}
+
+// CASecretName is the name of the Secret in which the operator keeps the CA it makes for a Cache
+// (keys ca.crt and ca.key), which only the operator reads; empty for a Cache whose certificate is
+// not the operator's (spec.tls.secretName, spec.tls.issuerRef) or that has no TLS.
+func (c *Cache) CASecretName() string {
+	if c.Spec.TLS == nil || c.Spec.TLS.SecretName != "" || c.Spec.TLS.IssuerRef != nil {
+		return ""
+	}
+	return c.Name + "-ca-key"
 }
 
 // Metrics is how a Cache's nodes report what Valkey says of itself.

@@ -233,6 +233,8 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconc
 		// The disruption controller rewrites a budget's status as pods come and go: only a
 		// change of its spec, or its deletion, is the Cache's business.
 		Owns(&policyv1.PodDisruptionBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// The CA published for clients, made again at once if deleted by hand.
+		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(cacheOfCredentials)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles, RateLimiter: retryBackoff()}).
 		Complete(routineConflicts{r})

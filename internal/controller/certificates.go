@@ -43,7 +43,10 @@ type certificates struct {
 	// leaf is the certificate of a Secret the operator does not fill, when the nodes can serve
 	// it.
 	leaf *x509.Certificate
-	// pending: this reconciler created the Secret, which its informer does not show yet.
+	// caPEM is the CA's certificate the nodes are given, published for clients (publishCA).
+	caPEM []byte
+	// pending: this reconciler created a Secret or the CA's ConfigMap, which its informer does
+	// not show yet.
 	pending bool
 	// invalid, for a Secret of the user's, says why the nodes cannot serve it; missing: it is
 	// so before the Cache has pods, which mount it, so none are made yet.
@@ -52,52 +55,84 @@ type certificates struct {
 }
 
 // ensureCertificates reads the TLS Secret of a Cache with TLS: the user's, which the spec names
-// (usersCertificates), or the operator's own, which it makes, with the Cache's CA and its nodes'
-// certificate, and renews when due (resources.NextCertificates). Each write of the operator's is
-// decided on what the API server holds, read afresh: a stale read never replaces a CA that
-// exists.
+// (usersCertificates), one cert-manager fills (issuedCertificates), or the operator's own, with
+// the Cache's CA, which it makes and renews (ownCertificates). Then it publishes the CA's
+// certificate the nodes are given for clients (publishCA).
 func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
+	var certs certificates
+	var err error
 	switch {
 	case cache.Spec.TLS == nil:
 		return certificates{}, nil
 	case cache.Spec.TLS.SecretName != "":
-		return r.usersCertificates(ctx, cache)
+		certs, err = r.usersCertificates(ctx, cache)
 	case cache.Spec.TLS.IssuerRef != nil:
-		return r.issuedCertificates(ctx, cache)
+		certs, err = r.issuedCertificates(ctx, cache)
+	default:
+		certs, err = r.ownCertificates(ctx, cache)
 	}
-	key := client.ObjectKey{Namespace: cache.Namespace, Name: cache.TLSSecretName()}
-	secret := &corev1.Secret{}
-	pending, err := r.getCachedChild(ctx, key, secret)
-	switch {
-	case pending:
-		return certificates{pending: true}, nil
-	case apierrors.IsNotFound(err):
-		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
-	case err != nil:
-		return certificates{}, err
+	if err != nil || certs.pending || len(certs.caPEM) == 0 {
+		return certs, err
+	}
+	if certs.pending, err = r.publishCA(ctx, cache, certs.caPEM); err != nil {
+		return certificates{}, fmt.Errorf("publishing the CA in ConfigMap %s: %w", cache.CAConfigMapName(), err)
+	}
+	return certs, nil
+}
+
+// ownCertificates makes and renews the certificates of a Cache whose spec names no Secret nor
+// issuer (resources.NextCertificates): the CA's certificate and key in the CA's Secret, written
+// first, then the nodes' certificate, signed by it, in the TLS Secret, which the pods mount. Each
+// write is decided on what the API server holds, read afresh: a stale read never replaces a CA
+// that exists. A TLS Secret from before the CA's Secret loses the CA's key once the CA's Secret
+// holds it.
+func (r *CacheReconciler) ownCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
+	tlsSecret, caSecret := &corev1.Secret{}, &corev1.Secret{}
+	for _, secret := range []struct {
+		obj  *corev1.Secret
+		name string
+	}{{tlsSecret, cache.TLSSecretName()}, {caSecret, cache.CASecretName()}} {
+		key := client.ObjectKey{Namespace: cache.Namespace, Name: secret.name}
+		pending, err := r.getCachedChild(ctx, key, secret.obj)
+		switch {
+		case pending:
+			return certificates{pending: true}, nil
+		case apierrors.IsNotFound(err):
+			*secret.obj = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+		case err != nil:
+			return certificates{}, err
+		}
 	}
 	ips, err := r.podIPs(ctx, cache)
 	if err != nil {
 		return certificates{}, err
 	}
-	next, _, err := resources.NextCertificates(cache, r.ClusterDomain, ips, secret.Data, time.Now())
+	next := func(tlsData, caData map[string][]byte) (map[string][]byte, error) {
+		data, _, err := resources.NextCertificates(cache, r.ClusterDomain, ips, resources.CertificateData(tlsData, caData), time.Now())
+		return data, err
+	}
+	if err := r.writeCertificates(ctx, cache, caSecret, func(stored map[string][]byte) (*corev1.Secret, error) {
+		data, err := next(tlsSecret.Data, stored)
+		return resources.CASecret(cache, data), err
+	}); err != nil {
+		return certificates{}, err
+	}
+	if err := r.writeCertificates(ctx, cache, tlsSecret, func(stored map[string][]byte) (*corev1.Secret, error) {
+		data, err := next(stored, caSecret.Data)
+		return resources.TLSSecret(cache, data), err
+	}); err != nil {
+		return certificates{}, err
+	}
+	cert, err := resources.LeafCertificate(tlsSecret.Data)
 	if err != nil {
 		return certificates{}, err
 	}
-	if secret.CreationTimestamp.IsZero() || !maps.EqualFunc(secret.Data, next, bytes.Equal) {
-		if err := r.writeCertificates(ctx, cache, ips, secret); err != nil {
-			return certificates{}, fmt.Errorf("writing Secret %s: %w", key.Name, err)
-		}
-	}
-	cert, err := resources.LeafCertificate(secret.Data)
+	caPEM := tlsSecret.Data[resources.TLSCAKey]
+	config, err := resources.TLSClientConfig(cache, caPEM)
 	if err != nil {
 		return certificates{}, err
 	}
-	config, err := resources.TLSClientConfig(cache, secret.Data[resources.TLSCAKey])
-	if err != nil {
-		return certificates{}, err
-	}
-	return certificates{client: config, serial: cert.SerialNumber.String(), renewal: resources.RenewalTime(cert)}, nil
+	return certificates{client: config, serial: cert.SerialNumber.String(), renewal: resources.RenewalTime(cert), caPEM: caPEM}, nil
 }
 
 // podIPs are the IPs of the Cache's pods that have one and run, or may: those its certificate
@@ -128,21 +163,53 @@ func livePods(ctx context.Context, reader client.Reader, cache *cachev2.Cache) (
 	}), nil
 }
 
-// writeCertificates stores in the Cache's TLS Secret what NextCertificates makes of what the
-// API server holds and the pods' IPs, and leaves secret as written.
-func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.Cache, ips []net.IP, secret *corev1.Secret) error {
+// writeCertificates makes secret, the Cache's TLS Secret or its CA's as the informer or the
+// reconciler's last write has it, hold what desired makes of what it holds, when that differs,
+// and leaves secret as written. The data desired is given is the API server's, read afresh.
+func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.Cache, secret *corev1.Secret, desired func(stored map[string][]byte) (*corev1.Secret, error)) error {
+	want, err := desired(secret.Data)
+	if err != nil {
+		return err
+	}
+	if !secret.CreationTimestamp.IsZero() && maps.EqualFunc(secret.Data, want.Data, bytes.Equal) {
+		return nil
+	}
 	c := r.Client
 	if !secret.CreationTimestamp.IsZero() {
 		c = storedReads{Client: r.Client, reader: r.APIReader}
 	}
 	var issueErr error
-	_, err := r.ensureChild(ctx, c, cache, secret, func() {
-		var next map[string][]byte
-		if next, _, issueErr = resources.NextCertificates(cache, r.ClusterDomain, ips, secret.Data, time.Now()); issueErr == nil {
-			resources.MergeTLSSecret(secret, resources.TLSSecret(cache, next))
+	_, err = r.ensureChild(ctx, c, cache, secret, func() {
+		if want, issueErr = desired(secret.Data); issueErr == nil {
+			resources.MergeTLSSecret(secret, want)
 		}
 	})
-	return errors.Join(issueErr, err)
+	if err = errors.Join(issueErr, err); err != nil {
+		return fmt.Errorf("writing Secret %s: %w", secret.Name, err)
+	}
+	return nil
+}
+
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
+
+// publishCA makes the Cache's CA ConfigMap hold caPEM, the CA's certificate its nodes are given,
+// for clients to trust, deciding from the informer's copy: a pass that changes nothing writes
+// nothing. It reports a ConfigMap it made that the informer does not show yet as pending.
+func (r *CacheReconciler) publishCA(ctx context.Context, cache *cachev2.Cache, caPEM []byte) (pending bool, err error) {
+	desired := resources.CAConfigMap(cache, caPEM)
+	cached := &corev1.ConfigMap{}
+	pending, err = r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
+	switch {
+	case pending:
+		return true, nil
+	case err == nil && metav1.IsControlledBy(cached, cache) && maps.Equal(cached.Data, desired.Data):
+		return false, nil
+	case client.IgnoreNotFound(err) != nil:
+		return false, err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
+	_, err = r.ensureChild(ctx, r.writer(err), cache, cm, func() { resources.MergeCAConfigMap(cm, desired) })
+	return false, err
 }
 
 // usersCertificates reads the TLS Secret the spec names, which the operator neither writes nor
@@ -174,8 +241,10 @@ func (r *CacheReconciler) usersCertificates(ctx context.Context, cache *cachev2.
 		} else {
 			why = fmt.Sprintf("Secret %s, named by %s, cannot be served: %v", name, namedBy, err)
 		}
-		// The nodes' CA, for the operator's connections, even while the certificate is unusable.
-		certs.client, _ = resources.TLSClientConfig(cache, secret.Data[resources.TLSCAKey])
+		// The nodes' CA, for the operator's connections and clients, even while the certificate
+		// is unusable.
+		certs.caPEM = secret.Data[resources.TLSCAKey]
+		certs.client, _ = resources.TLSClientConfig(cache, certs.caPEM)
 	}
 	if why == "" {
 		return certs, nil

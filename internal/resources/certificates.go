@@ -24,17 +24,22 @@ import (
 )
 
 // This file is the certificates of a Cache with TLS: a CA of the Cache's own and one certificate
-// its nodes share, kept in the Secret cache.TLSSecretName() (TLSSecret). NextCertificates decides
-// from what the Secret holds and the clock whether anything is to be issued; the operator writes
-// what it returns, and the nodes, which mount the Secret, are told to read it again (see the
-// controller's certificates.go).
+// its nodes share. The nodes' certificate and key and the CA's certificate are kept in the Secret
+// cache.TLSSecretName() (TLSSecret), which the pods mount; the CA's key apart, in the Secret
+// cache.CASecretName() (CASecret), which only the operator reads, so that what a pod or a backup
+// Job can read does not let anyone sign a certificate. NextCertificates decides from what the two
+// hold (CertificateData) and the clock whether anything is to be issued; the operator writes what
+// it returns, and the nodes are told to read their files again (see the controller's
+// certificates.go). The CA's certificate is published for clients in the ConfigMap
+// cache.CAConfigMapName() (CAConfigMap).
 //
 // The certificates are issued with crypto/x509 rather than cert-controller, which the conversion
 // webhook uses: cert-controller gives every certificate the serial number 1, and a client tells a
 // renewed certificate from the one before by its serial.
 
-// Keys of the TLS Secret. The pods mount the certificate, its key and the CA's certificate, never
-// the CA's key.
+// Keys of the TLS Secret, the CA's Secret and the published CA: the CA's certificate is in all
+// three, the nodes' certificate and key only in the TLS Secret, the CA's key only in the CA's
+// Secret (and in the TLS Secret of a Cache made before it had one, until the operator moves it).
 const (
 	TLSCAKey   = "ca.crt"
 	TLSCertKey = corev1.TLSCertKey
@@ -274,22 +279,65 @@ func pemKey(key *ecdsa.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
-// TLSSecret is the TLS Secret of a Cache that holds data (NextCertificates).
+// CertificateData is what NextCertificates is given of a Cache's certificates: what its TLS
+// Secret and its CA's Secret hold (nil for one that does not exist). The CA is the CA's Secret's
+// when it holds one; the TLS Secret's otherwise, as it was kept before the CA's key moved apart.
+func CertificateData(tlsSecret, caSecret map[string][]byte) map[string][]byte {
+	data := map[string][]byte{}
+	for _, key := range []string{TLSCAKey, tlsCAKey, TLSCertKey, TLSKeyKey} {
+		if v, ok := tlsSecret[key]; ok {
+			data[key] = v
+		}
+	}
+	if len(caSecret[tlsCAKey]) > 0 {
+		data[TLSCAKey], data[tlsCAKey] = caSecret[TLSCAKey], caSecret[tlsCAKey]
+	}
+	return data
+}
+
+// TLSSecret is the TLS Secret of a Cache, with the nodes' certificate and key and the CA's
+// certificate of data (NextCertificates).
 func TLSSecret(cache *cachev2.Cache, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: cache.TLSSecretName(), Namespace: cache.Namespace, Labels: credentialLabels(cache)},
 		Type:       corev1.SecretTypeTLS,
-		Data:       data,
+		Data:       map[string][]byte{TLSCAKey: data[TLSCAKey], TLSCertKey: data[TLSCertKey], TLSKeyKey: data[TLSKeyKey]},
 	}
 }
 
-// MergeTLSSecret makes dst, a stored TLS Secret or a new empty one, hold what desired holds, and
-// leaves labels and annotations of others alone.
+// CASecret is the Secret of a Cache's CA, with the CA's certificate and key of data
+// (NextCertificates).
+func CASecret(cache *cachev2.Cache, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: cache.CASecretName(), Namespace: cache.Namespace, Labels: credentialLabels(cache)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{TLSCAKey: data[TLSCAKey], tlsCAKey: data[tlsCAKey]},
+	}
+}
+
+// MergeTLSSecret makes dst, a stored TLS or CA Secret or a new empty one, hold what desired holds,
+// and leaves labels and annotations of others alone.
 func MergeTLSSecret(dst, desired *corev1.Secret) {
 	mergeLabels(&dst.Labels, desired.Labels)
 	if dst.CreationTimestamp.IsZero() {
 		dst.Type = desired.Type // immutable
 	}
+	dst.Data = desired.Data
+}
+
+// CAConfigMap publishes, for clients, the certificate of the CA that signs a Cache's nodes
+// (caPEM, the ca.crt of its TLS Secret).
+func CAConfigMap(cache *cachev2.Cache, caPEM []byte) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: cache.CAConfigMapName(), Namespace: cache.Namespace, Labels: Labels(cache)},
+		Data:       map[string]string{TLSCAKey: string(caPEM)},
+	}
+}
+
+// MergeCAConfigMap makes dst, a stored CA ConfigMap or a new empty one, hold what desired holds,
+// and leaves labels and annotations of others alone.
+func MergeCAConfigMap(dst, desired *corev1.ConfigMap) {
+	mergeLabels(&dst.Labels, desired.Labels)
 	dst.Data = desired.Data
 }
 

@@ -219,3 +219,61 @@ func TestAUsersCertificateMustServeAuthenticateAndNameTheService(t *testing.T) {
 		}
 	}
 }
+
+// The CA's key is kept apart from what the pods mount and clients are pointed at: the TLS Secret
+// holds the nodes' certificate and key and the CA's certificate, the CA's Secret the CA's
+// certificate and key, and the published ConfigMap the CA's certificate only.
+func TestTheCAsKeyIsOnlyInTheCAsSecret(t *testing.T) {
+	cache := tlsCache(90 * 24 * time.Hour)
+	data, _, err := NextCertificates(cache, "cluster.local", nil, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsSecret, caSecret, published := TLSSecret(cache, data), CASecret(cache, data), CAConfigMap(cache, data[TLSCAKey])
+	if got := slices.Sorted(maps.Keys(tlsSecret.Data)); !slices.Equal(got, []string{TLSCAKey, TLSCertKey, TLSKeyKey}) {
+		t.Errorf("TLS Secret %s holds %v", tlsSecret.Name, got)
+	}
+	if got := slices.Sorted(maps.Keys(caSecret.Data)); !slices.Equal(got, []string{TLSCAKey, tlsCAKey}) || caSecret.Name == tlsSecret.Name {
+		t.Errorf("CA Secret %s holds %v", caSecret.Name, got)
+	}
+	if got := slices.Sorted(maps.Keys(published.Data)); !slices.Equal(got, []string{TLSCAKey}) || published.Data[TLSCAKey] != string(data[TLSCAKey]) {
+		t.Errorf("ConfigMap %s holds %v", published.Name, got)
+	}
+	if !bytesEqual(CertificateData(tlsSecret.Data, caSecret.Data)[tlsCAKey], data[tlsCAKey]) {
+		t.Error("the two Secrets together do not give back the CA's key")
+	}
+}
+
+// A TLS Secret written before the CA's Secret existed holds the CA's key: the CA is taken from it,
+// not replaced (clients trust it), it moves to the CA's Secret, and the TLS Secret written next
+// no longer holds it. Once the CA's Secret holds a CA, that one is the CA.
+func TestACAKeptInTheTLSSecretMovesToTheCAsSecret(t *testing.T) {
+	cache := tlsCache(90 * 24 * time.Hour)
+	now := time.Now()
+	before, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := NextCertificates(cache, "cluster.local", nil, CertificateData(before, nil), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.EqualFunc(next, before, bytesEqual) {
+		t.Error("the certificates of a TLS Secret that holds the CA's key were issued again")
+	}
+	caSecret := CASecret(cache, next)
+	if !bytesEqual(caSecret.Data[tlsCAKey], before[tlsCAKey]) {
+		t.Error("the CA's Secret does not take the CA's key from the TLS Secret")
+	}
+	if _, ok := TLSSecret(cache, next).Data[tlsCAKey]; ok {
+		t.Error("the TLS Secret written next still holds the CA's key")
+	}
+
+	other, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := CertificateData(before, CASecret(cache, other).Data); !bytesEqual(got[tlsCAKey], other[tlsCAKey]) || !bytesEqual(got[TLSCAKey], other[TLSCAKey]) {
+		t.Error("the CA is not the CA's Secret's when it holds one")
+	}
+}

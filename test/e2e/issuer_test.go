@@ -98,7 +98,7 @@ func TestACacheGetsItsCertificateFromTheIssuerItNames(t *testing.T) {
 	}
 
 	// cert-manager's part: sign what the Certificate asks for, and fill the Secret.
-	caPEM, data := signAsCertManager(t, certificate)
+	data := signAsCertManager(t, certificate)
 	labels, _, _ := unstructured.NestedStringMap(certificate.Object, "spec", "secretTemplate", "labels")
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: spec("secretName"), Namespace: ns, Labels: labels,
@@ -109,10 +109,7 @@ func TestACacheGetsItsCertificateFromTheIssuerItNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
-	config, err := resources.TLSClientConfig(c, caPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	config := publishedCA(t, c) // the issuer's CA, published for clients
 	waitCertificateServed(t, c, config, serialIn(t, secret))
 	app, err := connectOverTLS(t, cachePods(t, key)[0].Status.PodIP, cachev2.AppUser, string(appSecret(t, ns, c.AuthSecretName()).Data[resources.AppPasswordKey]), config)
 	if err != nil {
@@ -124,8 +121,8 @@ func TestACacheGetsItsCertificateFromTheIssuerItNames(t *testing.T) {
 }
 
 // signAsCertManager signs what a cert-manager Certificate asks for with a new CA, as a CA Issuer
-// would, and returns the CA's certificate and the data of the Secret it fills.
-func signAsCertManager(t *testing.T, certificate *unstructured.Unstructured) ([]byte, map[string][]byte) {
+// would, and returns the data of the Secret it fills.
+func signAsCertManager(t *testing.T, certificate *unstructured.Unstructured) map[string][]byte {
 	t.Helper()
 	names, _, _ := unstructured.NestedStringSlice(certificate.Object, "spec", "dnsNames")
 	usages, _, _ := unstructured.NestedStringSlice(certificate.Object, "spec", "usages")
@@ -148,5 +145,5 @@ func signAsCertManager(t *testing.T, certificate *unstructured.Unstructured) ([]
 			t.Fatal(err)
 		}
 	}
-	return data[resources.TLSCAKey], data
+	return data
 }

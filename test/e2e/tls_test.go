@@ -26,10 +26,14 @@ import (
 	"example.com/cache-operator/test/harness/testenv"
 )
 
-// tlsSecret reads the Cache's TLS Secret, and how a client trusts what it holds.
+// tlsSecret reads the Cache's TLS Secret, and how a client trusts what it holds. The Secret, which
+// the pods mount, never holds the CA's key.
 func tlsSecret(t *testing.T, c *cachev2.Cache) (*corev1.Secret, *tls.Config) {
 	t.Helper()
 	secret := appSecret(t, c.Namespace, c.TLSSecretName())
+	if _, ok := secret.Data["ca.key"]; ok {
+		t.Errorf("Secret %s, which the pods mount, holds the CA's key", secret.Name)
+	}
 	config, err := resources.TLSClientConfig(c, secret.Data[resources.TLSCAKey])
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +102,27 @@ func waitCertificateServed(t *testing.T, c *cachev2.Cache, config *tls.Config, s
 	})
 }
 
+// publishedCA waits until the ConfigMap that publishes the Cache's CA for clients holds the CA
+// the nodes are given, and returns how a client that reads it, as docs/operations.md says, trusts
+// the nodes.
+func publishedCA(t *testing.T, c *cachev2.Cache) *tls.Config {
+	t.Helper()
+	var config *tls.Config
+	testenv.WaitFor(t, time.Minute, "ConfigMap "+c.CAConfigMapName()+" to publish the nodes' CA", func() (bool, string) {
+		cm := &corev1.ConfigMap{}
+		if err := admin.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: c.CAConfigMapName()}, cm); err != nil {
+			return false, err.Error()
+		}
+		if given := appSecret(t, c.Namespace, c.TLSSecretName()).Data[resources.TLSCAKey]; cm.Data[resources.TLSCAKey] != string(given) {
+			return false, "it holds another CA than the nodes'"
+		}
+		var err error
+		config, err = resources.TLSClientConfig(c, []byte(cm.Data[resources.TLSCAKey]))
+		return err == nil, fmt.Sprint(err)
+	})
+	return config
+}
+
 // restarts are the Cache's pods by name, each with its UID and its containers' restarts.
 func restarts(t *testing.T, key client.ObjectKey) map[string]string {
 	t.Helper()
@@ -141,6 +166,9 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 	secret, config := waitCertificateNamesThePods(t, c)
 	first := serialIn(t, secret)
 	waitCertificateServed(t, c, config, first)
+	if caKey := appSecret(t, ns, c.CASecretName()).Data["ca.key"]; len(caKey) == 0 {
+		t.Errorf("Secret %s holds no CA key", c.CASecretName())
+	}
 
 	password := string(appSecret(t, ns, "sealed-auth").Data[resources.AppPasswordKey])
 	for _, pod := range cachePods(t, key) {
@@ -152,7 +180,7 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 	}
 	// A client that sets no server name verifies each node by the IP it dials, which the
 	// cluster gives it (CLUSTER SLOTS).
-	byIP := config.Clone()
+	byIP := publishedCA(t, c).Clone()
 	byIP.ServerName = ""
 	app := tlsClusterClient(t, key, byIP, password)
 	const keys = 100
@@ -288,7 +316,7 @@ func waitCertificateInvalid(t *testing.T, key client.ObjectKey, says string) {
 // TestACacheServesTheCertificatesOfASecretItNames: a Cache whose spec.tls names a Secret of the
 // user's, as a cert-manager Certificate fills one (tls.crt, tls.key and ca.crt, no CA key), makes
 // no pod while the Secret is missing or unlabelled, and says so; once it is usable, its node
-// serves its certificate to clients that trust its CA. A renewed certificate in the Secret is
+// serves its certificate to clients that trust its CA, which the operator publishes. A renewed certificate in the Secret is
 // served without a restart; one that does not name the Cache is refused, and the node keeps
 // serving the one before.
 func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
@@ -328,10 +356,8 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
-	config, err := resources.TLSClientConfig(c, issued[resources.TLSCAKey])
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The user's CA is published for clients like the operator's own.
+	config := publishedCA(t, c)
 	first := serialIn(t, secret)
 	waitCertificateServed(t, c, config, first)
 	pod := cachePods(t, key)[0]
