@@ -120,9 +120,9 @@ type CacheSpec struct {
 	// a primary and its replicas, and on a Cluster's bus, where a node must present a
 	// certificate of the Cache's CA to be let in (a process without one cannot join the
 	// cluster). Unless tls.secretName names a Secret of the user's (one a cert-manager
-	// Certificate fills, say), the operator makes the Cache's CA and the nodes' certificate in
-	// the Secret <name>-tls, key ca.crt is what clients trust, and renews the certificate
-	// before it expires. The nodes serve a new certificate without a restart. Clients need no
+	// Certificate fills, say), the operator makes the Cache's CA (its key in the Secret
+	// <name>-ca-key) and the nodes' certificate (in the Secret <name>-tls), and renews the
+	// certificate before it expires. Clients trust ca.crt of the ConfigMap <name>-ca. The nodes serve a new certificate without a restart. Clients need no
 	// certificate of their own. Set it empty (tls: {}) for the defaults. It cannot be added to
 	// or removed from a Cache that exists.
 	// +optional
