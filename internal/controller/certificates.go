@@ -32,8 +32,8 @@ const certificatesRecheck = 10 * time.Second
 
 // certificates is what a pass made of a Cache's TLS (spec.tls).
 type certificates struct {
-	// client is how the operator speaks TLS to the Cache's servers; nil without TLS, or while
-	// the Secret holds no CA certificate.
+	// client is how the operator speaks TLS to the Cache's servers: trusting the CAs published
+	// (publishCA); nil without TLS, or while the Secret holds no CA certificate.
 	client *tls.Config
 	// serial is the serial number of the certificate the Secret holds, and renewal when the
 	// operator renews it, or has cert-manager renew it (spec.tls.issuerRef); zero for a Secret
@@ -43,8 +43,12 @@ type certificates struct {
 	// leaf is the certificate of a Secret the operator does not fill, when the nodes can serve
 	// it.
 	leaf *x509.Certificate
-	// caPEM is the CA's certificate the nodes are given, published for clients (publishCA).
+	// caPEM are the CAs the Secret gives the nodes, published for clients (publishCA).
 	caPEM []byte
+	// distrusting are the pods whose servers do not trust yet the new CA of the operator's
+	// own, which they are given beside the old (resources.NextCertificates): serveCertificate
+	// has them read their files again.
+	distrusting []corev1.Pod
 	// pending: this reconciler created a Secret or the CA's ConfigMap, which its informer does
 	// not show yet.
 	pending bool
@@ -56,8 +60,8 @@ type certificates struct {
 
 // ensureCertificates reads the TLS Secret of a Cache with TLS: the user's, which the spec names
 // (usersCertificates), one cert-manager fills (issuedCertificates), or the operator's own, with
-// the Cache's CA, which it makes and renews (ownCertificates). Then it publishes the CA's
-// certificate the nodes are given for clients (publishCA).
+// the Cache's CA, which it makes and renews (ownCertificates). Then it publishes the CAs that
+// clients, and the operator, are to trust (publishCA).
 func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
 	var certs certificates
 	var err error
@@ -74,18 +78,25 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 	if err != nil || certs.pending || len(certs.caPEM) == 0 {
 		return certs, err
 	}
-	if certs.pending, err = r.publishCA(ctx, cache, certs.caPEM); err != nil {
+	trusted, pending, err := r.publishCA(ctx, cache, certs)
+	if err != nil {
 		return certificates{}, fmt.Errorf("publishing the CA in ConfigMap %s: %w", cache.CAConfigMapName(), err)
+	}
+	certs.pending = pending
+	// A Secret of the user's whose CA cannot be read is said so by certs.invalid.
+	if certs.client, err = resources.TLSClientConfig(cache, trusted); err != nil && certs.invalid == nil {
+		return certificates{}, err
 	}
 	return certs, nil
 }
 
 // ownCertificates makes and renews the certificates of a Cache whose spec names no Secret nor
 // issuer (resources.NextCertificates): the CA's certificate and key in the CA's Secret, written
-// first, then the nodes' certificate, signed by it, in the TLS Secret, which the pods mount. Each
-// write is decided on what the API server holds, read afresh: a stale read never replaces a CA
-// that exists. A TLS Secret from before the CA's Secret loses the CA's key once the CA's Secret
-// holds it.
+// first, then the nodes' certificate, signed by it, and the CAs they trust, in the TLS Secret,
+// which the pods mount. Each write is decided on what the API server holds, read afresh: a stale
+// read never replaces a CA that exists. A TLS Secret from before the CA's Secret loses the CA's
+// key once the CA's Secret holds it. While the nodes are given a new CA beside the old, it asks
+// each whether it trusts the new one yet (trustsProbe).
 func (r *CacheReconciler) ownCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
 	tlsSecret, caSecret := &corev1.Secret{}, &corev1.Secret{}
 	for _, secret := range []struct {
@@ -107,19 +118,33 @@ func (r *CacheReconciler) ownCertificates(ctx context.Context, cache *cachev2.Ca
 	if err != nil {
 		return certificates{}, err
 	}
-	next := func(tlsData, caData map[string][]byte) (map[string][]byte, error) {
-		data, _, err := resources.NextCertificates(cache, r.ClusterDomain, ips, resources.CertificateData(tlsData, caData), time.Now())
-		return data, err
+	var nodes resources.NodesReport
+	if held, err := resources.LeafCertificate(tlsSecret.Data); err == nil {
+		nodes.ServeCertificate = held.SerialNumber.String() == cache.Status.CertificateSerial
+	}
+	next := func(tlsData, caData map[string][]byte) (resources.Certificates, error) {
+		certs, _, err := resources.NextCertificates(cache, r.ClusterDomain, ips, resources.Certificates{TLS: tlsData, CA: caData}, nodes, time.Now())
+		return certs, err
+	}
+	// The probe is of the CA the CA's Secret holds: a CA not written yet may never be.
+	var distrusting []corev1.Pod
+	if certs, err := next(tlsSecret.Data, caSecret.Data); err != nil {
+		return certificates{}, err
+	} else if certs.Probe != nil && maps.EqualFunc(certs.CA, caSecret.Data, bytes.Equal) {
+		if distrusting, err = r.distrustingProbe(ctx, cache, certs); err != nil {
+			return certificates{}, err
+		}
+		nodes.TrustCA = len(distrusting) == 0
 	}
 	if err := r.writeCertificates(ctx, cache, caSecret, func(stored map[string][]byte) (*corev1.Secret, error) {
-		data, err := next(tlsSecret.Data, stored)
-		return resources.CASecret(cache, data), err
+		certs, err := next(tlsSecret.Data, stored)
+		return resources.CASecret(cache, certs.CA), err
 	}); err != nil {
 		return certificates{}, err
 	}
 	if err := r.writeCertificates(ctx, cache, tlsSecret, func(stored map[string][]byte) (*corev1.Secret, error) {
-		data, err := next(stored, caSecret.Data)
-		return resources.TLSSecret(cache, data), err
+		certs, err := next(stored, caSecret.Data)
+		return resources.TLSSecret(cache, certs.TLS), err
 	}); err != nil {
 		return certificates{}, err
 	}
@@ -127,12 +152,25 @@ func (r *CacheReconciler) ownCertificates(ctx context.Context, cache *cachev2.Ca
 	if err != nil {
 		return certificates{}, err
 	}
-	caPEM := tlsSecret.Data[resources.TLSCAKey]
-	config, err := resources.TLSClientConfig(cache, caPEM)
+	return certificates{serial: cert.SerialNumber.String(), renewal: resources.RenewalTime(cert),
+		caPEM: tlsSecret.Data[resources.TLSCAKey], distrusting: distrusting}, nil
+}
+
+// distrustingProbe are the Cache's pods whose servers do not accept the probe of certs, a client
+// certificate of the new CA: those that do not trust it yet.
+func (r *CacheReconciler) distrustingProbe(ctx context.Context, cache *cachev2.Cache, certs resources.Certificates) ([]corev1.Pod, error) {
+	config, err := resources.TLSClientConfig(cache, certs.TLS[resources.TLSCAKey])
 	if err != nil {
-		return certificates{}, err
+		return nil, err
 	}
-	return certificates{client: config, serial: cert.SerialNumber.String(), renewal: resources.RenewalTime(cert), caPEM: caPEM}, nil
+	config.Certificates = []tls.Certificate{*certs.Probe}
+	pods, err := livePods(ctx, r.APIReader, cache)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(pods, func(pod corev1.Pod) bool {
+		return valkey.AcceptsClientCertificate(ctx, pod.Status.PodIP, resources.Port, config) == nil
+	}), nil
 }
 
 // podIPs are the IPs of the Cache's pods that have one and run, or may: those its certificate
@@ -192,24 +230,34 @@ func (r *CacheReconciler) writeCertificates(ctx context.Context, cache *cachev2.
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
 
-// publishCA makes the Cache's CA ConfigMap hold caPEM, the CA's certificate its nodes are given,
-// for clients to trust, deciding from the informer's copy: a pass that changes nothing writes
-// nothing. It reports a ConfigMap it made that the informer does not show yet as pending.
-func (r *CacheReconciler) publishCA(ctx context.Context, cache *cachev2.Cache, caPEM []byte) (pending bool, err error) {
-	desired := resources.CAConfigMap(cache, caPEM)
+// publishCA makes the Cache's CA ConfigMap hold the CAs clients are to trust, and returns them:
+// those the Secret gives the nodes, and, until every node serves the Secret's certificate
+// (status.certificateSerial), those published before too, since a node that has not read its
+// files again still serves a certificate of an old CA. A cert-manager issuer whose CA changed so
+// locks neither the operator nor clients out of the nodes. It decides from the informer's copy:
+// a pass that changes nothing writes nothing; it reports a ConfigMap it made that the informer
+// does not show yet as pending.
+func (r *CacheReconciler) publishCA(ctx context.Context, cache *cachev2.Cache, certs certificates) (trusted []byte, pending bool, err error) {
 	cached := &corev1.ConfigMap{}
-	pending, err = r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
+	key := client.ObjectKey{Namespace: cache.Namespace, Name: cache.CAConfigMapName()}
+	pending, err = r.getCachedChild(ctx, key, cached)
 	switch {
 	case pending:
-		return true, nil
-	case err == nil && metav1.IsControlledBy(cached, cache) && maps.Equal(cached.Data, desired.Data):
-		return false, nil
+		return certs.caPEM, true, nil
 	case client.IgnoreNotFound(err) != nil:
-		return false, err
+		return nil, false, err
+	}
+	trusted = certs.caPEM
+	if certs.serial != cache.Status.CertificateSerial {
+		trusted = resources.TrustBundle(time.Now(), certs.caPEM, []byte(cached.Data[resources.TLSCAKey]))
+	}
+	desired := resources.CAConfigMap(cache, trusted)
+	if err == nil && metav1.IsControlledBy(cached, cache) && maps.Equal(cached.Data, desired.Data) {
+		return trusted, false, nil
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
 	_, err = r.ensureChild(ctx, r.writer(err), cache, cm, func() { resources.MergeCAConfigMap(cm, desired) })
-	return false, err
+	return trusted, false, err
 }
 
 // usersCertificates reads the TLS Secret the spec names, which the operator neither writes nor
@@ -244,7 +292,6 @@ func (r *CacheReconciler) usersCertificates(ctx context.Context, cache *cachev2.
 		// The nodes' CA, for the operator's connections and clients, even while the certificate
 		// is unusable.
 		certs.caPEM = secret.Data[resources.TLSCAKey]
-		certs.client, _ = resources.TLSClientConfig(cache, certs.caPEM)
 	}
 	if why == "" {
 		return certs, nil
@@ -322,6 +369,20 @@ func (r *CacheReconciler) serveCertificate(ctx context.Context, cache *cachev2.C
 	}
 	served := certificateCondition(cache, metav1.ConditionTrue, cachev2.ReasonCertificateServed, fmt.Sprintf(
 		"every node serves the certificate of Secret %s, serial %s (%s)", cache.TLSSecretName(), certs.serial, renewal))
+	if len(certs.distrusting) > 0 {
+		var waiting []string
+		for _, pod := range certs.distrusting {
+			if err := reloadOn(ctx, pod.Status.PodIP, auth); err != nil {
+				waiting = append(waiting, fmt.Sprintf("%s (%v)", pod.Name, err))
+			} else {
+				waiting = append(waiting, pod.Name+" (told to read its files again: the kubelet may not have updated them yet)")
+			}
+		}
+		meta.SetStatusCondition(&status.Conditions, *certificateCondition(cache, metav1.ConditionFalse, cachev2.ReasonServingNewCertificate, fmt.Sprintf(
+			"Secret %s gives the nodes a new CA beside the old, which these do not trust yet; they get a certificate of the new CA once all do: %v",
+			cache.TLSSecretName(), waiting)))
+		return certificatesRecheck, nil
+	}
 	if status.CertificateSerial == certs.serial {
 		meta.SetStatusCondition(&status.Conditions, *served)
 		return 0, nil
@@ -354,12 +415,7 @@ func serveOn(ctx context.Context, ip, serial string, auth valkey.Auth) error {
 	if err == nil && cert.SerialNumber.String() == serial {
 		return nil
 	}
-	server, err := valkey.Connect(ip, resources.Port, auth)
-	if err != nil {
-		return err
-	}
-	defer server.Close()
-	if err := server.ReloadCertificates(ctx); err != nil {
+	if err := reloadOn(ctx, ip, auth); err != nil {
 		return err
 	}
 	if cert, err = valkey.ServedCertificate(ctx, ip, resources.Port, auth.TLS); err != nil {
@@ -369,6 +425,16 @@ func serveOn(ctx context.Context, ip, serial string, auth valkey.Auth) error {
 		return fmt.Errorf("serves serial %s: its files are not updated yet", got)
 	}
 	return nil
+}
+
+// reloadOn has the server at ip read its certificate, its key and its CAs again.
+func reloadOn(ctx context.Context, ip string, auth valkey.Auth) error {
+	server, err := valkey.Connect(ip, resources.Port, auth)
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	return server.ReloadCertificates(ctx)
 }
 
 func certificateCondition(cache *cachev2.Cache, status metav1.ConditionStatus, reason, message string) *metav1.Condition {

@@ -1,7 +1,6 @@
 package resources
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -77,43 +76,183 @@ func ServerName(cache *cachev2.Cache) string { return cache.Name + "." + cache.N
 // certificate a node shows when it connects to another, on the cluster bus and for replication.
 var certificateUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 
-// NextCertificates is what a Cache's TLS Secret is to hold in a cluster of the given DNS domain,
-// given the IPs of the Cache's pods, what the Secret holds (nil for none) and the time: the same
-// data while its CA and certificate are valid, and new ones where not. A certificate is renewed
-// once a third of its validity is left, or when it is missing, does not match its key or the CA,
-// names other DNS names, or lacks the IP of a pod. A pod that starts with a new IP so brings a
-// new certificate, and one that is gone does not: its IP goes at the next renewal. The second
-// result is when the certificate it returns is due for renewal.
-func NextCertificates(cache *cachev2.Cache, clusterDomain string, podIPs []net.IP, data map[string][]byte, now time.Time) (map[string][]byte, time.Time, error) {
+// Certificates are what a Cache's two Secrets hold (nil for one that does not exist): TLS, the
+// TLS Secret's, which the pods mount (the CAs the nodes trust, their certificate and key), and CA,
+// the CA's Secret's (its certificate and key).
+type Certificates struct {
+	TLS, CA map[string][]byte
+	// Probe, in what NextCertificates returns, is a client certificate of the CA that the next
+	// certificate is to be signed by, while the nodes are still to be found to trust it: a node
+	// that accepts it in a TLS handshake trusts the CA (the nodes check a client's certificate
+	// when one is shown). Nil otherwise.
+	Probe *tls.Certificate
+}
+
+// NodesReport is what the nodes of a Cache report that a change of its CA waits on.
+type NodesReport struct {
+	// TrustCA: every node accepts Probe, so trusts the CA the next certificate is signed by.
+	TrustCA bool
+	// ServeCertificate: every node serves the certificate the TLS Secret holds.
+	ServeCertificate bool
+}
+
+// NextCertificates is what a Cache's Secrets are to hold in a cluster of the given DNS domain,
+// given the IPs of the Cache's pods, what the Secrets hold, what the nodes report, and the time:
+// the same data while the CA and the certificate are valid, and new ones where not.
+//
+// A certificate is renewed once a third of its validity is left, or when it is missing, does not
+// match its key or the CA, names other DNS names, or lacks the IP of a pod. A pod that starts
+// with a new IP so brings a new certificate, and one that is gone does not: its IP goes at the
+// next renewal. The second result is when the certificate it returns is due for renewal.
+//
+// A CA that is missing, broken or no longer valid for a certificate's whole validity is replaced,
+// in three steps, so that no node ever shows a certificate that another does not trust (each
+// reloads its files at its own time, as the kubelet updates them): the nodes are given the new CA
+// beside the old ones and keep their certificate, until every one trusts the new CA (Probe); then
+// they get a certificate of the new CA; once every node serves that one, the old CAs go.
+func NextCertificates(cache *cachev2.Cache, clusterDomain string, podIPs []net.IP, held Certificates, nodes NodesReport, now time.Time) (Certificates, time.Time, error) {
 	validity := certificateValidity(cache)
-	next := map[string][]byte{}
-	ca, caKey, err := parseCA(data)
-	if err != nil || now.Before(ca.NotBefore) || now.Add(validity).After(ca.NotAfter) {
-		if ca, caKey, err = issueCA(cache, now); err != nil {
-			return nil, time.Time{}, err
-		}
-		next[TLSCAKey] = pemCert(ca.Raw)
-		if next[tlsCAKey], err = pemKey(caKey); err != nil {
-			return nil, time.Time{}, err
+	next := Certificates{CA: map[string][]byte{}, TLS: map[string][]byte{}}
+	ca, caKey, err := currentCA(held)
+	if err == nil && !now.Before(ca.NotBefore) && !now.Add(validity).After(ca.NotAfter) {
+		next.CA[TLSCAKey], next.CA[tlsCAKey] = pemCert(ca.Raw), nil
+		if next.CA[tlsCAKey], err = pemKey(caKey); err != nil {
+			return Certificates{}, time.Time{}, err
 		}
 	} else {
-		next[TLSCAKey], next[tlsCAKey] = data[TLSCAKey], data[tlsCAKey]
+		if ca, caKey, err = issueCA(cache, now); err != nil {
+			return Certificates{}, time.Time{}, err
+		}
+		next.CA[TLSCAKey] = pemCert(ca.Raw)
+		if next.CA[tlsCAKey], err = pemKey(caKey); err != nil {
+			return Certificates{}, time.Time{}, err
+		}
 	}
 
 	names := CertificateNames(cache, clusterDomain)
-	if cert, err := validCertificate(names, podIPs, ca, data, now); err == nil && bytes.Equal(next[TLSCAKey], data[TLSCAKey]) {
-		next[TLSCertKey], next[TLSKeyKey] = data[TLSCertKey], data[TLSKeyKey]
-		return next, RenewalTime(cert), nil
+	trusted := trustedCAs(held.TLS[TLSCAKey], now)
+	leaf, servable := servableCertificate(held.TLS, trusted, now)
+	fromCA := servable && leaf.CheckSignatureFrom(ca) == nil
+	keep := false
+	switch {
+	case len(trusted) == 0 || !servable:
+		// A new Cache, or nothing its nodes can serve: no node is to be kept in step.
+		trusted = []*x509.Certificate{ca}
+	case !slices.ContainsFunc(trusted, ca.Equal):
+		// A new CA: the nodes trust it beside the old ones first, and keep their certificate.
+		trusted, keep = append(trusted, ca), true
+	case !fromCA && !nodes.TrustCA:
+		// Not every node trusts the new CA yet: they keep the certificate of an old one.
+		keep = true
+	case fromCA && len(trusted) > 1 && nodes.ServeCertificate:
+		// Every node serves the new CA's certificate: the old CAs go.
+		trusted = []*x509.Certificate{ca}
+	}
+	next.TLS[TLSCAKey] = caBundle(trusted)
+	if !keep && fromCA {
+		_, err := validCertificate(names, podIPs, ca, held.TLS, now)
+		keep = err == nil
+	}
+	if keep {
+		next.TLS[TLSCertKey], next.TLS[TLSKeyKey] = held.TLS[TLSCertKey], held.TLS[TLSKeyKey]
+		if !fromCA {
+			if next.Probe, err = probeCertificate(cache, ca, caKey, now); err != nil {
+				return Certificates{}, time.Time{}, err
+			}
+		}
+		return next, RenewalTime(leaf), nil
 	}
 	cert, key, err := issueCertificate(cache, names, podIPs, ca, caKey, now.Add(-backdate), now.Add(validity))
 	if err != nil {
-		return nil, time.Time{}, err
+		return Certificates{}, time.Time{}, err
 	}
-	next[TLSCertKey] = pemCert(cert.Raw)
-	if next[TLSKeyKey], err = pemKey(key); err != nil {
-		return nil, time.Time{}, err
+	next.TLS[TLSCertKey] = pemCert(cert.Raw)
+	if next.TLS[TLSKeyKey], err = pemKey(key); err != nil {
+		return Certificates{}, time.Time{}, err
 	}
 	return next, RenewalTime(cert), nil
+}
+
+// currentCA is the CA of the CA's Secret, or, for a Cache made before it had one, of its TLS
+// Secret.
+func currentCA(held Certificates) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	if len(held.CA[tlsCAKey]) > 0 {
+		return parseCA(held.CA)
+	}
+	return parseCA(held.TLS)
+}
+
+// trustedCAs are the CA certificates of a PEM bundle that are valid at now.
+func trustedCAs(bundle []byte, now time.Time) []*x509.Certificate {
+	var cas []*x509.Certificate
+	for block, rest := pem.Decode(bundle); block != nil; block, rest = pem.Decode(rest) {
+		ca, err := x509.ParseCertificate(block.Bytes)
+		if err == nil && ca.IsCA && !now.Before(ca.NotBefore) && now.Before(ca.NotAfter) {
+			cas = append(cas, ca)
+		}
+	}
+	return cas
+}
+
+// TrustBundle is the PEM bundle of the CA certificates of the PEM bundles given that are valid at
+// now, each once, in their order.
+func TrustBundle(now time.Time, bundles ...[]byte) []byte {
+	var cas []*x509.Certificate
+	for _, bundle := range bundles {
+		for _, ca := range trustedCAs(bundle, now) {
+			if !slices.ContainsFunc(cas, ca.Equal) {
+				cas = append(cas, ca)
+			}
+		}
+	}
+	return caBundle(cas)
+}
+
+// caBundle is the PEM bundle of the CA certificates given, in their order.
+func caBundle(cas []*x509.Certificate) []byte {
+	var bundle []byte
+	for _, ca := range cas {
+		bundle = append(bundle, pemCert(ca.Raw)...)
+	}
+	return bundle
+}
+
+// servableCertificate is the certificate of the data of a TLS Secret if the nodes can serve it
+// now: it matches its key, is valid at now, and is signed by one of the CAs given.
+func servableCertificate(data map[string][]byte, cas []*x509.Certificate, now time.Time) (*x509.Certificate, bool) {
+	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
+		return nil, false
+	}
+	cert, err := LeafCertificate(data)
+	if err != nil {
+		return nil, false
+	}
+	roots := x509.NewCertPool()
+	for _, ca := range cas {
+		roots.AddCert(ca)
+	}
+	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: certificateUsages})
+	return cert, err == nil
+}
+
+// probeValidity is how long a probe's client certificate is valid: it is made afresh each pass.
+const probeValidity = time.Hour
+
+// probeCertificate is a client certificate of the CA given, which a node accepts only if it
+// trusts that CA.
+func probeCertificate(cache *cachev2.Cache, ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time) (*tls.Certificate, error) {
+	template := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "cache-operator trust probe of " + ServerName(cache), Organization: []string{"cache-operator"}},
+		NotBefore:   now.Add(-backdate),
+		NotAfter:    now.Add(probeValidity),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	cert, key, err := sign(template, ca, caKey)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}, nil
 }
 
 // certificateValidity is the validity of the certificates the spec asks for, the schema's default
@@ -279,39 +418,21 @@ func pemKey(key *ecdsa.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
-// CertificateData is what NextCertificates is given of a Cache's certificates: what its TLS
-// Secret and its CA's Secret hold (nil for one that does not exist). The CA is the CA's Secret's
-// when it holds one; the TLS Secret's otherwise, as it was kept before the CA's key moved apart.
-func CertificateData(tlsSecret, caSecret map[string][]byte) map[string][]byte {
-	data := map[string][]byte{}
-	for _, key := range []string{TLSCAKey, tlsCAKey, TLSCertKey, TLSKeyKey} {
-		if v, ok := tlsSecret[key]; ok {
-			data[key] = v
-		}
-	}
-	if len(caSecret[tlsCAKey]) > 0 {
-		data[TLSCAKey], data[tlsCAKey] = caSecret[TLSCAKey], caSecret[tlsCAKey]
-	}
-	return data
-}
-
-// TLSSecret is the TLS Secret of a Cache, with the nodes' certificate and key and the CA's
-// certificate of data (NextCertificates).
+// TLSSecret is the TLS Secret of a Cache that holds data (Certificates.TLS).
 func TLSSecret(cache *cachev2.Cache, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: cache.TLSSecretName(), Namespace: cache.Namespace, Labels: credentialLabels(cache)},
 		Type:       corev1.SecretTypeTLS,
-		Data:       map[string][]byte{TLSCAKey: data[TLSCAKey], TLSCertKey: data[TLSCertKey], TLSKeyKey: data[TLSKeyKey]},
+		Data:       data,
 	}
 }
 
-// CASecret is the Secret of a Cache's CA, with the CA's certificate and key of data
-// (NextCertificates).
+// CASecret is the Secret of a Cache's CA that holds data (Certificates.CA).
 func CASecret(cache *cachev2.Cache, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: cache.CASecretName(), Namespace: cache.Namespace, Labels: credentialLabels(cache)},
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{TLSCAKey: data[TLSCAKey], tlsCAKey: data[tlsCAKey]},
+		Data:       data,
 	}
 }
 

@@ -16,6 +16,16 @@ import (
 	cachev2 "example.com/cache-operator/api/v2"
 )
 
+// next is NextCertificates with nodes that report every change done, as when a Cache has no pods.
+func next(t *testing.T, cache *cachev2.Cache, ips []net.IP, held Certificates, now time.Time) (Certificates, time.Time) {
+	t.Helper()
+	certs, renewAt, err := NextCertificates(cache, "cluster.local", ips, held, NodesReport{TrustCA: true, ServeCertificate: true}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs, renewAt
+}
+
 func tlsCache(validity time.Duration) *cachev2.Cache {
 	c := testCache()
 	c.Spec.TLS = &cachev2.TLS{CertificateValidity: &metav1.Duration{Duration: validity}}
@@ -28,13 +38,8 @@ func tlsCache(validity time.Duration) *cachev2.Cache {
 func TestTheFirstCertificatesServeAndAuthenticateByTheCachesNames(t *testing.T) {
 	cache := tlsCache(90 * 24 * time.Hour)
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	data, renewAt, err := NextCertificates(cache, "cluster.local", nil, nil, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := data[tlsCAKey]; !ok || len(data) != 4 {
-		t.Fatalf("keys %v, want the CA's certificate and key, and the nodes' certificate and key", slices.Sorted(maps.Keys(data)))
-	}
+	certs, renewAt := next(t, cache, nil, Certificates{}, now)
+	data := certs.TLS
 	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
 		t.Fatal(err)
 	}
@@ -67,25 +72,15 @@ func TestTheFirstCertificatesServeAndAuthenticateByTheCachesNames(t *testing.T) 
 func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 	cache := tlsCache(3 * time.Hour)
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	first, renewAt, err := NextCertificates(cache, "cluster.local", nil, nil, now)
-	if err != nil {
-		t.Fatal(err)
+	first, renewAt := next(t, cache, nil, Certificates{}, now)
+	same, sameRenewAt := next(t, cache, nil, first, renewAt.Add(-time.Second))
+	if !sameCertificates(same, first) || !sameRenewAt.Equal(renewAt) || same.Probe != nil {
+		t.Fatalf("before renewal: changed %v, renewal %v", !sameCertificates(same, first), sameRenewAt)
 	}
-	same, sameRenewAt, err := NextCertificates(cache, "cluster.local", nil, first, renewAt.Add(-time.Second))
-	if err != nil || !maps.EqualFunc(same, first, bytesEqual) || !sameRenewAt.Equal(renewAt) {
-		t.Fatalf("before renewal: changed %v, renewal %v, %v", !maps.EqualFunc(same, first, bytesEqual), sameRenewAt, err)
-	}
-	serial := func(data map[string][]byte) string {
-		cert, err := LeafCertificate(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cert.SerialNumber.String()
-	}
-	withoutCert := maps.Clone(first)
-	delete(withoutCert, TLSCertKey)
+	withoutCert := Certificates{TLS: maps.Clone(first.TLS), CA: first.CA}
+	delete(withoutCert.TLS, TLSCertKey)
 	for name, tc := range map[string]struct {
-		data map[string][]byte
+		held Certificates
 		at   time.Time
 	}{
 		"due":                 {first, renewAt},
@@ -97,26 +92,27 @@ func TestCertificatesAreRenewedWhenDueAndTheCAStays(t *testing.T) {
 			c = tlsCache(3 * time.Hour)
 			c.Name = "other-cache"
 		}
-		next, _, err := NextCertificates(c, "cluster.local", nil, tc.data, tc.at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytesEqual(next[TLSCAKey], first[TLSCAKey]) || !bytesEqual(next[tlsCAKey], first[tlsCAKey]) {
+		renewed, _ := next(t, c, nil, tc.held, tc.at)
+		if !maps.EqualFunc(renewed.CA, first.CA, bytesEqual) || !bytesEqual(renewed.TLS[TLSCAKey], first.TLS[TLSCAKey]) {
 			t.Errorf("%s: the CA changed", name)
 		}
-		if serial(next) == serial(first) || bytesEqual(next[TLSKeyKey], first[TLSKeyKey]) {
+		if serial(t, renewed.TLS) == serial(t, first.TLS) || bytesEqual(renewed.TLS[TLSKeyKey], first.TLS[TLSKeyKey]) {
 			t.Errorf("%s: the certificate was not renewed with a new serial and key", name)
 		}
 	}
-	broken := maps.Clone(first)
-	broken[tlsCAKey] = []byte("not a key")
-	next, _, err := NextCertificates(cache, "cluster.local", nil, broken, now)
+}
+
+func serial(t *testing.T, data map[string][]byte) string {
+	t.Helper()
+	cert, err := LeafCertificate(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytesEqual(next[TLSCAKey], first[TLSCAKey]) || serial(next) == serial(first) {
-		t.Error("a CA whose key is broken was kept")
-	}
+	return cert.SerialNumber.String()
+}
+
+func sameCertificates(a, b Certificates) bool {
+	return maps.EqualFunc(a.TLS, b.TLS, bytesEqual) && maps.EqualFunc(a.CA, b.CA, bytesEqual)
 }
 
 // The certificate names the pods' IPs, to which a Cluster sends its clients: a client that
@@ -126,15 +122,12 @@ func TestTheCertificateNamesThePodsIPsAndANewIPBringsANewOne(t *testing.T) {
 	cache := tlsCache(24 * time.Hour)
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	a, b, c := net.ParseIP("127.0.0.11"), net.ParseIP("127.0.0.12"), net.ParseIP("127.0.0.13")
-	first, _, err := NextCertificates(cache, "cluster.local", []net.IP{a, b}, nil, now)
+	first, _ := next(t, cache, []net.IP{a, b}, Certificates{}, now)
+	cert, err := LeafCertificate(first.TLS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := LeafCertificate(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	config, err := TLSClientConfig(cache, first[TLSCAKey])
+	config, err := TLSClientConfig(cache, first.TLS[TLSCAKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,22 +140,18 @@ func TestTheCertificateNamesThePodsIPsAndANewIPBringsANewOne(t *testing.T) {
 		t.Errorf("the certificate is good for %s, which no pod has", c)
 	}
 
-	fewer, _, err := NextCertificates(cache, "cluster.local", []net.IP{b}, first, now)
-	if err != nil || !maps.EqualFunc(fewer, first, bytesEqual) {
-		t.Fatalf("a pod gone: the certificate changed (%v)", err)
+	if fewer, _ := next(t, cache, []net.IP{b}, first, now); !sameCertificates(fewer, first) {
+		t.Fatal("a pod gone: the certificate changed")
 	}
-	more, _, err := NextCertificates(cache, "cluster.local", []net.IP{b, c}, first, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	renewed, err := LeafCertificate(more)
+	more, _ := next(t, cache, []net.IP{b, c}, first, now)
+	renewed, err := LeafCertificate(more.TLS)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(renewed.IPAddresses); got != fmt.Sprint([]net.IP{b, c}) || renewed.SerialNumber.Cmp(cert.SerialNumber) == 0 {
 		t.Errorf("a pod with a new IP: the certificate names %s, serial %s (was %s); want the pods' IPs, a new serial", got, renewed.SerialNumber, cert.SerialNumber)
 	}
-	if !bytesEqual(more[TLSCAKey], first[TLSCAKey]) {
+	if !bytesEqual(more.TLS[TLSCAKey], first.TLS[TLSCAKey]) {
 		t.Error("a pod with a new IP: the CA changed")
 	}
 }
@@ -174,18 +163,13 @@ func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
 func TestAUsersCertificateMustServeAuthenticateAndNameTheService(t *testing.T) {
 	cache := tlsCache(24 * time.Hour)
 	now := time.Now()
-	good, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	issued, _ := next(t, cache, nil, Certificates{}, now)
+	good := issued.TLS
 	if _, err := UsableCertificate(cache, good); err != nil {
 		t.Errorf("a certificate as the operator issues it: %v", err)
 	}
-	other, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, caKey, err := parseCA(good)
+	other := func() map[string][]byte { c, _ := next(t, cache, nil, Certificates{}, now); return c.TLS }()
+	ca, caKey, err := parseCA(issued.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,22 +209,19 @@ func TestAUsersCertificateMustServeAuthenticateAndNameTheService(t *testing.T) {
 // certificate and key, and the published ConfigMap the CA's certificate only.
 func TestTheCAsKeyIsOnlyInTheCAsSecret(t *testing.T) {
 	cache := tlsCache(90 * 24 * time.Hour)
-	data, _, err := NextCertificates(cache, "cluster.local", nil, nil, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsSecret, caSecret, published := TLSSecret(cache, data), CASecret(cache, data), CAConfigMap(cache, data[TLSCAKey])
+	certs, _ := next(t, cache, nil, Certificates{}, time.Now())
+	tlsSecret, caSecret, published := TLSSecret(cache, certs.TLS), CASecret(cache, certs.CA), CAConfigMap(cache, certs.TLS[TLSCAKey])
 	if got := slices.Sorted(maps.Keys(tlsSecret.Data)); !slices.Equal(got, []string{TLSCAKey, TLSCertKey, TLSKeyKey}) {
 		t.Errorf("TLS Secret %s holds %v", tlsSecret.Name, got)
 	}
 	if got := slices.Sorted(maps.Keys(caSecret.Data)); !slices.Equal(got, []string{TLSCAKey, tlsCAKey}) || caSecret.Name == tlsSecret.Name {
 		t.Errorf("CA Secret %s holds %v", caSecret.Name, got)
 	}
-	if got := slices.Sorted(maps.Keys(published.Data)); !slices.Equal(got, []string{TLSCAKey}) || published.Data[TLSCAKey] != string(data[TLSCAKey]) {
-		t.Errorf("ConfigMap %s holds %v", published.Name, got)
+	if !bytesEqual(caSecret.Data[TLSCAKey], tlsSecret.Data[TLSCAKey]) {
+		t.Error("the nodes are not given the CA's certificate")
 	}
-	if !bytesEqual(CertificateData(tlsSecret.Data, caSecret.Data)[tlsCAKey], data[tlsCAKey]) {
-		t.Error("the two Secrets together do not give back the CA's key")
+	if got := slices.Sorted(maps.Keys(published.Data)); !slices.Equal(got, []string{TLSCAKey}) || published.Data[TLSCAKey] != string(certs.TLS[TLSCAKey]) {
+		t.Errorf("ConfigMap %s holds %v", published.Name, got)
 	}
 }
 
@@ -250,30 +231,76 @@ func TestTheCAsKeyIsOnlyInTheCAsSecret(t *testing.T) {
 func TestACAKeptInTheTLSSecretMovesToTheCAsSecret(t *testing.T) {
 	cache := tlsCache(90 * 24 * time.Hour)
 	now := time.Now()
-	before, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
-	if err != nil {
-		t.Fatal(err)
+	current, _ := next(t, cache, nil, Certificates{}, now)
+	legacy := maps.Clone(current.TLS)
+	legacy[tlsCAKey] = current.CA[tlsCAKey]
+	moved, _ := next(t, cache, nil, Certificates{TLS: legacy}, now)
+	if !sameCertificates(moved, current) {
+		t.Error("the certificates of a TLS Secret that holds the CA's key were not kept, or the TLS Secret keeps the CA's key")
 	}
-	next, _, err := NextCertificates(cache, "cluster.local", nil, CertificateData(before, nil), now)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// A CA replaced (here: its Secret deleted) changes hands in three steps, none of which has a
+// node show a certificate another does not trust: the nodes get the new CA beside the old and
+// keep their certificate while any does not trust the new one (and a probe certificate of the
+// new CA is made to find out); then a certificate of the new CA; then, once every node serves
+// that, the new CA alone.
+func TestANewCAIsTrustedBeforeItsCertificateIsServedAndTheOldOneGoesLast(t *testing.T) {
+	cache := tlsCache(90 * 24 * time.Hour)
+	now := time.Now()
+	old, _ := next(t, cache, nil, Certificates{}, now)
+	step := func(held Certificates, nodes NodesReport) Certificates {
+		t.Helper()
+		certs, _, err := NextCertificates(cache, "cluster.local", nil, held, nodes, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return certs
 	}
-	if !maps.EqualFunc(next, before, bytesEqual) {
-		t.Error("the certificates of a TLS Secret that holds the CA's key were issued again")
-	}
-	caSecret := CASecret(cache, next)
-	if !bytesEqual(caSecret.Data[tlsCAKey], before[tlsCAKey]) {
-		t.Error("the CA's Secret does not take the CA's key from the TLS Secret")
-	}
-	if _, ok := TLSSecret(cache, next).Data[tlsCAKey]; ok {
-		t.Error("the TLS Secret written next still holds the CA's key")
+	cas := func(bundle []byte) int { return len(trustedCAs(bundle, now)) }
+	pool := func(bundle []byte) *x509.CertPool {
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(bundle)
+		return roots
 	}
 
-	other, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
+	// The CA's Secret is gone: a new CA, trusted beside the old one, the certificate kept.
+	a := step(Certificates{TLS: old.TLS}, NodesReport{})
+	if bytesEqual(a.CA[TLSCAKey], old.CA[TLSCAKey]) {
+		t.Fatal("no new CA")
+	}
+	if cas(a.TLS[TLSCAKey]) != 2 || serial(t, a.TLS) != serial(t, old.TLS) || a.Probe == nil {
+		t.Fatalf("first step: %d CAs given, certificate kept %v, probe %v; want both CAs, the certificate kept, a probe",
+			cas(a.TLS[TLSCAKey]), serial(t, a.TLS) == serial(t, old.TLS), a.Probe != nil)
+	}
+	newCA := pool(a.CA[TLSCAKey])
+	if _, err := a.Probe.Leaf.Verify(x509.VerifyOptions{Roots: newCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("the probe is no client certificate of the new CA: %v", err)
+	}
+	// Until every node trusts it, nothing moves, whatever else they report.
+	held := Certificates{TLS: a.TLS, CA: a.CA}
+	if waiting := step(held, NodesReport{ServeCertificate: true}); !sameCertificates(waiting, a) || waiting.Probe == nil {
+		t.Fatal("the certificate changed before every node trusts the new CA")
+	}
+	// Every node trusts it: a certificate of the new CA, both CAs still given.
+	b := step(held, NodesReport{TrustCA: true})
+	leaf, err := LeafCertificate(b.TLS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := CertificateData(before, CASecret(cache, other).Data); !bytesEqual(got[tlsCAKey], other[tlsCAKey]) || !bytesEqual(got[TLSCAKey], other[TLSCAKey]) {
-		t.Error("the CA is not the CA's Secret's when it holds one")
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: newCA, KeyUsages: certificateUsages}); err != nil || cas(b.TLS[TLSCAKey]) != 2 || b.Probe != nil {
+		t.Fatalf("second step: the certificate of the new CA %v, %d CAs given, probe %v", err, cas(b.TLS[TLSCAKey]), b.Probe != nil)
+	}
+	held = Certificates{TLS: b.TLS, CA: b.CA}
+	if waiting := step(held, NodesReport{}); !sameCertificates(waiting, b) {
+		t.Fatal("the old CA went before every node serves the new CA's certificate")
+	}
+	// Every node serves it: the new CA alone.
+	c := step(held, NodesReport{ServeCertificate: true})
+	if !bytesEqual(c.TLS[TLSCAKey], c.CA[TLSCAKey]) || serial(t, c.TLS) != serial(t, b.TLS) {
+		t.Fatal("third step: the old CA is still given, or the certificate changed")
+	}
+	if done := step(Certificates{TLS: c.TLS, CA: c.CA}, NodesReport{}); !sameCertificates(done, c) || done.Probe != nil {
+		t.Fatal("the certificates changed once the new CA was all there is")
 	}
 }

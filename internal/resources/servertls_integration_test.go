@@ -3,6 +3,7 @@
 package resources
 
 import (
+	"crypto/tls"
 	"fmt"
 	"maps"
 	"os"
@@ -60,14 +61,9 @@ func TestTLSNodesRefuseStrangersAndServeARenewedCertificateWithoutARestart(t *te
 	cache.Spec.Mode, stranger.Spec.Mode = cachev2.ModeCluster, cachev2.ModeCluster
 	stranger.Name = "stranger"
 	now := time.Now()
-	data, _, err := NextCertificates(cache, "cluster.local", nil, nil, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	strangerData, _, err := NextCertificates(stranger, "cluster.local", nil, nil, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	issued, _ := next(t, cache, nil, Certificates{}, now)
+	strangers, _ := next(t, stranger, nil, Certificates{}, now)
+	data, strangerData := issued.TLS, strangers.TLS
 	dir := tlsNode(t, cache, ips[0], data)
 	tlsNode(t, cache, ips[1], data)
 	tlsNode(t, stranger, ips[2], strangerData)
@@ -186,10 +182,8 @@ func TestTLSNodesRefuseStrangersAndServeARenewedCertificateWithoutARestart(t *te
 	// A certificate taken out of the Secret is issued anew, as one due for renewal is.
 	withoutCert := maps.Clone(data)
 	delete(withoutCert, TLSCertKey)
-	renewed, _, err := NextCertificates(cache, "cluster.local", nil, withoutCert, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	renewedCerts, _ := next(t, cache, nil, Certificates{TLS: withoutCert, CA: issued.CA}, now)
+	renewed := renewedCerts.TLS
 	writeTLSVolume(t, dir, renewed)
 	if got := served(); got != first {
 		t.Fatalf("the server served serial %s before it was told to read its files again, want %s", got, first)
@@ -206,5 +200,135 @@ func TestTLSNodesRefuseStrangersAndServeARenewedCertificateWithoutARestart(t *te
 	}
 	if got := testenv.ValkeyInfo(t, client, "server", "run_id"); got != runID {
 		t.Errorf("the server restarted: run_id %s, was %s", got, runID)
+	}
+}
+
+// On real servers, a CA replaced in the three steps of NextCertificates: at no step does a node
+// show, to a client or on the cluster bus, a certificate that another node or the operator does
+// not trust, whichever of the nodes has read its files again and whichever not; a node refuses
+// the probe of the new CA until it has read the files that give it that CA, and accepts it then;
+// and the two stay one cluster throughout, with no restart.
+func TestACAReplacedStepByStepIsNeverRefusedByANode(t *testing.T) {
+	ctx := t.Context()
+	ips := testenv.LoopbackIPs(17)[15:]
+	cache := tlsCache(3 * time.Hour)
+	cache.Spec.Mode = cachev2.ModeCluster
+	now := time.Now()
+	old, _ := next(t, cache, nil, Certificates{}, now)
+	dirs := []string{tlsNode(t, cache, ips[0], old.TLS), tlsNode(t, cache, ips[1], old.TLS)}
+	servers := make([]*valkey.Server, len(ips))
+	operatorTrust := func(data map[string][]byte) valkey.Auth {
+		config, err := TLSClientConfig(cache, data[TLSCAKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return valkey.Auth{TLS: config}
+	}
+	for i, ip := range ips {
+		var err error
+		if servers[i], err = valkey.Connect(ip, Port, operatorTrust(old.TLS)); err != nil {
+			t.Fatal(err)
+		}
+		defer servers[i].Close()
+	}
+	if err := servers[0].Meet(ctx, ips[1], Port); err != nil {
+		t.Fatal(err)
+	}
+	runIDs := make([]string, len(ips))
+	for i, ip := range ips {
+		runIDs[i] = testenv.ValkeyInfo(t, testenv.ValkeyOverTLS(t, ip, Port, servers[i].Auth().TLS), "server", "run_id")
+	}
+	// files are what each node's volume holds, read are what each node read last.
+	files, read := []map[string][]byte{old.TLS, old.TLS}, []map[string][]byte{old.TLS, old.TLS}
+	reload := func(i int, data map[string][]byte) {
+		t.Helper()
+		writeTLSVolume(t, dirs[i], data)
+		files[i] = data
+		if err := servers[i].ReloadCertificates(ctx); err != nil {
+			t.Fatal(err)
+		}
+		read[i] = data
+	}
+	// everyoneTrusts checks that each node accepts, as a client's certificate, the one the other
+	// shows (as it does on the bus), and that the operator, trusting what the Secret gives,
+	// accepts the certificate each node serves.
+	everyoneTrusts := func(when string, secret map[string][]byte) {
+		t.Helper()
+		for i := range ips {
+			shown, err := tls.X509KeyPair(read[i][TLSCertKey], read[i][TLSKeyKey])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range ips {
+				config := operatorTrust(secret).TLS.Clone()
+				config.Certificates = []tls.Certificate{shown}
+				if err := valkey.AcceptsClientCertificate(ctx, ips[j], Port, config); i != j && err != nil {
+					t.Errorf("%s: node %d refuses node %d's certificate: %v", when, j, i, err)
+				}
+			}
+		}
+	}
+	step := func(held Certificates, nodes NodesReport) Certificates {
+		t.Helper()
+		certs, _, err := NextCertificates(cache, "cluster.local", nil, held, nodes, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return certs
+	}
+	probed := func(i int, probe *tls.Certificate, secret map[string][]byte) error {
+		config := operatorTrust(secret).TLS.Clone()
+		config.Certificates = []tls.Certificate{*probe}
+		return valkey.AcceptsClientCertificate(ctx, ips[i], Port, config)
+	}
+
+	// A new CA, given beside the old: node 0 reads it first, node 1 later.
+	a := step(Certificates{TLS: old.TLS}, NodesReport{})
+	if err := probed(0, a.Probe, a.TLS); err == nil {
+		t.Error("node 0 accepted the new CA's probe before it was given the CA")
+	}
+	reload(0, a.TLS)
+	if err := probed(0, a.Probe, a.TLS); err != nil {
+		t.Errorf("node 0 refuses the new CA's probe once given the CA: %v", err)
+	}
+	if err := probed(1, a.Probe, a.TLS); err == nil {
+		t.Error("node 1 accepted the new CA's probe before it read its files again")
+	}
+	everyoneTrusts("the new CA read by one node", a.TLS)
+	reload(1, a.TLS)
+	everyoneTrusts("the new CA read by both", a.TLS)
+
+	// The new CA's certificate: node 1 reads it first.
+	b := step(Certificates{TLS: a.TLS, CA: a.CA}, NodesReport{TrustCA: true})
+	reload(1, b.TLS)
+	everyoneTrusts("the new certificate read by one node", b.TLS)
+	reload(0, b.TLS)
+	everyoneTrusts("the new certificate read by both", b.TLS)
+
+	// The old CA goes.
+	c := step(Certificates{TLS: b.TLS, CA: b.CA}, NodesReport{ServeCertificate: true})
+	reload(0, c.TLS)
+	everyoneTrusts("the old CA gone from one node", c.TLS)
+	reload(1, c.TLS)
+	everyoneTrusts("the old CA gone from both", c.TLS)
+
+	testenv.WaitFor(t, 30*time.Second, "the two nodes to see each other connected on the bus", func() (bool, string) {
+		for i, s := range servers {
+			nodes, err := s.ClusterNodes(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, n := range nodes {
+				if !n.Myself && (n.IP != ips[1-i] || !n.Connected) {
+					return false, fmt.Sprintf("node %d sees %+v", i, n)
+				}
+			}
+		}
+		return true, ""
+	})
+	for i, ip := range ips {
+		if got := testenv.ValkeyInfo(t, testenv.ValkeyOverTLS(t, ip, Port, operatorTrust(c.TLS).TLS), "server", "run_id"); got != runIDs[i] {
+			t.Errorf("node %d restarted", i)
+		}
 	}
 }

@@ -4,6 +4,7 @@
 package valkey
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -313,6 +314,33 @@ func (s *Server) ReloadCertificates(ctx context.Context) error {
 		set = set.ParameterValue(name, files[name])
 	}
 	return s.wrap("CONFIG SET", s.do(ctx, set.Build()).Error())
+}
+
+// AcceptsClientCertificate fails unless the server at ip:port, dialled with config, accepts the
+// client certificate config shows: it does only if it trusts the certificate's CA. With TLS 1.3
+// a server refuses a client's certificate once the client has finished its side of the
+// handshake, so only a reply proves it was accepted.
+func AcceptsClientCertificate(ctx context.Context, ip string, port int, config *tls.Config) error {
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	conn, err := (&tls.Dialer{Config: config}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("a TLS handshake with %s: %w", addr, err)
+	}
+	defer conn.Close() //nolint:errcheck // a probe: what matters is the reply
+	if deadline, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(deadline); err != nil {
+			return err
+		}
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return fmt.Errorf("%s refused the client certificate: %w", addr, err)
+	}
+	if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
+		return fmt.Errorf("%s refused the client certificate: %w", addr, err)
+	}
+	return nil
 }
 
 // ServedCertificate is the certificate the server at ip:port shows a new TLS connection, checked

@@ -245,6 +245,12 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 		}
 	}
 
+	// The CA replaced, as a user rotates it (its Secret deleted), under a client: the nodes are
+	// given the new CA beside the old before any serves a certificate of it, and the old goes once
+	// every node does. No request is refused, no pod restarts, and the bus and the replica's link
+	// hold throughout (the Cache stays Ready).
+	config = rotateCA(t, c, config, password)
+
 	// A primary's pod evicted, as a node drain does, hands its shard to its replica over TLS
 	// first (the preStop hook, with the nodes' certificate), and its replacement joins.
 	primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
@@ -271,12 +277,67 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 	// a restart.
 	secret, _ = waitCertificateNamesThePods(t, c)
 	waitCertificateServed(t, c, config, serialIn(t, secret))
+	byIP = config.Clone()
+	byIP.ServerName = ""
 	app = tlsClusterClient(t, key, byIP, password)
 	for i := range keys {
 		if v, err := app.Do(ctx, app.B().Get().Key(fmt.Sprint("sealed-", i)).Build()).ToString(); err != nil || v != fmt.Sprint(i) {
 			t.Fatalf("sealed-%d after the handover: %q, %v", i, v, err)
 		}
 	}
+}
+
+// rotateCA deletes the Secret of the Cache's CA, which has the operator replace the CA, under a
+// client that trusts what was published before, and checks each step of the change (see
+// resources.NextCertificates) and that the client, a session opened before and the Cache saw
+// nothing of it. It returns how a client that reads the CA published now trusts the nodes.
+func rotateCA(t *testing.T, c *cachev2.Cache, config *tls.Config, password string) *tls.Config {
+	t.Helper()
+	ctx := context.Background()
+	key := client.ObjectKeyFromObject(c)
+	cas := func(bundle []byte) int { return strings.Count(string(bundle), "BEGIN CERTIFICATE") }
+	before, oldCA := restarts(t, key), appSecret(t, c.Namespace, c.TLSSecretName()).Data[resources.TLSCAKey]
+	oldSerial := serialIn(t, appSecret(t, c.Namespace, c.TLSSecretName()))
+	load, stopLoad := startLoad(t, tlsClusterClient(t, key, config, password))
+	began := time.Now()
+	if err := admin.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.CASecretName()}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "the nodes to be given a new CA beside the old, their certificate kept", func() (bool, string) {
+		secret := appSecret(t, c.Namespace, c.TLSSecretName())
+		given := secret.Data[resources.TLSCAKey]
+		if serialIn(t, secret) != oldSerial {
+			t.Fatal("a certificate of the new CA before the nodes trust it")
+		}
+		return cas(given) == 2 && strings.Contains(string(given), string(oldCA)), fmt.Sprintf("%d CAs given", cas(given))
+	})
+	both := publishedCA(t, c)
+	var newSerial string
+	testenv.WaitFor(t, 4*time.Minute, "a certificate of the new CA, once every node trusts it", func() (bool, string) {
+		newSerial = serialIn(t, appSecret(t, c.Namespace, c.TLSSecretName()))
+		return newSerial != oldSerial, "serial " + newSerial
+	})
+	waitCertificateServed(t, c, both, newSerial)
+	testenv.WaitFor(t, time.Minute, "the old CA to go once every node serves the new one's certificate", func() (bool, string) {
+		given := appSecret(t, c.Namespace, c.TLSSecretName()).Data[resources.TLSCAKey]
+		return cas(given) == 1 && !strings.Contains(string(given), string(oldCA)), fmt.Sprintf("%d CAs given", cas(given))
+	})
+	renewed := publishedCA(t, c)
+	lost, acked := stopLoad()
+	t.Logf("the CA replaced in %s; a client through it: %d requests, %d failed (%s), %d of %d acknowledged writes lost",
+		time.Since(began).Round(time.Second), load.requests, load.failures, load.errorKinds(), lost, acked)
+	if refused := load.refused(); refused > 0 || lost > 0 {
+		t.Errorf("a client through the CA's change saw %d requests refused and %d acknowledged writes lost", refused, lost)
+	}
+	if after := restarts(t, key); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("pods restarted with the new CA: before %v, after %v", before, after)
+	}
+	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
+	app := tlsClusterClient(t, key, renewed, password)
+	if err := app.Do(ctx, app.B().Set().Key("rotated").Value("yes").Build()).Error(); err != nil {
+		t.Errorf("a client that trusts the new CA alone: %v", err)
+	}
+	return renewed
 }
 
 // tlsClusterClient is a cluster client of the Cache as the application user, over TLS as config
@@ -294,6 +355,18 @@ func tlsClusterClient(t *testing.T, key client.ObjectKey, config *tls.Config, pa
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// issueAsUsers issues certificates for the Cache from what held holds, as an issuer of the
+// user's would: the TLS Secret's data is what a cert-manager Certificate fills (tls.crt, tls.key
+// and ca.crt, no CA key).
+func issueAsUsers(t *testing.T, c *cachev2.Cache, held resources.Certificates) resources.Certificates {
+	t.Helper()
+	certs, _, err := resources.NextCertificates(c, "cluster.local", nil, held, resources.NodesReport{TrustCA: true, ServeCertificate: true}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs
 }
 
 // waitCertificateInvalid waits until the Cache's CertificateServed condition says the
@@ -336,14 +409,8 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 	waitCertificateInvalid(t, key, "does not exist")
 
 	// The user's own CA and certificate, as an Issuer of theirs would make them.
-	issued, _, err := resources.NextCertificates(c, "cluster.local", nil, nil, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	asFilled := func(data map[string][]byte) map[string][]byte {
-		return map[string][]byte{resources.TLSCAKey: data[resources.TLSCAKey], resources.TLSCertKey: data[resources.TLSCertKey], resources.TLSKeyKey: data[resources.TLSKeyKey]}
-	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "issued-by-mine", Namespace: ns}, Type: corev1.SecretTypeTLS, Data: asFilled(issued)}
+	issued := issueAsUsers(t, c, resources.Certificates{})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "issued-by-mine", Namespace: ns}, Type: corev1.SecretTypeTLS, Data: issued.TLS}
 	if err := admin.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -371,14 +438,11 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 
 	// The issuer renews the certificate.
 	before := restarts(t, key)
-	withoutCert := maps.Clone(issued)
+	withoutCert := maps.Clone(issued.TLS)
 	withoutCert[resources.TLSCertKey] = nil
-	renewed, _, err := resources.NextCertificates(c, "cluster.local", nil, withoutCert, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	renewed := issueAsUsers(t, c, resources.Certificates{TLS: withoutCert, CA: issued.CA})
 	secret = appSecret(t, ns, "issued-by-mine")
-	secret.Data = asFilled(renewed)
+	secret.Data = renewed.TLS
 	if err := admin.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -391,12 +455,9 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 	// A certificate for another Cache's names is refused, and the node keeps the one it serves.
 	other := c.DeepCopy()
 	other.Name = "not-issued"
-	wrong, _, err := resources.NextCertificates(other, "cluster.local", nil, renewed, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	wrong := issueAsUsers(t, other, renewed)
 	secret = appSecret(t, ns, "issued-by-mine")
-	secret.Data = asFilled(wrong)
+	secret.Data = wrong.TLS
 	if err := admin.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
