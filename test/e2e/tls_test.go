@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -249,7 +251,7 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 	// given the new CA beside the old before any serves a certificate of it, and the old goes once
 	// every node does. No request is refused, no pod restarts, and the bus and the replica's link
 	// hold throughout (the Cache stays Ready).
-	config = rotateCA(t, c, config, password)
+	config = rotateCA(t, c, password)
 
 	// A primary's pod evicted, as a node drain does, hands its shard to its replica over TLS
 	// first (the preStop hook, with the nodes' certificate), and its replacement joins.
@@ -288,17 +290,17 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 }
 
 // rotateCA deletes the Secret of the Cache's CA, which has the operator replace the CA, under a
-// client that trusts what was published before, and checks each step of the change (see
+// client that trusts what is published, and checks each step of the change (see
 // resources.NextCertificates) and that the client, a session opened before and the Cache saw
 // nothing of it. It returns how a client that reads the CA published now trusts the nodes.
-func rotateCA(t *testing.T, c *cachev2.Cache, config *tls.Config, password string) *tls.Config {
+func rotateCA(t *testing.T, c *cachev2.Cache, password string) *tls.Config {
 	t.Helper()
 	ctx := context.Background()
 	key := client.ObjectKeyFromObject(c)
 	cas := func(bundle []byte) int { return strings.Count(string(bundle), "BEGIN CERTIFICATE") }
 	before, oldCA := restarts(t, key), appSecret(t, c.Namespace, c.TLSSecretName()).Data[resources.TLSCAKey]
 	oldSerial := serialIn(t, appSecret(t, c.Namespace, c.TLSSecretName()))
-	load, stopLoad := startLoad(t, tlsClusterClient(t, key, config, password))
+	load, stopLoad := startLoad(t, tlsClusterClient(t, key, followingPublishedCA(c), password))
 	began := time.Now()
 	if err := admin.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.CASecretName()}}); err != nil {
 		t.Fatal(err)
@@ -338,6 +340,33 @@ func rotateCA(t *testing.T, c *cachev2.Cache, config *tls.Config, password strin
 		t.Errorf("a client that trusts the new CA alone: %v", err)
 	}
 	return renewed
+}
+
+// followingPublishedCA is how a client that reads the CAs the Cache publishes afresh for each
+// connection, as one that mounts the ConfigMap does, trusts the nodes.
+func followingPublishedCA(c *cachev2.Cache) *tls.Config {
+	return &tls.Config{
+		ServerName: resources.ServerName(c),
+		MinVersion: tls.VersionTLS12,
+		// Verified below, against the CAs published at the time of the handshake.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
+		VerifyConnection: func(state tls.ConnectionState) error {
+			cm := &corev1.ConfigMap{}
+			if err := admin.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: c.CAConfigMapName()}, cm); err != nil {
+				return err
+			}
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM([]byte(cm.Data[resources.TLSCAKey])) {
+				return errors.New("no CA published")
+			}
+			intermediates := x509.NewCertPool()
+			for _, cert := range state.PeerCertificates[1:] {
+				intermediates.AddCert(cert)
+			}
+			_, err := state.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates, DNSName: resources.ServerName(c)})
+			return err
+		},
+	}
 }
 
 // tlsClusterClient is a cluster client of the Cache as the application user, over TLS as config
