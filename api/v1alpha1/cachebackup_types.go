@@ -167,7 +167,8 @@ type CacheBackupStatus struct {
 	// +optional
 	CacheMode string `json:"cacheMode,omitempty"`
 
-	// ValkeyVersion is the version of the servers the snapshots come from: a restore needs that
+	// ValkeyVersion is the version of the servers the snapshots come from (the spec's while the
+	// backup runs, then what the servers reported, the latest if they differ): a restore needs that
 	// version or a later one.
 	//
 	// +optional
@@ -211,6 +212,12 @@ type BackupShard struct {
 	//
 	// +optional
 	Slots string `json:"slots,omitempty"`
+	// Memory is the memory, in bytes, the shard's data took on its server when the backup began,
+	// as Valkey counts it against maxmemory: a restore refuses a Cache whose nodes may hold
+	// less. Unset for a backup made before it was recorded.
+	//
+	// +optional
+	Memory int64 `json:"memory,omitempty"`
 }
 
 // CacheBackup is a snapshot of a Cache's data in an S3-compatible bucket, taken by a Job the

@@ -165,6 +165,8 @@ type ShardResult struct {
 	Keys   int64  `json:"keys"`
 	// Slots are a Cluster shard's slots (valkey.FormatSlots).
 	Slots string `json:"slots,omitempty"`
+	// Memory is what the shard's data took on its server (Shard.Memory).
+	Memory int64 `json:"memory,omitempty"`
 }
 
 // resultOf is what a backup's manifest says, as a Result. A Cluster's shards have slots.
@@ -174,7 +176,7 @@ func resultOf(m Manifest) Result {
 		r.Bytes += s.Bytes
 		r.Keys += s.Keys
 		r.Cluster = r.Cluster || len(s.Slots) > 0
-		r.Shards = append(r.Shards, ShardResult{Name: s.Name, Source: s.Source, Bytes: s.Bytes, Keys: s.Keys, Slots: valkey.FormatSlots(s.Slots)})
+		r.Shards = append(r.Shards, ShardResult{Name: s.Name, Source: s.Source, Bytes: s.Bytes, Keys: s.Keys, Slots: valkey.FormatSlots(s.Slots), Memory: s.Memory})
 	}
 	return r
 }
@@ -229,9 +231,15 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	shards := slices.Clone(p.Shards)
-	for _, s := range shards {
-		if err := onlyDatabase0(ctx, s); err != nil {
+	var version string
+	for i := range shards {
+		d, err := inspectShard(ctx, shards[i])
+		if err != nil {
 			return Result{}, err
+		}
+		shards[i].Memory = d.Memory
+		if version == "" || valkey.OlderVersion(version, d.Version) {
+			version = d.Version
 		}
 	}
 	var unmoved func(context.Context) error
@@ -250,7 +258,7 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	m, err := Take(ctx, b, p.Path, p.ValkeyVersion, shards, snapshot.Source{Stall: p.Stall, User: auth.User, Password: auth.Password, TLS: auth.TLS}, unmoved)
+	m, err := Take(ctx, b, p.Path, version, shards, snapshot.Source{Stall: p.Stall, User: auth.User, Password: auth.Password, TLS: auth.TLS}, unmoved)
 	if err != nil {
 		return Result{}, err
 	}
@@ -284,22 +292,27 @@ func connect(addr string) (*valkey.Server, error) {
 	return valkey.Connect(host, portNumber, auth)
 }
 
-// onlyDatabase0 fails for a server that holds keys in a database other than 0: a backup counts,
-// and a restore checks, database 0's keys only (a Cluster has no other).
-func onlyDatabase0(ctx context.Context, s Shard) error {
+// inspectShard is what the shard's server says of its data, and fails for a server that holds
+// keys in a database other than 0: a backup counts, and a restore checks, database 0's keys only
+// (a Cluster has no other).
+func inspectShard(ctx context.Context, s Shard) (valkey.Dataset, error) {
 	server, err := connect(s.Addr)
 	if err != nil {
-		return fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, err)
+		return valkey.Dataset{}, fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, err)
 	}
 	defer server.Close()
 	dbs, err := server.Databases(ctx)
 	if err != nil {
-		return fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, err)
+		return valkey.Dataset{}, fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, err)
 	}
 	if i := slices.IndexFunc(dbs, func(db int) bool { return db != 0 }); i >= 0 {
-		return fmt.Errorf("shard %s from %s holds keys in database %d: a backup holds database 0 only", s.Name, s.Source, dbs[i])
+		return valkey.Dataset{}, fmt.Errorf("shard %s from %s holds keys in database %d: a backup holds database 0 only", s.Name, s.Source, dbs[i])
 	}
-	return nil
+	d, err := server.Dataset(ctx)
+	if err != nil {
+		return valkey.Dataset{}, fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, err)
+	}
+	return d, nil
 }
 
 // wholeCluster fails unless the shards' slots are every slot, each once: a shard whose

@@ -39,6 +39,10 @@ type Shard struct {
 	Addr   string `json:"-"`
 	// Slots are the slots the shard serves, in a Cluster.
 	Slots []valkey.SlotRange `json:"slots,omitempty"`
+	// Memory is what the shard's data took on its server when the backup began, as the server
+	// counts it against maxmemory (valkey.Dataset): a restore needs nodes that may hold as
+	// much, or they would evict. Zero in a backup made before it was recorded.
+	Memory int64 `json:"memory,omitempty"`
 }
 
 // ShardCopy is a shard as the backup holds it.
@@ -55,8 +59,8 @@ type ShardCopy struct {
 
 // Manifest says what a backup holds; restores read it first.
 type Manifest struct {
-	// ValkeyVersion is the version of the servers the snapshots come from: an RDB loads into a
-	// server of that version or a later one.
+	// ValkeyVersion is the version of the servers the snapshots come from, as they report it
+	// (the latest, if they differ): an RDB loads into a server of that version or a later one.
 	ValkeyVersion string      `json:"valkeyVersion"`
 	Started       time.Time   `json:"started"`
 	Completed     time.Time   `json:"completed"`

@@ -249,3 +249,28 @@ func TestAShardWithASlotInMigrationIsRefusedFromItsReplica(t *testing.T) {
 		}
 	}
 }
+
+// On a real server: a shard is recorded with the version its server runs, whatever the plan
+// says, and the memory its data takes as the server counts it against maxmemory; a server with
+// keys in a database other than 0 is refused.
+func TestAShardIsRecordedAsItsServerReportsIt(t *testing.T) {
+	ctx := t.Context()
+	_, shards, _ := startServers(t, 1)
+	d, err := inspectShard(ctx, shards[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.Valkey(t, testenv.LoopbackIPs(1)[0], 6379)
+	if want := testenv.ValkeyInfo(t, c, "server", "valkey_version"); d.Version != want || d.Keys != 1000 || d.Memory <= 0 {
+		t.Errorf("the shard's server reports %+v, want version %s, 1000 keys and the memory they take", d, want)
+	}
+	if err := c.Do(ctx, c.B().Select().Index(1).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, c.B().Set().Key("elsewhere").Value("v").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inspectShard(ctx, shards[0]); err == nil || !strings.Contains(err.Error(), "database 1") {
+		t.Errorf("a server with keys in database 1: %v, want it refused", err)
+	}
+}

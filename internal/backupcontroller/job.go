@@ -61,11 +61,14 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 		return nil
 	}
 	status.Bytes, status.Keys = result.Bytes, result.Keys
+	if result.ValkeyVersion != "" {
+		status.ValkeyVersion = result.ValkeyVersion // what the servers reported
+	}
 	reason, done := cachev1alpha1.ReasonSnapshotsStored, "stored"
 	if b.Spec.ImportPath != "" {
 		// What the manifest lists is the backup: the mode and version it was taken of, its shards.
 		reason, done = cachev1alpha1.ReasonManifestRead, "imported from the manifest"
-		status.ValkeyVersion, status.CacheMode = result.ValkeyVersion, string(cachev2.ModeStandalone)
+		status.CacheMode = string(cachev2.ModeStandalone)
 		if result.Cluster {
 			status.CacheMode = string(cachev2.ModeCluster)
 		}
@@ -78,7 +81,7 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 	for _, s := range result.Shards {
 		for i := range status.Shards {
 			if status.Shards[i].Name == s.Name {
-				status.Shards[i].Bytes, status.Shards[i].Keys, status.Shards[i].Slots = s.Bytes, s.Keys, s.Slots
+				status.Shards[i].Bytes, status.Shards[i].Keys, status.Shards[i].Slots, status.Shards[i].Memory = s.Bytes, s.Keys, s.Slots, s.Memory
 				status.Shards[i].Object = path.Join(location.Prefix, backupPath, s.Name+".rdb")
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -146,24 +147,20 @@ func unfit(cache *cachev2.Cache, b *cachev1alpha1.CacheBackup) string {
 			b.Name, len(b.Status.Shards), cache.Spec.Shards, len(b.Status.Shards))
 	case slices.ContainsFunc(b.Status.Shards, func(s cachev1alpha1.BackupShard) bool { return s.Object == "" }):
 		return fmt.Sprintf("CacheBackup %s does not list each shard's keys and slots (its Job's report left them out: too many shards), which a restore checks against", b.Name)
-	case olderVersion(cache.Spec.Version, b.Status.ValkeyVersion):
+	case valkey.OlderVersion(cache.Spec.Version, b.Status.ValkeyVersion):
 		return fmt.Sprintf("CacheBackup %s was taken from Valkey %s, which Valkey %s cannot load: create the Cache with %s or later",
 			b.Name, b.Status.ValkeyVersion, cache.Spec.Version, b.Status.ValkeyVersion)
 	}
-	return ""
-}
-
-// olderVersion reports whether MAJOR.MINOR.PATCH version a is older than b.
-func olderVersion(a, b string) bool {
-	parse := func(v string) []int {
-		var parts []int
-		for p := range strings.SplitSeq(v, ".") {
-			n, _ := strconv.Atoi(p)
-			parts = append(parts, n)
+	maxMemory := resources.MaxMemory(cache.Spec.Memory)
+	for _, s := range b.Status.Shards {
+		if s.Memory > maxMemory {
+			// MaxMemory is three quarters of spec.memory, in whole MiB here.
+			need := resource.NewQuantity((s.Memory*4/3+1<<20-1)>>20<<20, resource.BinarySI)
+			return fmt.Sprintf("CacheBackup %s's %s took %d bytes on its server, more than this Cache's nodes may hold (maxmemory %d of spec.memory %s): they would evict keys as they load it; create the Cache with spec.memory of at least %s",
+				b.Name, s.Name, s.Memory, maxMemory, cache.Spec.Memory.String(), need.String())
 		}
-		return parts
 	}
-	return slices.Compare(parse(a), parse(b)) < 0
+	return ""
 }
 
 func phaseOrPending(p cachev1alpha1.BackupPhase) cachev1alpha1.BackupPhase {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -43,18 +45,6 @@ func TestARestoreHoldsReadyFalseWithoutANewTransitionEachPass(t *testing.T) {
 	withRestore(&status, stored, verified)
 	if !meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionRestored) {
 		t.Errorf("Restored is %+v, want True", meta.FindStatusCondition(status.Conditions, cachev2.ConditionRestored))
-	}
-}
-
-// A backup loads into its own version or a later one only.
-func TestOlderVersion(t *testing.T) {
-	for _, c := range []struct {
-		a, b  string
-		older bool
-	}{{"8.0.1", "8.1.1", true}, {"8.1.1", "8.1.1", false}, {"9.0.0", "8.1.1", false}, {"8.1.10", "8.1.9", false}, {"7.2.4", "8.0.0", true}} {
-		if got := olderVersion(c.a, c.b); got != c.older {
-			t.Errorf("olderVersion(%s, %s) = %v, want %v", c.a, c.b, got, c.older)
-		}
 	}
 }
 
@@ -92,5 +82,30 @@ func TestARestoreRecordOfAnEarlierCacheOfTheSameNameIsNotTaken(t *testing.T) {
 	}
 	if rs, err = r.prepareRestore(ctx, cache); err != nil || rs.initContainer == nil || rs.record.Backup != "tuesday" || !slices.Equal(rs.record.Keys, []int64{5}) {
 		t.Fatalf("the next pass: %+v, %v; want the restore of tuesday", rs, err)
+	}
+}
+
+// A backup whose data took more memory than the Cache's nodes may hold is refused, with the
+// memory to ask for: the nodes would evict keys as they load it. One that fits, or made before
+// the memory was recorded, is not.
+func TestARestoreIntoLessMemoryThanTheDataTookIsRefused(t *testing.T) {
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 2, Version: "8.1.1", Memory: resource.MustParse("64Mi")}}
+	backup := func(memory ...int64) *cachev1alpha1.CacheBackup {
+		b := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "tuesday"},
+			Status: cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupCompleted, CacheMode: string(cachev2.ModeStandalone), ValkeyVersion: "8.1.1"}}
+		for i, m := range memory {
+			b.Status.Shards = append(b.Status.Shards, cachev1alpha1.BackupShard{Name: fmt.Sprint("shard-", i), Object: "o", Memory: m})
+		}
+		return b
+	}
+	if why := unfit(cache, backup(10<<20, 60<<20)); !strings.Contains(why, "shard-1") || !strings.Contains(why, "at least 80Mi") {
+		t.Errorf("a shard of 60 MiB into nodes of 64Mi (maxmemory 48 MiB): %q, want it refused, asking for 80Mi", why)
+	}
+	if why := unfit(cache, backup(40<<20, 48<<20)); why != "" {
+		t.Errorf("shards that fit: %q", why)
+	}
+	if why := unfit(cache, backup(0, 0)); why != "" {
+		t.Errorf("a backup from before the memory was recorded: %q", why)
 	}
 }

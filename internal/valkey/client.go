@@ -267,6 +267,39 @@ func (s *Server) LoadedAtStart(ctx context.Context) (keys int64, err error) {
 	return loaded + expired, nil
 }
 
+// Dataset is what a server says of the data it holds.
+type Dataset struct {
+	// Version is the server's Valkey version.
+	Version string
+	// Memory is the memory it counts against maxmemory: used_memory less what eviction leaves
+	// out (client and replication buffers).
+	Memory int64
+	// Keys are the keys of database 0, Evicted those evicted since the server started.
+	Keys, Evicted int64
+}
+
+// Dataset reads INFO server, memory, stats and keyspace of the server.
+func (s *Server) Dataset(ctx context.Context) (Dataset, error) {
+	reply, err := s.text(ctx, s.client.B().Info().Section("server", "memory", "stats", "keyspace").Build())
+	if err != nil {
+		return Dataset{}, s.wrap("INFO", err)
+	}
+	number := func(field string) int64 {
+		n, _ := strconv.ParseInt(InfoField(reply, field), 10, 64)
+		return n
+	}
+	d := Dataset{Version: InfoField(reply, "valkey_version"), Memory: number("used_memory") - number("mem_not_counted_for_evict"), Evicted: number("evicted_keys")}
+	for field := range strings.SplitSeq(InfoField(reply, "db0"), ",") {
+		if keys, ok := strings.CutPrefix(field, "keys="); ok {
+			d.Keys, _ = strconv.ParseInt(keys, 10, 64)
+		}
+	}
+	if d.Version == "" || InfoField(reply, "used_memory") == "" {
+		return Dataset{}, fmt.Errorf("INFO of %s has no valkey_version or used_memory", s.Addr)
+	}
+	return d, nil
+}
+
 // Databases are the numbers of the databases that hold keys (INFO keyspace).
 func (s *Server) Databases(ctx context.Context) ([]int, error) {
 	reply, err := s.text(ctx, s.client.B().Info().Section("keyspace").Build())
@@ -284,8 +317,8 @@ func (s *Server) Databases(ctx context.Context) ([]int, error) {
 	return dbs, nil
 }
 
-// TLSConfig is how a client of a Cache's servers speaks TLS: it trusts the CA whose certificate
-// caPEM holds, and only it, and verifies a server's certificate by serverName, whatever address
+// TLSConfig is how a client of a Cache's servers speaks TLS: it trusts the CAs whose certificates
+// caPEM holds, and only them, and verifies a server's certificate by serverName, whatever address
 // it dials (a Cluster's nodes announce their IPs, which no certificate names). It shows no
 // certificate of its own: the servers ask none of a client, only of each other on the bus.
 func TLSConfig(caPEM []byte, serverName string) (*tls.Config, error) {

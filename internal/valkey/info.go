@@ -1,6 +1,10 @@
 package valkey
 
-import "strings"
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // InfoField is the value of one field of an INFO or CLUSTER INFO reply ("field:value" lines),
 // or "" when the reply has no such field.
@@ -11,4 +15,17 @@ func InfoField(reply, field string) string {
 		}
 	}
 	return ""
+}
+
+// OlderVersion reports whether MAJOR.MINOR.PATCH version a is older than b.
+func OlderVersion(a, b string) bool {
+	parse := func(v string) []int {
+		var parts []int
+		for p := range strings.SplitSeq(v, ".") {
+			n, _ := strconv.Atoi(p)
+			parts = append(parts, n)
+		}
+		return parts
+	}
+	return slices.Compare(parse(a), parse(b)) < 0
 }
