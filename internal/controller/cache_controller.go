@@ -177,7 +177,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	recheck, serveErr := r.serveCertificate(ctx, cache, certs, creds.auth, &status)
 	pollAfter = soonest(pollAfter, recheck)
-	verified, err := r.gateOnRestore(ctx, cache, rs, creds.auth, &status)
+	verified, err := r.gateOnRestore(ctx, cache, rs, members, creds.auth, &status)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -222,10 +222,12 @@ func restoreCondition(cache *cachev2.Cache, reason, message string) *metav1.Cond
 	return &metav1.Condition{Type: cachev2.ConditionRestored, Status: status, Reason: reason, Message: message, ObservedGeneration: cache.Generation}
 }
 
-// checkRestore, once the Cache would be Ready, asks each node that took a shard how many keys it
-// loaded at start. It returns the Restored condition: True when every node matches its shard,
-// and then the ConfigMap is deleted.
-func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache, rs restore, auth valkey.Auth, ready bool) (*metav1.Condition, error) {
+// checkRestore, once the Cache would be Ready, asks the server that holds each shard of the
+// backup now (shardHolder) what it holds. It returns the Restored condition: True when every
+// shard is whole, and then the ConfigMap is deleted. A shard is whole when its server holds as
+// many keys as the backup, or loaded them all at start and evicted none since (keys with a TTL
+// expire); a server that evicted keys holds less than the backup, whatever it loaded.
+func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache, rs restore, members []clusterMember, auth valkey.Auth, ready bool) (*metav1.Condition, error) {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return nil, err
@@ -244,24 +246,71 @@ func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache
 	}
 	var total int64
 	for i, want := range rs.record.Keys {
-		name := cache.Name + "-" + strconv.Itoa(i)
-		pod := byName[name]
-		if pod == nil || pod.Status.PodIP == "" {
-			return restoreCondition(cache, cachev2.ReasonRestoring, fmt.Sprintf("waiting for pod %s to be checked", name)), nil
-		}
-		loaded, err := loadedAtStart(ctx, pod.Status.PodIP, auth)
+		name, err := shardHolder(cache, rs.record, members, i)
 		if err != nil {
 			return nil, err
 		}
-		if loaded != want {
+		pod := byName[name]
+		if pod == nil || pod.Status.PodIP == "" {
+			return restoreCondition(cache, cachev2.ReasonRestoring, fmt.Sprintf("waiting for pod %s, which holds shard-%d, to be checked", name, i)), nil
+		}
+		held, loaded, err := shardHeld(ctx, pod.Status.PodIP, auth)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case held.Evicted > 0:
 			return restoreCondition(cache, cachev2.ReasonRestoreFailed, fmt.Sprintf(
-				"pod %s's server loaded %d keys at start, shard-%d of CacheBackup %s holds %d (did it restart before the check?): the Cache is not Ready with keys missing; create it again",
-				name, loaded, i, rs.record.Backup, want)), nil
+				"pod %s's server, which holds shard-%d of CacheBackup %s, evicted %d keys: its maxmemory is too small for the data; the Cache is not Ready with keys missing; create it again with more spec.memory",
+				name, i, rs.record.Backup, held.Evicted)), nil
+		case held.Keys < want && loaded != want:
+			return restoreCondition(cache, cachev2.ReasonRestoreFailed, fmt.Sprintf(
+				"pod %s's server, which holds shard-%d of CacheBackup %s, holds %d keys and loaded %d at start; the backup holds %d: the Cache is not Ready with keys missing; create it again",
+				name, i, rs.record.Backup, held.Keys, loaded, want)), nil
 		}
 		total += want
 	}
 	// The ConfigMap goes in the next pass, once this is stored (prepareRestore).
-	return restoreCondition(cache, cachev2.ReasonRestoreVerified, fmt.Sprintf("every node loaded its shard of CacheBackup %s: %d keys", rs.record.Backup, total)), nil
+	return restoreCondition(cache, cachev2.ReasonRestoreVerified, fmt.Sprintf("every shard of CacheBackup %s is whole: %d keys", rs.record.Backup, total)), nil
+}
+
+// shardHolder is the pod whose server holds shard i of the restore now: a Standalone Cache's node
+// of ordinal i, which took it; in a Cluster, the primary serving the shard's slots, which is the
+// node that took it or, if that one restarted (empty, as a new node), the replica that took over
+// from it.
+func shardHolder(cache *cachev2.Cache, record restoreRecord, members []clusterMember, i int) (string, error) {
+	took := cache.Name + "-" + strconv.Itoa(i)
+	if cache.Spec.Mode != cachev2.ModeCluster || i >= len(record.Slots) {
+		return took, nil
+	}
+	slots, err := valkey.ParseSlots(record.Slots[i])
+	if err != nil || len(slots) == 0 {
+		return "", fmt.Errorf("the restore's record of shard %d: slots %q: %v", i, record.Slots[i], err)
+	}
+	for _, m := range members {
+		if self, ok := valkey.Myself(m.Nodes); ok && slices.ContainsFunc(self.Slots, func(r valkey.SlotRange) bool {
+			return r.Start <= slots[0].Start && slots[0].Start <= r.End
+		}) {
+			return m.Pod, nil
+		}
+	}
+	return took, nil
+}
+
+// shardHeld asks the server at ip what it holds, and how many keys it read from the RDB it last
+// loaded.
+func shardHeld(ctx context.Context, ip string, auth valkey.Auth) (valkey.Dataset, int64, error) {
+	server, err := valkey.Connect(ip, resources.Port, auth)
+	if err != nil {
+		return valkey.Dataset{}, 0, err
+	}
+	defer server.Close()
+	held, err := server.Dataset(ctx)
+	if err != nil {
+		return valkey.Dataset{}, 0, err
+	}
+	loaded, err := server.LoadedAtStart(ctx)
+	return held, loaded, err
 }
 
 // failedFetch is why the pod's restore step failed last, if it did and has not succeeded since:
@@ -278,16 +327,6 @@ func failedFetch(pod *corev1.Pod) string {
 		}
 	}
 	return ""
-}
-
-// loadedAtStart asks the server at ip how many keys it loaded at start.
-func loadedAtStart(ctx context.Context, ip string, auth valkey.Auth) (int64, error) {
-	server, err := valkey.Connect(ip, resources.Port, auth)
-	if err != nil {
-		return 0, err
-	}
-	defer server.Close()
-	return server.LoadedAtStart(ctx)
 }
 
 // withRestore puts the restore's state into the status: the Restored condition, and, until it is
@@ -332,11 +371,11 @@ func (r *CacheReconciler) waitForBackup(ctx context.Context, cache *cachev2.Cach
 // gateOnRestore holds a restoring Cache's Ready False until every node was checked against the
 // backup (checkRestore), and records the Restored condition. It reports whether the check passed
 // in this pass.
-func (r *CacheReconciler) gateOnRestore(ctx context.Context, cache *cachev2.Cache, rs restore, auth valkey.Auth, status *cachev2.CacheStatus) (verified bool, err error) {
+func (r *CacheReconciler) gateOnRestore(ctx context.Context, cache *cachev2.Cache, rs restore, members []clusterMember, auth valkey.Auth, status *cachev2.CacheStatus) (verified bool, err error) {
 	if rs.done {
 		return false, nil
 	}
-	restored, err := r.checkRestore(ctx, cache, rs, auth, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
+	restored, err := r.checkRestore(ctx, cache, rs, members, auth, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
 	if err != nil {
 		return false, err
 	}

@@ -21,6 +21,8 @@ import (
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/topology"
+	"example.com/cache-operator/internal/valkey"
 )
 
 // While a restore holds Ready False, a pass whose pods are all up (Ready True before the gate)
@@ -107,5 +109,28 @@ func TestARestoreIntoLessMemoryThanTheDataTookIsRefused(t *testing.T) {
 	}
 	if why := unfit(cache, backup(0, 0)); why != "" {
 		t.Errorf("a backup from before the memory was recorded: %q", why)
+	}
+}
+
+// A restored shard is checked on the server that holds it now: in a Cluster the primary of its
+// slots, which is the replica that took over when the node that took the shard restarted empty
+// after the replica synced; in Standalone the node that took it.
+func TestARestoredShardIsCheckedWhereItIsServedNow(t *testing.T) {
+	record := restoreRecord{Backup: "tuesday", Keys: []int64{5, 7}, Slots: []string{"0-8191", "8192-16383"}}
+	member := func(pod string, slots ...valkey.SlotRange) clusterMember {
+		return clusterMember{Member: topology.Member{Pod: pod, Nodes: []valkey.ClusterNode{{ID: "id-" + pod, Myself: true, Primary: len(slots) > 0, Slots: slots}}}}
+	}
+	// orders-0 restarted empty; its replica orders-2 took over shard-0's slots.
+	members := []clusterMember{member("orders-0"), member("orders-1", valkey.SlotRange{Start: 8192, End: 16383}),
+		member("orders-2", valkey.SlotRange{Start: 0, End: 8191}), member("orders-3")}
+	cluster := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 2}}
+	for i, want := range []string{"orders-2", "orders-1"} {
+		if got, err := shardHolder(cluster, record, members, i); err != nil || got != want {
+			t.Errorf("shard-%d of a Cluster is held by %q (%v), want %s", i, got, err, want)
+		}
+	}
+	standalone := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 2}}
+	if got, err := shardHolder(standalone, restoreRecord{Keys: []int64{5, 7}}, nil, 1); err != nil || got != "orders-1" {
+		t.Errorf("shard-1 of a Standalone Cache is held by %q (%v), want orders-1", got, err)
 	}
 }
