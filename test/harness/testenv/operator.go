@@ -96,7 +96,11 @@ func StartOperator(t testing.TB, binary, name, kubeconfig string, args ...string
 		// The whole log, kept for reading a passing run's steps (a failing run shows its end).
 		if dir := os.Getenv(KeepOperatorLogs); dir != "" {
 			file := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+o.Name+".log")
-			if err := os.WriteFile(file, []byte(logs), 0o644); err != nil {
+			err := os.MkdirAll(dir, 0o755)
+			if err == nil {
+				err = os.WriteFile(file, []byte(logs), 0o644)
+			}
+			if err != nil {
 				t.Errorf("keeping the operator's log: %v", err)
 			}
 		}
