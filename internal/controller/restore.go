@@ -284,8 +284,11 @@ func shardHolder(cache *cachev2.Cache, record restoreRecord, members []clusterMe
 		return took, nil
 	}
 	slots, err := valkey.ParseSlots(record.Slots[i])
-	if err != nil || len(slots) == 0 {
-		return "", fmt.Errorf("the restore's record of shard %d: slots %q: %v", i, record.Slots[i], err)
+	if err != nil {
+		return "", fmt.Errorf("the restore's record of shard %d: %w", i, err)
+	}
+	if len(slots) == 0 {
+		return took, nil
 	}
 	for _, m := range members {
 		if self, ok := valkey.Myself(m.Nodes); ok && slices.ContainsFunc(self.Slots, func(r valkey.SlotRange) bool {
