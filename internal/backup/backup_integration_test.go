@@ -264,10 +264,7 @@ func TestAShardIsRecordedAsItsServerReportsIt(t *testing.T) {
 	if want := testenv.ValkeyInfo(t, c, "server", "valkey_version"); d.Version != want || d.Keys != 1000 || d.Memory <= 0 {
 		t.Errorf("the shard's server reports %+v, want version %s, 1000 keys and the memory they take", d, want)
 	}
-	if err := c.Do(ctx, c.B().Select().Index(1).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Do(ctx, c.B().Set().Key("elsewhere").Value("v").Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Move().Key("s0-key-0").Db(1).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := inspectShard(ctx, shards[0]); err == nil || !strings.Contains(err.Error(), "database 1") {
