@@ -68,7 +68,8 @@ type Plan struct {
 	// Location is the bucket, without its credentials; Path is the backup's own place in it.
 	Location bucket.Location
 	Path     string
-	// ValkeyVersion is the version the servers run, for the manifest.
+	// ValkeyVersion is the version the spec gives the servers, which the backup's status shows
+	// while it runs; the manifest records the one they report.
 	ValkeyVersion string
 	// Cluster: the servers are Cluster nodes, and each shard's slots go into the manifest.
 	Cluster bool
@@ -245,8 +246,18 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 	var unmoved func(context.Context) error
 	if p.Cluster {
 		for i := range shards {
-			if shards[i].Slots, err = shardSlots(ctx, shards[i].Addr); err != nil {
+			var primary string
+			if shards[i].Slots, primary, err = shardSlots(ctx, shards[i].Addr); err != nil {
 				return Result{}, fmt.Errorf("shard %s from %s: %w", shards[i].Name, shards[i].Source, err)
+			}
+			if primary != shards[i].Addr {
+				// A replica does not evict (replica-ignore-maxmemory), so it may hold more than
+				// maxmemory: the memory the data needs is what its primary counts.
+				d, err := datasetAt(ctx, primary)
+				if err != nil {
+					return Result{}, fmt.Errorf("shard %s, the primary of %s: %w", shards[i].Name, shards[i].Source, err)
+				}
+				shards[i].Memory = d.Memory
 			}
 		}
 		if err := wholeCluster(shards); err != nil {
@@ -265,9 +276,18 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 	return resultOf(m), nil
 }
 
-// message is the result as a termination message, without the shards if they do not fit.
+// message is the result as a termination message: without the shards' memory if the whole does
+// not fit (a restore then checks no memory), and without the shards if that does not fit either
+// (a restore is then refused: it needs each shard's keys and slots).
 func (r Result) message() (string, error) {
 	out, err := json.Marshal(r)
+	if err == nil && len(out) > MaxResultBytes {
+		r.Shards = slices.Clone(r.Shards)
+		for i := range r.Shards {
+			r.Shards[i].Memory = 0
+		}
+		out, err = json.Marshal(r)
+	}
 	if err == nil && len(out) > MaxResultBytes {
 		r.Shards = nil
 		out, err = json.Marshal(r)
@@ -315,6 +335,16 @@ func inspectShard(ctx context.Context, s Shard) (valkey.Dataset, error) {
 	return d, nil
 }
 
+// datasetAt is what the server at addr says of its data.
+func datasetAt(ctx context.Context, addr string) (valkey.Dataset, error) {
+	server, err := connect(addr)
+	if err != nil {
+		return valkey.Dataset{}, err
+	}
+	defer server.Close()
+	return server.Dataset(ctx)
+}
+
 // wholeCluster fails unless the shards' slots are every slot, each once: a shard whose
 // slots moved since the operator chose the servers (a scale-out that ended meanwhile) would
 // leave keys out.
@@ -336,33 +366,33 @@ func wholeCluster(shards []Shard) error {
 	return nil
 }
 
-// shardSlots are the slots of the shard the Cluster node at addr belongs to: its own if it is a
-// primary, its primary's if it is a replica. A shard with a slot moving in or out fails: the
+// shardSlots are the slots of the shard the Cluster node at addr belongs to, and its primary's
+// address: its own if it is a primary, its primary's if it is a replica. A shard with a slot moving in or out fails: the
 // slot's keys are in two shards at once. Valkey prints a slot's migrating and importing marks on
 // the myself line of CLUSTER NODES only, so a replica's shard is read from its primary itself.
-func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, error) {
+func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, string, error) {
 	me, nodes, err := myself(ctx, addr)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	primary := me
+	primary, primaryAddr := me, addr
 	if !me.Primary {
 		i := slices.IndexFunc(nodes, func(n valkey.ClusterNode) bool { return n.ID == me.PrimaryID })
 		if i < 0 || nodes[i].IP == "" {
-			return nil, fmt.Errorf("the node replicates %s, whose address it does not list", me.PrimaryID)
+			return nil, "", fmt.Errorf("the node replicates %s, whose address it does not list", me.PrimaryID)
 		}
-		primaryAddr := net.JoinHostPort(nodes[i].IP, strconv.Itoa(nodes[i].Port))
+		primaryAddr = net.JoinHostPort(nodes[i].IP, strconv.Itoa(nodes[i].Port))
 		if primary, _, err = myself(ctx, primaryAddr); err != nil {
-			return nil, fmt.Errorf("its primary at %s: %w", primaryAddr, err)
+			return nil, "", fmt.Errorf("its primary at %s: %w", primaryAddr, err)
 		}
 		if primary.ID != me.PrimaryID {
-			return nil, fmt.Errorf("its primary %s is not at %s, where %s answers", me.PrimaryID, primaryAddr, primary.ID)
+			return nil, "", fmt.Errorf("its primary %s is not at %s, where %s answers", me.PrimaryID, primaryAddr, primary.ID)
 		}
 	}
 	if len(primary.Migrating)+len(primary.Importing) > 0 {
-		return nil, errors.New("slots are moving in or out of the shard: make the backup once the Cache is Ready")
+		return nil, "", errors.New("slots are moving in or out of the shard: make the backup once the Cache is Ready")
 	}
-	return primary.Slots, nil
+	return primary.Slots, primaryAddr, nil
 }
 
 // myself is how the Cluster node at addr sees itself, and the nodes it lists.
@@ -388,7 +418,7 @@ func myself(ctx context.Context, addr string) (valkey.ClusterNode, []valkey.Clus
 // hold every key once.
 func slotsUnmoved(ctx context.Context, shards []Shard) error {
 	for _, s := range shards {
-		now, err := shardSlots(ctx, s.Addr)
+		now, _, err := shardSlots(ctx, s.Addr)
 		if err != nil {
 			return fmt.Errorf("shard %s from %s, after its snapshot: %w", s.Name, s.Source, err)
 		}

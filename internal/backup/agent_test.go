@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
@@ -44,8 +45,28 @@ func TestAPlaceReadsBackAsWritten(t *testing.T) {
 	}
 }
 
-// A result always fits in a termination message: the shards are left out when they would not.
+// A result always fits in a termination message: the shards' memory is left out first, so that
+// as many shards as before the memory was recorded keep their keys and slots, which a restore
+// needs; the shards are left out when they would not fit even so.
 func TestAResultFitsInATerminationMessage(t *testing.T) {
+	// The most shards that fit with realistic names and sizes before the memory was recorded.
+	var full Result
+	for i := 0; ; i++ {
+		full.Shards = append(full.Shards, ShardResult{Name: fmt.Sprintf("shard-%d", i), Source: fmt.Sprintf("orders-cache-%d", i+100),
+			Bytes: 1 << 30, Keys: 1 << 24, Slots: "10923-16383"})
+		if out, _ := json.Marshal(full); len(out) > MaxResultBytes {
+			full.Shards = full.Shards[:i]
+			break
+		}
+	}
+	for i := range full.Shards {
+		full.Shards[i].Memory = 1 << 33
+	}
+	if m, err := full.message(); err != nil || len(m) > MaxResultBytes || len(mustParse(t, m).Shards) != len(full.Shards) {
+		t.Errorf("%d shards with their memory: %d bytes (%v), %d shards read back; want every shard, without its memory",
+			len(full.Shards), len(m), err, len(mustParse(t, m).Shards))
+	}
+
 	r := Result{Bytes: 3, Keys: 3}
 	for i := range 3 {
 		r.Shards = append(r.Shards, ShardResult{Name: fmt.Sprintf("shard-%d", i), Bytes: 1, Keys: 1})

@@ -231,9 +231,10 @@ func TestAShardWithASlotInMigrationIsRefusedFromItsReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	replicaAddr := net.JoinHostPort(ips[2], "6379")
-	testenv.WaitFor(t, 30*time.Second, "the replica's shard to be the primary's slots", func() (bool, string) {
-		slots, err := shardSlots(ctx, replicaAddr)
-		return err == nil && len(slots) == 1 && slots[0].Len() == valkey.SlotCount, fmt.Sprint(slots, err)
+	testenv.WaitFor(t, 30*time.Second, "the replica's shard to be the primary's slots, the primary named", func() (bool, string) {
+		slots, primaryAddr, err := shardSlots(ctx, replicaAddr)
+		return err == nil && len(slots) == 1 && slots[0].Len() == valkey.SlotCount && primaryAddr == net.JoinHostPort(ips[0], "6379"),
+			fmt.Sprint(slots, primaryAddr, err)
 	})
 
 	const slot = 5
@@ -244,15 +245,15 @@ func TestAShardWithASlotInMigrationIsRefusedFromItsReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, addr := range map[string]string{"primary": net.JoinHostPort(ips[0], "6379"), "replica": replicaAddr} {
-		if slots, err := shardSlots(ctx, addr); err == nil || !strings.Contains(err.Error(), "moving") {
+		if slots, _, err := shardSlots(ctx, addr); err == nil || !strings.Contains(err.Error(), "moving") {
 			t.Errorf("the shard's slots from its %s while slot %d migrates: %v, %v; want refused", name, slot, slots, err)
 		}
 	}
 }
 
-// On a real server: a shard is recorded with the version its server runs, whatever the plan
-// says, and the memory its data takes as the server counts it against maxmemory; a server with
-// keys in a database other than 0 is refused.
+// On a real server: a shard is recorded with the version its server runs and the memory its data
+// takes as the server counts it against maxmemory; a server with keys in a database other than 0
+// is refused.
 func TestAShardIsRecordedAsItsServerReportsIt(t *testing.T) {
 	ctx := t.Context()
 	_, shards, _ := startServers(t, 1)

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
@@ -79,7 +81,12 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 		return certs, err
 	}
 	trusted, pending, err := r.publishCA(ctx, cache, certs)
-	if err != nil {
+	var conflict *NameConflictError
+	switch {
+	case errors.As(err, &conflict):
+		// Clients then find no CA published, but the Cache is served and healed all the same.
+		log.FromContext(ctx).Info("Cannot publish the CA for clients", "error", err.Error())
+	case err != nil:
 		return certificates{}, fmt.Errorf("publishing the CA in ConfigMap %s: %w", cache.CAConfigMapName(), err)
 	}
 	certs.pending = pending
@@ -96,7 +103,7 @@ func (r *CacheReconciler) ensureCertificates(ctx context.Context, cache *cachev2
 // which the pods mount. Each write is decided on what the API server holds, read afresh: a stale
 // read never replaces a CA that exists. A TLS Secret from before the CA's Secret loses the CA's
 // key once the CA's Secret holds it. While the nodes are given a new CA beside the old, it asks
-// each whether it trusts the new one yet (trustsProbe).
+// each whether it trusts the new one yet (distrustingProbe).
 func (r *CacheReconciler) ownCertificates(ctx context.Context, cache *cachev2.Cache) (certificates, error) {
 	tlsSecret, caSecret := &corev1.Secret{}, &corev1.Secret{}
 	for _, secret := range []struct {
@@ -118,10 +125,7 @@ func (r *CacheReconciler) ownCertificates(ctx context.Context, cache *cachev2.Ca
 	if err != nil {
 		return certificates{}, err
 	}
-	var nodes resources.NodesReport
-	if held, err := resources.LeafCertificate(tlsSecret.Data); err == nil {
-		nodes.ServeCertificate = held.SerialNumber.String() == cache.Status.CertificateSerial
-	}
+	nodes := resources.NodesReport{ServedSerial: cache.Status.CertificateSerial}
 	next := func(tlsData, caData map[string][]byte) (resources.Certificates, error) {
 		certs, _, err := resources.NextCertificates(cache, r.ClusterDomain, ips, resources.Certificates{TLS: tlsData, CA: caData}, nodes, time.Now())
 		return certs, err
@@ -152,7 +156,13 @@ func (r *CacheReconciler) ownCertificates(ctx context.Context, cache *cachev2.Ca
 	if err != nil {
 		return certificates{}, err
 	}
-	return certificates{serial: cert.SerialNumber.String(), renewal: resources.RenewalTime(cert),
+	// A certificate past its renewal is kept only while a new CA waits on the nodes' trust,
+	// which is looked at again at its own pace.
+	renewal := resources.RenewalTime(cert)
+	if recheck := time.Now().Add(certificatesRecheck); renewal.Before(recheck) {
+		renewal = recheck
+	}
+	return certificates{serial: cert.SerialNumber.String(), renewal: renewal,
 		caPEM: tlsSecret.Data[resources.TLSCAKey], distrusting: distrusting}, nil
 }
 
@@ -245,19 +255,21 @@ func (r *CacheReconciler) publishCA(ctx context.Context, cache *cachev2.Cache, c
 	case pending:
 		return certs.caPEM, true, nil
 	case client.IgnoreNotFound(err) != nil:
-		return nil, false, err
+		return certs.caPEM, false, err
 	}
 	trusted = certs.caPEM
-	if certs.serial != cache.Status.CertificateSerial {
-		trusted = resources.TrustBundle(time.Now(), certs.caPEM, []byte(cached.Data[resources.TLSCAKey]))
+	if bundle := resources.TrustBundle(time.Now(), certs.caPEM, []byte(cached.Data[resources.TLSCAKey])); certs.serial != cache.Status.CertificateSerial && len(bundle) > 0 {
+		trusted = bundle
 	}
 	desired := resources.CAConfigMap(cache, trusted)
 	if err == nil && metav1.IsControlledBy(cached, cache) && maps.Equal(cached.Data, desired.Data) {
 		return trusted, false, nil
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: desired.Name, Namespace: desired.Namespace}}
-	_, err = r.ensureChild(ctx, r.writer(err), cache, cm, func() { resources.MergeCAConfigMap(cm, desired) })
-	return trusted, false, err
+	if _, err = r.ensureChild(ctx, r.writer(err), cache, cm, func() { resources.MergeCAConfigMap(cm, desired) }); err != nil {
+		return certs.caPEM, false, err
+	}
+	return trusted, false, nil
 }
 
 // usersCertificates reads the TLS Secret the spec names, which the operator neither writes nor
@@ -405,6 +417,10 @@ func (r *CacheReconciler) serveCertificate(ctx context.Context, cache *cachev2.C
 	}
 	status.CertificateSerial = certs.serial
 	meta.SetStatusCondition(&status.Conditions, *served)
+	if strings.Count(string(certs.caPEM), "BEGIN CERTIFICATE") > 1 {
+		// A change of CA ends, the old CA gone, in a pass that sees this serial stored.
+		return certificatesRecheck, nil
+	}
 	return 0, nil
 }
 

@@ -33,8 +33,8 @@ import (
 //   - before the ConfigMap: the backup must have completed and fit the Cache; the ConfigMap is
 //     then written with the plan the nodes' init steps read and the keys each shard had, and
 //     only then are the Cache's pods made, with the init step;
-//   - with the ConfigMap: once the Cache would be Ready, each node that took a shard is asked
-//     how many keys it loaded at start; when every one matches, Restored turns True;
+//   - with the ConfigMap: once the Cache would be Ready, the server that holds each shard now
+//     is asked what it holds (checkRestore); when every shard is whole, Restored turns True;
 //   - Restored True, stored: the next pass removes the ConfigMap, so that a node made later
 //     starts empty; then nothing more. Until then Ready is False with the restore's reason.
 //
@@ -258,20 +258,28 @@ func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case held.Evicted > 0:
+		if why := notWhole(held, loaded, want); why != "" {
 			return restoreCondition(cache, cachev2.ReasonRestoreFailed, fmt.Sprintf(
-				"pod %s's server, which holds shard-%d of CacheBackup %s, evicted %d keys: its maxmemory is too small for the data; the Cache is not Ready with keys missing; create it again with more spec.memory",
-				name, i, rs.record.Backup, held.Evicted)), nil
-		case held.Keys < want && loaded != want:
-			return restoreCondition(cache, cachev2.ReasonRestoreFailed, fmt.Sprintf(
-				"pod %s's server, which holds shard-%d of CacheBackup %s, holds %d keys and loaded %d at start; the backup holds %d: the Cache is not Ready with keys missing; create it again",
-				name, i, rs.record.Backup, held.Keys, loaded, want)), nil
+				"pod %s's server, which holds shard-%d of CacheBackup %s, %s: the Cache is not Ready with keys missing; create it again",
+				name, i, rs.record.Backup, why)), nil
 		}
 		total += want
 	}
 	// The ConfigMap goes in the next pass, once this is stored (prepareRestore).
 	return restoreCondition(cache, cachev2.ReasonRestoreVerified, fmt.Sprintf("every shard of CacheBackup %s is whole: %d keys", rs.record.Backup, total)), nil
+}
+
+// notWhole says why a shard of want keys is not whole on a server that holds what held says and
+// read loaded keys from the RDB it last loaded, or nothing: it is whole when the server holds as
+// many keys, or loaded them all and evicted none since (keys with a TTL expire).
+func notWhole(held valkey.Dataset, loaded, want int64) string {
+	switch {
+	case held.Evicted > 0:
+		return fmt.Sprintf("evicted %d keys: its maxmemory is too small for the data (give it more spec.memory)", held.Evicted)
+	case held.Keys < want && loaded != want:
+		return fmt.Sprintf("holds %d keys and loaded %d at start; the backup holds %d", held.Keys, loaded, want)
+	}
+	return ""
 }
 
 // shardHolder is the pod whose server holds shard i of the restore now: a Standalone Cache's node

@@ -134,3 +134,26 @@ func TestARestoredShardIsCheckedWhereItIsServedNow(t *testing.T) {
 		t.Errorf("shard-1 of a Standalone Cache is held by %q (%v), want orders-1", got, err)
 	}
 }
+
+// A restored shard is whole when its server holds the backup's keys, or loaded them all and
+// evicted none since (keys with a TTL expire); a server that evicted keys never is, whatever it
+// loaded, nor one that holds fewer and loaded fewer (a node that restarted empty).
+func TestARestoredShardIsWholeOnlyWithNoKeyEvictedOrMissing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		held   valkey.Dataset
+		loaded int64
+		whole  bool
+	}{
+		{"every key held", valkey.Dataset{Keys: 100}, 100, true},
+		{"every key loaded, some expired since", valkey.Dataset{Keys: 90}, 100, true},
+		{"every key held by a replica that took over", valkey.Dataset{Keys: 100}, 100, true},
+		{"every key loaded, some evicted", valkey.Dataset{Keys: 90, Evicted: 10}, 100, false},
+		{"restarted empty", valkey.Dataset{}, 0, false},
+		{"fewer held than the backup, fewer loaded", valkey.Dataset{Keys: 60}, 60, false},
+	} {
+		if why := notWhole(tc.held, tc.loaded, 100); (why == "") != tc.whole {
+			t.Errorf("%s: %q, want whole %v", tc.name, why, tc.whole)
+		}
+	}
+}

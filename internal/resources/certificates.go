@@ -27,7 +27,7 @@ import (
 // cache.TLSSecretName() (TLSSecret), which the pods mount; the CA's key apart, in the Secret
 // cache.CASecretName() (CASecret), which only the operator reads, so that what a pod or a backup
 // Job can read does not let anyone sign a certificate. NextCertificates decides from what the two
-// hold (CertificateData) and the clock whether anything is to be issued; the operator writes what
+// hold (Certificates) and the clock whether anything is to be issued; the operator writes what
 // it returns, and the nodes are told to read their files again (see the controller's
 // certificates.go). The CA's certificate is published for clients in the ConfigMap
 // cache.CAConfigMapName() (CAConfigMap).
@@ -92,8 +92,10 @@ type Certificates struct {
 type NodesReport struct {
 	// TrustCA: every node accepts Probe, so trusts the CA the next certificate is signed by.
 	TrustCA bool
-	// ServeCertificate: every node serves the certificate the TLS Secret holds.
-	ServeCertificate bool
+	// ServedSerial is the serial of the certificate every node serves (status.certificateSerial).
+	// It is compared with the certificate of the data NextCertificates is given, which may be
+	// fresher than what the caller read.
+	ServedSerial string
 }
 
 // NextCertificates is what a Cache's Secrets are to hold in a cluster of the given DNS domain,
@@ -144,7 +146,7 @@ func NextCertificates(cache *cachev2.Cache, clusterDomain string, podIPs []net.I
 	case !fromCA && !nodes.TrustCA:
 		// Not every node trusts the new CA yet: they keep the certificate of an old one.
 		keep = true
-	case fromCA && len(trusted) > 1 && nodes.ServeCertificate:
+	case fromCA && len(trusted) > 1 && leaf.SerialNumber.String() == nodes.ServedSerial:
 		// Every node serves the new CA's certificate: the old CAs go.
 		trusted = []*x509.Certificate{ca}
 	}
@@ -184,28 +186,36 @@ func currentCA(held Certificates) (*x509.Certificate, *ecdsa.PrivateKey, error) 
 
 // trustedCAs are the CA certificates of a PEM bundle that are valid at now.
 func trustedCAs(bundle []byte, now time.Time) []*x509.Certificate {
-	var cas []*x509.Certificate
-	for block, rest := pem.Decode(bundle); block != nil; block, rest = pem.Decode(rest) {
-		ca, err := x509.ParseCertificate(block.Bytes)
-		if err == nil && ca.IsCA && !now.Before(ca.NotBefore) && now.Before(ca.NotAfter) {
-			cas = append(cas, ca)
-		}
-	}
-	return cas
+	return slices.DeleteFunc(certificatesIn(bundle), func(ca *x509.Certificate) bool {
+		return !ca.IsCA || now.Before(ca.NotBefore) || !now.Before(ca.NotAfter)
+	})
 }
 
-// TrustBundle is the PEM bundle of the CA certificates of the PEM bundles given that are valid at
-// now, each once, in their order.
+// TrustBundle is the PEM bundle of the certificates of the PEM bundles given that are valid at
+// now, each once, in their order. They are roots to trust, whatever they are: a user's issuer
+// may give a self-signed certificate that is not marked a CA, which Go and OpenSSL trust as a
+// root all the same.
 func TrustBundle(now time.Time, bundles ...[]byte) []byte {
-	var cas []*x509.Certificate
+	var roots []*x509.Certificate
 	for _, bundle := range bundles {
-		for _, ca := range trustedCAs(bundle, now) {
-			if !slices.ContainsFunc(cas, ca.Equal) {
-				cas = append(cas, ca)
+		for _, root := range certificatesIn(bundle) {
+			if !now.Before(root.NotBefore) && now.Before(root.NotAfter) && !slices.ContainsFunc(roots, root.Equal) {
+				roots = append(roots, root)
 			}
 		}
 	}
-	return caBundle(cas)
+	return caBundle(roots)
+}
+
+// certificatesIn are the certificates of a PEM bundle.
+func certificatesIn(bundle []byte) []*x509.Certificate {
+	var certs []*x509.Certificate
+	for block, rest := pem.Decode(bundle); block != nil; block, rest = pem.Decode(rest) {
+		if cert, err := x509.ParseCertificate(block.Bytes); err == nil {
+			certs = append(certs, cert)
+		}
+	}
+	return certs
 }
 
 // caBundle is the PEM bundle of the CA certificates given, in their order.
@@ -446,8 +456,9 @@ func MergeTLSSecret(dst, desired *corev1.Secret) {
 	dst.Data = desired.Data
 }
 
-// CAConfigMap publishes, for clients, the certificate of the CA that signs a Cache's nodes
-// (caPEM, the ca.crt of its TLS Secret).
+// CAConfigMap publishes, for clients, the certificates of the CAs they are to trust (caPEM: those
+// the TLS Secret gives the nodes, and those of the nodes' certificates before, while a change of
+// CA lasts).
 func CAConfigMap(cache *cachev2.Cache, caPEM []byte) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: cache.CAConfigMapName(), Namespace: cache.Namespace, Labels: Labels(cache)},
@@ -463,11 +474,12 @@ func MergeCAConfigMap(dst, desired *corev1.ConfigMap) {
 }
 
 // TLSClientConfig is how the operator and a backup's agent speak TLS to the Cache's nodes, given
-// the CA certificate of its TLS Secret (valkey.TLSConfig).
+// the CA certificates to trust (valkey.TLSConfig): those of its TLS Secret, or those published.
 func TLSClientConfig(cache *cachev2.Cache, caPEM []byte) (*tls.Config, error) {
 	config, err := valkey.TLSConfig(caPEM, ServerName(cache))
 	if err != nil {
-		return nil, fmt.Errorf("key %s of Secret %s: %w", TLSCAKey, cache.TLSSecretName(), err)
+		return nil, fmt.Errorf("the CA certificates of the Cache (%s of Secret %s, or ConfigMap %s): %w",
+			TLSCAKey, cache.TLSSecretName(), cache.CAConfigMapName(), err)
 	}
 	return config, nil
 }

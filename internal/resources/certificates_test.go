@@ -19,11 +19,19 @@ import (
 // next is NextCertificates with nodes that report every change done, as when a Cache has no pods.
 func next(t *testing.T, cache *cachev2.Cache, ips []net.IP, held Certificates, now time.Time) (Certificates, time.Time) {
 	t.Helper()
-	certs, renewAt, err := NextCertificates(cache, "cluster.local", ips, held, NodesReport{TrustCA: true, ServeCertificate: true}, now)
+	certs, renewAt, err := NextCertificates(cache, "cluster.local", ips, held, NodesReport{TrustCA: true, ServedSerial: servedSerial(held)}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return certs, renewAt
+}
+
+// servedSerial is the serial of the certificate held, as if every node served it; empty for none.
+func servedSerial(held Certificates) string {
+	if cert, err := LeafCertificate(held.TLS); err == nil {
+		return cert.SerialNumber.String()
+	}
+	return ""
 }
 
 func tlsCache(validity time.Duration) *cachev2.Cache {
@@ -279,7 +287,7 @@ func TestANewCAIsTrustedBeforeItsCertificateIsServedAndTheOldOneGoesLast(t *test
 	}
 	// Until every node trusts it, nothing moves, whatever else they report.
 	held := Certificates{TLS: a.TLS, CA: a.CA}
-	if waiting := step(held, NodesReport{ServeCertificate: true}); !sameCertificates(waiting, a) || waiting.Probe == nil {
+	if waiting := step(held, NodesReport{ServedSerial: serial(t, held.TLS)}); !sameCertificates(waiting, a) || waiting.Probe == nil {
 		t.Fatal("the certificate changed before every node trusts the new CA")
 	}
 	// Every node trusts it: a certificate of the new CA, both CAs still given.
@@ -296,7 +304,7 @@ func TestANewCAIsTrustedBeforeItsCertificateIsServedAndTheOldOneGoesLast(t *test
 		t.Fatal("the old CA went before every node serves the new CA's certificate")
 	}
 	// Every node serves it: the new CA alone.
-	c := step(held, NodesReport{ServeCertificate: true})
+	c := step(held, NodesReport{ServedSerial: serial(t, held.TLS)})
 	if !bytesEqual(c.TLS[TLSCAKey], c.CA[TLSCAKey]) || serial(t, c.TLS) != serial(t, b.TLS) {
 		t.Fatal("third step: the old CA is still given, or the certificate changed")
 	}

@@ -306,7 +306,7 @@ func TestACAReplacedStepByStepIsNeverRefusedByANode(t *testing.T) {
 	everyoneTrusts("the new certificate read by both", b.TLS)
 
 	// The old CA goes.
-	c := step(Certificates{TLS: b.TLS, CA: b.CA}, NodesReport{ServeCertificate: true})
+	c := step(Certificates{TLS: b.TLS, CA: b.CA}, NodesReport{ServedSerial: serial(t, b.TLS)})
 	reload(0, c.TLS)
 	everyoneTrusts("the old CA gone from one node", c.TLS)
 	reload(1, c.TLS)

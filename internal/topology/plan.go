@@ -47,7 +47,8 @@ const (
 	// KindFailover makes On, an in-sync replica, the primary of its shard with its primary's
 	// agreement, losing no write.
 	KindFailover
-	// KindReset makes On, a node leaving the cluster, forget it.
+	// KindReset makes On, a replica freed to become a primary (freeReplica), forget the cluster
+	// and its copy of the data.
 	KindReset
 	// KindStable drops the migration or import of the Stable slots.
 	KindStable

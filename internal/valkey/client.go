@@ -269,7 +269,7 @@ func (s *Server) LoadedAtStart(ctx context.Context) (keys int64, err error) {
 
 // Dataset is what a server says of the data it holds.
 type Dataset struct {
-	// Version is the server's Valkey version.
+	// Version is the server's Valkey version (valkey_version, or redis_version before 7.2.5).
 	Version string
 	// Memory is the memory it counts against maxmemory: used_memory less what eviction leaves
 	// out (client and replication buffers).
@@ -289,13 +289,16 @@ func (s *Server) Dataset(ctx context.Context) (Dataset, error) {
 		return n
 	}
 	d := Dataset{Version: InfoField(reply, "valkey_version"), Memory: number("used_memory") - number("mem_not_counted_for_evict"), Evicted: number("evicted_keys")}
+	if d.Version == "" {
+		d.Version = InfoField(reply, "redis_version") // Valkey before 7.2.5 says only this
+	}
 	for field := range strings.SplitSeq(InfoField(reply, "db0"), ",") {
 		if keys, ok := strings.CutPrefix(field, "keys="); ok {
 			d.Keys, _ = strconv.ParseInt(keys, 10, 64)
 		}
 	}
 	if d.Version == "" || InfoField(reply, "used_memory") == "" {
-		return Dataset{}, fmt.Errorf("INFO of %s has no valkey_version or used_memory", s.Addr)
+		return Dataset{}, fmt.Errorf("INFO of %s has no version or used_memory", s.Addr)
 	}
 	return d, nil
 }

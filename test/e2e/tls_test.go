@@ -391,7 +391,7 @@ func tlsClusterClient(t *testing.T, key client.ObjectKey, config *tls.Config, pa
 // and ca.crt, no CA key).
 func issueAsUsers(t *testing.T, c *cachev2.Cache, held resources.Certificates) resources.Certificates {
 	t.Helper()
-	certs, _, err := resources.NextCertificates(c, "cluster.local", nil, held, resources.NodesReport{TrustCA: true, ServeCertificate: true}, time.Now())
+	certs, _, err := resources.NextCertificates(c, "cluster.local", nil, held, resources.NodesReport{TrustCA: true}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
