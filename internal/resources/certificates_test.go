@@ -26,6 +26,16 @@ func next(t *testing.T, cache *cachev2.Cache, ips []net.IP, held Certificates, n
 	return certs, renewAt
 }
 
+// stepAt is NextCertificates at now for a Cache with no pods, with what its nodes report.
+func stepAt(t *testing.T, cache *cachev2.Cache, held Certificates, nodes NodesReport, now time.Time) Certificates {
+	t.Helper()
+	certs, _, err := NextCertificates(cache, "cluster.local", nil, held, nodes, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs
+}
+
 // servedSerial is the serial of the certificate held, as if every node served it; empty for none.
 func servedSerial(held Certificates) string {
 	if cert, err := LeafCertificate(held.TLS); err == nil {
@@ -257,14 +267,7 @@ func TestANewCAIsTrustedBeforeItsCertificateIsServedAndTheOldOneGoesLast(t *test
 	cache := tlsCache(90 * 24 * time.Hour)
 	now := time.Now()
 	old, _ := next(t, cache, nil, Certificates{}, now)
-	step := func(held Certificates, nodes NodesReport) Certificates {
-		t.Helper()
-		certs, _, err := NextCertificates(cache, "cluster.local", nil, held, nodes, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return certs
-	}
+	step := func(held Certificates, nodes NodesReport) Certificates { return stepAt(t, cache, held, nodes, now) }
 	cas := func(bundle []byte) int { return len(trustedCAs(bundle, now)) }
 	pool := func(bundle []byte) *x509.CertPool {
 		roots := x509.NewCertPool()

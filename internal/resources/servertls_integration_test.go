@@ -268,14 +268,7 @@ func TestACAReplacedStepByStepIsNeverRefusedByANode(t *testing.T) {
 			}
 		}
 	}
-	step := func(held Certificates, nodes NodesReport) Certificates {
-		t.Helper()
-		certs, _, err := NextCertificates(cache, "cluster.local", nil, held, nodes, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return certs
-	}
+	step := func(held Certificates, nodes NodesReport) Certificates { return stepAt(t, cache, held, nodes, now) }
 	probed := func(i int, probe *tls.Certificate, secret map[string][]byte) error {
 		config := operatorTrust(secret).TLS.Clone()
 		config.Certificates = []tls.Certificate{*probe}

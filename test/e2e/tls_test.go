@@ -232,15 +232,7 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 		return renewed != first, "serial " + renewed
 	})
 	waitCertificateServed(t, c, config, renewed)
-	lost, acked := stopLoad()
-	t.Logf("every node served the renewed certificate %s after the Secret was emptied; a client through it: %d requests, %d failed (%s), %d of %d acknowledged writes lost",
-		time.Since(emptied).Round(time.Second), load.requests, load.failures, load.errorKinds(), lost, acked)
-	if refused := load.refused(); refused > 0 || lost > 0 {
-		t.Errorf("a client through the renewal saw %d requests refused and %d acknowledged writes lost", refused, lost)
-	}
-	if after := restarts(t, key); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("pods restarted with the new certificate: before %v, after %v", before, after)
-	}
+	sawNothing(t, "every node served the renewed certificate", emptied, load, stopLoad, key, before)
 	for i := range keys {
 		if v, err := session.Do(ctx, session.B().Get().Key(fmt.Sprint("sealed-", i)).Build()).ToString(); err != nil || v != fmt.Sprint(i) {
 			t.Fatalf("sealed-%d through the session opened before the renewal: %q, %v", i, v, err)
@@ -325,21 +317,29 @@ func rotateCA(t *testing.T, c *cachev2.Cache, password string) *tls.Config {
 		return cas(given) == 1 && !strings.Contains(string(given), string(oldCA)), fmt.Sprintf("%d CAs given", cas(given))
 	})
 	renewed := publishedCA(t, c)
-	lost, acked := stopLoad()
-	t.Logf("the CA replaced in %s; a client through it: %d requests, %d failed (%s), %d of %d acknowledged writes lost",
-		time.Since(began).Round(time.Second), load.requests, load.failures, load.errorKinds(), lost, acked)
-	if refused := load.refused(); refused > 0 || lost > 0 {
-		t.Errorf("a client through the CA's change saw %d requests refused and %d acknowledged writes lost", refused, lost)
-	}
-	if after := restarts(t, key); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("pods restarted with the new CA: before %v, after %v", before, after)
-	}
+	sawNothing(t, "the CA was replaced", began, load, stopLoad, key, before)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
 	app := tlsClusterClient(t, key, renewed, password)
 	if err := app.Do(ctx, app.B().Set().Key("rotated").Value("yes").Build()).Error(); err != nil {
 		t.Errorf("a client that trusts the new CA alone: %v", err)
 	}
 	return renewed
+}
+
+// sawNothing stops the load and checks that its client, through what happened since began, had
+// no request refused and no acknowledged write lost, and that no pod of the Cache restarted
+// (before: restarts, when began).
+func sawNothing(t *testing.T, what string, began time.Time, load *upgradeLoad, stopLoad func() (int, int), key client.ObjectKey, before map[string]string) {
+	t.Helper()
+	lost, acked := stopLoad()
+	t.Logf("%s in %s; a client through it: %d requests, %d failed (%s), %d of %d acknowledged writes lost",
+		what, time.Since(began).Round(time.Second), load.requests, load.failures, load.errorKinds(), lost, acked)
+	if refused := load.refused(); refused > 0 || lost > 0 {
+		t.Errorf("%s: a client through it saw %d requests refused and %d acknowledged writes lost", what, refused, lost)
+	}
+	if after := restarts(t, key); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("%s: pods restarted: before %v, after %v", what, before, after)
+	}
 }
 
 // followingPublishedCA is how a client that reads the CAs the Cache publishes afresh for each
