@@ -133,7 +133,8 @@ func NextCertificates(cache *cachev2.Cache, clusterDomain string, podIPs []net.I
 
 	names := CertificateNames(cache, clusterDomain)
 	trusted := trustedCAs(held.TLS[TLSCAKey], now)
-	leaf, servable := servableCertificate(held.TLS, trusted, now)
+	leaf, err := servableCertificate(held.TLS, trusted, now)
+	servable := err == nil
 	fromCA := servable && leaf.CheckSignatureFrom(ca) == nil
 	keep := false
 	switch {
@@ -227,22 +228,25 @@ func caBundle(cas []*x509.Certificate) []byte {
 	return bundle
 }
 
-// servableCertificate is the certificate of the data of a TLS Secret if the nodes can serve it
-// now: it matches its key, is valid at now, and is signed by one of the CAs given.
-func servableCertificate(data map[string][]byte, cas []*x509.Certificate, now time.Time) (*x509.Certificate, bool) {
+// servableCertificate is the certificate of the data of a TLS Secret, if the nodes can serve it
+// now: it matches its key, is valid at now, serves and authenticates, and is signed by one of the
+// CAs given.
+func servableCertificate(data map[string][]byte, cas []*x509.Certificate, now time.Time) (*x509.Certificate, error) {
 	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
-		return nil, false
+		return nil, err
 	}
 	cert, err := LeafCertificate(data)
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
 	roots := x509.NewCertPool()
 	for _, ca := range cas {
 		roots.AddCert(ca)
 	}
-	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: certificateUsages})
-	return cert, err == nil
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: certificateUsages}); err != nil {
+		return nil, err
+	}
+	return cert, nil
 }
 
 // probeValidity is how long a probe's client certificate is valid: it is made afresh each pass.
@@ -323,16 +327,8 @@ func LeafCertificate(data map[string][]byte) (*x509.Certificate, error) {
 // DNS names given and names every IP given, serves and authenticates, and is not yet due for
 // renewal.
 func validCertificate(names []string, ips []net.IP, ca *x509.Certificate, data map[string][]byte, now time.Time) (*x509.Certificate, error) {
-	if _, err := tls.X509KeyPair(data[TLSCertKey], data[TLSKeyKey]); err != nil {
-		return nil, err
-	}
-	cert, err := LeafCertificate(data)
+	cert, err := servableCertificate(data, []*x509.Certificate{ca}, now)
 	if err != nil {
-		return nil, err
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca)
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: certificateUsages}); err != nil {
 		return nil, err
 	}
 	switch {
