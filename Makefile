@@ -23,12 +23,12 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 # inside CI's 90.
 .PHONY: test
 test: ## Run every test tier: unit, integration and end to end. CI runs this.
-	hack/toolchain.sh etcd kubernetes kwok promtool helm valkey versitygw cert-manager-crds golangci-lint $(REAL_NODE_TOOLS)
+	hack/toolchain.sh etcd kubernetes kwok promtool helm versitygw cert-manager-crds golangci-lint $(REAL_NODE_TOOLS)
 	$(MAKE) verify lint
 	go test -tags integration,e2e ./... -count=1 -timeout 60m
 
 # What the local cluster's real nodes run (test/harness/realnode) and their images are made of.
-REAL_NODE_TOOLS := containerd runc cni-plugins nftables coredns valkey-rootfs redis-exporter ca-certificates
+REAL_NODE_TOOLS := containerd runc cni-plugins nftables coredns valkey redis-exporter ca-certificates
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests only (no toolchain needed).
@@ -41,7 +41,7 @@ test-integration: ## Run the unit and integration tests.
 
 .PHONY: test-e2e
 test-e2e: ## Run the end-to-end tests.
-	hack/toolchain.sh etcd kubernetes kwok helm valkey versitygw cert-manager-crds $(REAL_NODE_TOOLS)
+	hack/toolchain.sh etcd kubernetes kwok helm versitygw cert-manager-crds $(REAL_NODE_TOOLS)
 	go test -tags e2e ./test/e2e -count=1 -timeout 60m
 
 .PHONY: manifests

@@ -7,7 +7,7 @@
 # cert-manager's Certificate CRD from its Go module, caches them outside the checkout keyed by
 # component and version, and links them into $LOCALBIN.
 #
-#   hack/toolchain.sh [component...]     (default, or "all": every component)
+#   hack/toolchain.sh [component...]     (default, or "all": every component; "valkey": every release)
 #
 # No prebuilt binary can be downloaded on our machines but Debian's packages, so everything else is
 # built from source. A component is built into a temporary directory and renamed into place only
@@ -37,14 +37,25 @@ VERSITYGW_VERSION=v1.8.0
 # is cached alone. The lines are bookworm's (Debian 12), the release of our machines; on another
 # release a line is reported as not found.
 #
-# Valkey, the release under test, from the backports suite of the machine's release: pinned
-# exactly, as the tests are of this Valkey. When bookworm-backports moves on to another Valkey, the
-# components valkey and valkey-rootfs stop building where they are not cached yet, failing with
-# "Debian's ... have no valkey-server VERSION any more ...; they have: VERSIONS": choose the Valkey
-# to test from those and set it here (the caches of the old one stay and are no longer used).
-VALKEY_VERSION=8.0.1+dfsg1-1~bpo12+1
-JEMALLOC_LINE=5.3.0
-LZF_LINE=3.6
+# The Valkey releases under test, the lines users run: each from the Debian suites that carry it,
+# pinned by line (8.1 is 8.1.1, 8.1.2, ...), with every library it links from the same suites. A
+# release is the component valkey-LINE: the root filesystem of its image (test/harness/images),
+# a Debian root of its suites, and wrappers that run its valkey-server and valkey-cli on the
+# machine with that root's loader and libraries, as sid's 9.1 links a C library newer than the
+# machine's. When a suite moves on to another line, valkey-LINE stops building where it is not
+# cached yet, failing with "Debian's ... have no valkey-server of the LINE line; they have:
+# VERSIONS": choose the line to test from those (the tests name releases by line).
+VALKEY_RELEASES=(8.0 8.1 9.1)
+# The release the machine's bin/valkey-server and bin/valkey-cli run (the integration tests' and
+# the benchmark's): the newest, which users run.
+VALKEY_DEFAULT_RELEASE=9.1
+valkey_suites() {
+	case $1 in
+	8.0) echo "bookworm bookworm-updates bookworm-security bookworm-backports" ;; # Debian 12's backports
+	8.1) echo "trixie trixie-updates trixie-security" ;;                          # Debian 13
+	9.1) echo "$UNSTABLE_SUITES" ;;
+	esac
+}
 # The Cache pods' metrics exporter, the one the image oliver006/redis_exporter:v1.45.0 holds (the
 # Go module proxy does not serve its module); it links only libc.
 REDIS_EXPORTER_VERSION=1.45.0-2+b4
@@ -79,30 +90,21 @@ NFTABLES_PACKAGES=(
 # the date of Mozilla's list, which bookworm updates as a whole: 20250419 came in bookworm-security,
 # and replaces 20230311 in bookworm at its next point release.
 CA_CERTIFICATES_LINE=20250419
-# The root filesystem of the tests' Valkey image (test/harness/images), laid out as the official
-# image's base, debian:bookworm-slim: Valkey, every library that it links, Debian's base directories
-# and files, and the shell and the programs that the pods' scripts and the image's entrypoint run.
-# The image's accounts (/etc/passwd and /etc/group) and links made by update-alternatives (awk)
-# are the image builder's.
-VALKEY_ROOTFS_PACKAGES=(
-	# Valkey and the libraries it links. (systemd's line is bookworm's 252: backports has newer.)
-	"valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" "libjemalloc2@$JEMALLOC_LINE"
-	"liblzf1@$LZF_LINE" libc6@2.36 libssl3@3.0 libatomic1@12.2.0 "libstdc++6@12.2.0" libgcc-s1@12.2.0
-	libsystemd0@252 libcap2@2.66 libgcrypt20@1.10.1 libgpg-error0@1.46 liblz4-1@1.9.4 liblzma5@5.4.1
-	libzstd1@1.5.4
-	# The base system's directories and files, the shell (/bin/sh is dash), and the programs of the
-	# scripts (rm, mv, head, seq, sleep, id, chown; grep, sed, awk, find), with their libraries.
-	base-files@12.4 dash@0.5.12 coreutils@9.1 grep@3.8 sed@4.9 mawk@1.3.4 findutils@4.9.0
-	libacl1@2.3.1 libattr1@2.5.1 libselinux1@3.4 libpcre2-8-0@10.42 libgmp10@6.2.1 libcap-ng0@0.8.3
-)
-# setpriv, with which the image's entrypoint drops root, is util-linux's: only it is taken (it links
-# libc and libcap-ng), not util-linux's other programs and the dozen libraries they link.
-UTIL_LINUX_LINE=2.38.1
+# The root filesystem of a Valkey release's image (test/harness/images), laid out as the official
+# image's base, debian:*-slim: Valkey, Debian's base directories and files, and the shell and the
+# programs that the pods' scripts and the image's entrypoint run (rm, mv, head, seq, sleep, id,
+# chown; grep, sed, awk, find), each the newest of the release's suites, and every library that
+# they depend on (debian_get --with-libraries). setpriv, with which the image's entrypoint drops
+# root, is util-linux's: only it is taken, with the library it links (libcap-ng0), not
+# util-linux's other programs and the dozen libraries they link. The image's accounts
+# (/etc/passwd and /etc/group) and links made by update-alternatives (awk) are the image
+# builder's.
+VALKEY_ROOTFS_PACKAGES=(base-files dash coreutils grep sed mawk findutils libcap-ng0)
 
 # Every component, the longest to build first (the times of a build on two cores with every cache
 # empty): components not cached yet start in this order, whatever order they are asked in.
-all_components=(kubernetes kwok golangci-lint coredns helm versitygw runc valkey-rootfs etcd nftables
-	cni-plugins valkey promtool containerd redis-exporter ca-certificates cert-manager-crds)
+all_components=(kubernetes kwok golangci-lint coredns helm versitygw runc "${VALKEY_RELEASES[@]/#/valkey-}" etcd
+	nftables cni-plugins promtool containerd redis-exporter ca-certificates cert-manager-crds)
 
 # The commands of the kubernetes component: the control plane's, kubectl, and the real nodes'. One
 # go build makes them all, so that the packages they share are compiled once: two builds side by
@@ -114,6 +116,17 @@ log() { printf 'toolchain: %s\n' "$*" >&2; }
 # digest_of WORD... is a short digest of the words.
 digest_of() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
 
+# valkey_release COMPONENT prints the Valkey release line of the component valkey-LINE, and fails
+# unless it is one of VALKEY_RELEASES.
+valkey_release() {
+	local line=${1#valkey-}
+	if [[ " ${VALKEY_RELEASES[*]} " != *" $line "* ]]; then
+		log "unknown component '$1' (known: ${all_components[*]})"
+		exit 2
+	fi
+	echo "$line"
+}
+
 version_of() {
 	case $1 in
 	etcd) echo "$ETCD_VERSION" ;;
@@ -123,7 +136,6 @@ version_of() {
 	promtool) echo "$PROMETHEUS_LINE" ;;
 	helm) echo "$HELM_VERSION" ;;
 	golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
-	valkey) echo "$VALKEY_VERSION" ;;
 	redis-exporter) echo "$REDIS_EXPORTER_VERSION" ;;
 	versitygw) echo "$VERSITYGW_VERSION" ;;
 	cert-manager-crds) echo "$CERT_MANAGER_VERSION" ;;
@@ -134,7 +146,10 @@ version_of() {
 	# Made of many pinned packages: the key changes with any of their pins.
 	nftables) echo "$NFTABLES_LINE-$(digest_of "${NFTABLES_PACKAGES[@]}")" ;;
 	ca-certificates) echo "$CA_CERTIFICATES_LINE" ;;
-	valkey-rootfs) echo "$VALKEY_VERSION-$(digest_of "${VALKEY_ROOTFS_PACKAGES[@]}" "util-linux@$UTIL_LINUX_LINE")" ;;
+	valkey-*)
+		valkey_release "$1" >/dev/null
+		digest_of "${VALKEY_ROOTFS_PACKAGES[@]}" "$(valkey_suites "${1#valkey-}")"
+		;;
 	*)
 		log "unknown component '$1' (known: ${all_components[*]})"
 		exit 2
@@ -155,7 +170,6 @@ build_into() {
 	promtool) fetch_promtool "$out" ;;
 	helm) go_install "$out" helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
 	golangci-lint) go_install "$out" github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
-	valkey) fetch_valkey "$out" ;;
 	redis-exporter) fetch_redis_exporter "$out" ;;
 	versitygw) go_install "$out" github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
 	cert-manager-crds) fetch_cert_manager_crds "$out" ;;
@@ -164,7 +178,7 @@ build_into() {
 	cni-plugins) fetch_cni_plugins "$out" ;;
 	nftables) fetch_nftables "$out" ;;
 	ca-certificates) fetch_ca_certificates "$out" ;;
-	valkey-rootfs) fetch_valkey_rootfs "$out" ;;
+	valkey-*) fetch_valkey "$out" "${1#valkey-}" ;;
 	esac
 }
 
@@ -267,37 +281,55 @@ debian_lists() {
 	apt-get "${debian_opts[@]}" update >&2
 }
 
-# debian_get ROOT PACKAGE=VERSION|PACKAGE@LINE... downloads Debian's packages from the sources of
-# debian_lists (DIR/.apt) and unpacks them into ROOT; each package's control files (its maintainer
-# scripts) go to DIR/.apt/control/PACKAGE. PACKAGE@LINE is the newest version of PACKAGE there
-# whose upstream version is LINE or LINE.something (or LINE+something, LINE~something). The
-# version of each package, and the suites that have it, are logged, and debian_version[PACKAGE]
+# debian_get ROOT [--with-libraries] PACKAGE=VERSION|PACKAGE@LINE|PACKAGE... downloads Debian's
+# packages from the sources of debian_lists (DIR/.apt) and unpacks them into ROOT; each package's
+# control files (its maintainer scripts) go to DIR/.apt/control/PACKAGE. PACKAGE@LINE is the
+# newest version of PACKAGE there whose upstream version is LINE or LINE.something (or
+# LINE+something, LINE~something); a bare PACKAGE, the newest there. With --with-libraries, the
+# libraries that the packages depend on (Depends and Pre-Depends named lib* or zlib*, the first of
+# alternatives), and theirs, come too, each the newest there: what a program needs to run, without
+# the rest of a system (the packages' maintainer scripts, which do not run, depend on most of it).
+# The version of each package, and the suites that have it, are logged, and debian_version[PACKAGE]
 # records it. A version that the suites do not have (any more) fails, naming those they have.
 debian_get() {
-	local root=$1 spec pkg line version upstream found have suites specs=()
+	local root=$1 libraries= spec pkg line version upstream found have suites dep specs=() i
 	shift
-	for spec; do
+	if [[ ${1-} == --with-libraries ]]; then
+		libraries=1
+		shift
+	fi
+	local -a wanted=("$@")
+	local -A seen=()
+	for spec in "${wanted[@]}"; do
+		seen[${spec%%[=@]*}]=1
+	done
+	# wanted grows as the libraries the packages depend on are found.
+	for ((i = 0; i < ${#wanted[@]}; i++)); do
+		spec=${wanted[i]}
 		if [[ $spec == *@* ]]; then
 			pkg=${spec%@*} line=${spec#*@} version=
-		else
+		elif [[ $spec == *=* ]]; then
 			pkg=${spec%%=*} line= version=${spec#*=}
+		else
+			pkg=$spec line= version=
 		fi
 		# madison: "PACKAGE | VERSION | URI SUITE/COMPONENT ARCHITECTURE Packages", a line for each
 		# suite that has a version.
 		have=$(apt-cache "${debian_opts[@]}" madison "$pkg" | awk -F' *[|] *' '{print $2}' | sort -u)
-		if [[ -n $line ]]; then
+		if [[ -z $version ]]; then
 			found=
 			while read -r version; do
 				upstream=${version#*:}
 				upstream=${upstream%-*}
-				if [[ $upstream == "$line" || $upstream == "$line".* || $upstream == "$line"[~+]* ]] &&
+				if [[ -n $version ]] &&
+					[[ -z $line || $upstream == "$line" || $upstream == "$line".* || $upstream == "$line"[~+]* ]] &&
 					{ [[ -z $found ]] || dpkg --compare-versions "$version" gt "$found"; }; then
 					found=$version
 				fi
 			done <<<"$have"
 			if [[ -z $found ]]; then
-				log "Debian's ${debian_suites[*]} have no $pkg of the $line line; they have:" \
-					"$(paste -sd' ' <<<"${have:-none}"). Pin a line that one of them has."
+				log "Debian's ${debian_suites[*]} have no $pkg${line:+ of the $line line}; they have:" \
+					"$(paste -sd' ' <<<"${have:-none}").${line:+ Pin a line that one of them has.}"
 				exit 1
 			fi
 			version=$found
@@ -311,6 +343,17 @@ debian_get() {
 		log "Debian's $pkg $version (${line:+the $line line, }from $suites)"
 		debian_version[$pkg]=$version
 		specs+=("$pkg=$version")
+		[[ -n $libraries ]] || continue
+		# "Depends: a (>= 1), b | c, d:any": the first of each alternative, without its version
+		# and architecture.
+		for dep in $(apt-cache "${debian_opts[@]}" show "$pkg=$version" |
+			awk -F': ' '/^$/ {exit} $1 == "Depends" || $1 == "Pre-Depends" {print $2}' |
+			tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/:.*//; s/[[:space:]]//g' | grep -E '^(lib|zlib)' || true); do
+			if [[ -z ${seen[$dep]-} ]]; then
+				seen[$dep]=1
+				wanted+=("$dep")
+			fi
+		done
 	done
 	local debs deb
 	mkdir -p "$debian_apt/control"
@@ -405,29 +448,6 @@ elf_missing() {
 		/\(NEEDED\)/ { sub(/.*\[/, ""); sub(/\]$/, ""); needed[++n] = $0 }
 		/\((RUN|R)PATH\)/ && /\$ORIGIN/ { origin = 1 }
 		END { flush() }')
-}
-
-# fetch_valkey DIR unpacks Debian's valkey-server and valkey-tools, and the libraries they link,
-# into DIR/.root, and writes DIR/valkey-server and DIR/valkey-cli: wrappers that run them with
-# those libraries.
-fetch_valkey() {
-	local out=$1
-	debian_unpack "$out" "valkey-server=$VALKEY_VERSION" "valkey-tools=$VALKEY_VERSION" \
-		"libjemalloc2@$JEMALLOC_LINE" "liblzf1@$LZF_LINE"
-	debian_versions >"$out/VERSION"
-	local libdir
-	libdir=$(cd "$out/.root" && dirname usr/lib/*/libjemalloc.so.2)
-	local bin
-	for bin in valkey-server valkey-cli; do
-		cat >"$out/$bin" <<-EOF
-			#!/bin/sh
-			# $bin $VALKEY_VERSION from Debian, unpacked beside this wrapper by hack/toolchain.sh.
-			root=\$(dirname "\$(readlink -f "\$0")")/.root
-			LD_LIBRARY_PATH=\$root/$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$root/usr/bin/$bin" "\$@"
-		EOF
-		chmod +x "$out/$bin"
-	done
-	"$out/valkey-server" --version >&2
 }
 
 # fetch_redis_exporter DIR unpacks Debian's prometheus-redis-exporter into DIR/.root and links
@@ -580,26 +600,29 @@ fetch_ca_certificates() {
 	log "$n CA certificates in ca-certificates.crt"
 }
 
-# fetch_valkey_rootfs DIR unpacks VALKEY_ROOTFS_PACKAGES, and util-linux's setpriv, into
-# DIR/rootfs, a merged /usr; does what base-files' postinst does in a new root (DPKG_ROOT); drops
-# the documentation as debian:bookworm-slim does; and checks that every library that a program or
-# library there links is there too, and, as root, that Valkey and the shell run in it.
-fetch_valkey_rootfs() {
-	local out=$1 rootfs=$1/rootfs dir missing
+# fetch_valkey DIR LINE unpacks the Valkey release LINE from its suites (valkey_suites), with
+# VALKEY_ROOTFS_PACKAGES and util-linux's setpriv, into DIR/rootfs, a merged /usr; does what
+# base-files' postinst does in a new root (DPKG_ROOT); drops the documentation as Debian's slim
+# images do; checks that every library that a program or library there links is there too, and, as
+# root, that Valkey and the shell run in it; and writes DIR/valkey-server and DIR/valkey-cli:
+# wrappers that run them on the machine with the root's own loader and libraries.
+fetch_valkey() {
+	local out=$1 line=$2 rootfs=$1/rootfs dir missing loader bin
 	if [[ $EUID -ne 0 ]]; then
 		log "the Valkey image's root filesystem keeps the owners of Debian's files, and so is made as root"
 		exit 1
 	fi
 	usr_merged "$rootfs"
-	debian_lists "$out"
-	debian_get "$rootfs" "${VALKEY_ROOTFS_PACKAGES[@]}"
-	debian_get "$out/.util-linux" "util-linux@$UTIL_LINUX_LINE"
+	# shellcheck disable=SC2046 # the suites are words
+	debian_lists "$out" $(valkey_suites "$line")
+	debian_get "$rootfs" --with-libraries "valkey-server@$line" "valkey-tools@$line" "${VALKEY_ROOTFS_PACKAGES[@]}"
+	debian_get "$out/.util-linux" util-linux
 	debian_versions >"$out/VERSION"
 	cp -a "$out/.util-linux/usr/bin/setpriv" "$rootfs/usr/bin/"
 	mkdir -p "$rootfs/usr/share/doc/util-linux"
 	cp -a "$out/.util-linux/usr/share/doc/util-linux/copyright" "$rootfs/usr/share/doc/util-linux/"
 	rm -rf "$out/.util-linux"
-	# The slim image's dpkg leaves out the documentation but the copyright files, and the manuals,
+	# The slim images' dpkg leaves out the documentation but the copyright files, and the manuals,
 	# info pages and translations (debuerreotype's --slimify).
 	find "$rootfs/usr/share/doc" -mindepth 2 ! -type d ! -name copyright -delete
 	for dir in man info groff linda lintian/overrides locale; do
@@ -613,12 +636,29 @@ fetch_valkey_rootfs() {
 	rm -rf "$out/.apt"
 	missing=$(elf_missing "$rootfs")
 	if [[ -n $missing ]]; then
-		log "the Valkey image's root filesystem lacks libraries that its programs link:" "$missing"
+		log "Valkey $line's root filesystem lacks libraries that its programs link:" "$missing"
 		exit 1
 	fi
 	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$rootfs" /usr/bin/valkey-server --version >&2
 	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$rootfs" /bin/sh -c \
 		'ls / && valkey-cli --version && setpriv --version && find --version | head -n 1 && mawk -W version 2>&1 | head -n 1' >&2
+	# The root's loader, not the machine's: a release may link a C library newer than the machine's.
+	loader=$(cd "$rootfs" && echo usr/lib/*-linux-gnu/ld-linux-*.so.*)
+	if [[ ! -f $rootfs/$loader ]]; then
+		log "Valkey $line's root filesystem has no dynamic loader (usr/lib/*-linux-gnu/ld-linux-*.so.*)"
+		exit 1
+	fi
+	for bin in valkey-server valkey-cli; do
+		cat >"$out/$bin" <<-EOF
+			#!/bin/sh
+			# $bin ${debian_version[valkey-server]} from Debian, whose root hack/toolchain.sh unpacked beside
+			# this wrapper, run with that root's loader and libraries.
+			root=\$(dirname "\$(readlink -f "\$0")")/rootfs
+			exec "\$root/$loader" --library-path "\$root/${loader%/*}" "\$root/usr/bin/$bin" "\$@"
+		EOF
+		chmod +x "$out/$bin"
+		"$out/$bin" --version >&2
+	done
 }
 
 go_install() {
@@ -673,11 +713,19 @@ link() {
 	local component=$1 dir file name
 	dir=$cache/$component-$(version_of "$component")
 	mkdir -p "$localbin"
+	# A Valkey release is the directory bin/valkey-LINE, as the releases' programs share names; the
+	# default release's programs are also bin/valkey-server and bin/valkey-cli.
+	if [[ $component == valkey-* ]]; then
+		ln -sfn "$dir" "$localbin/$component"
+		[[ $component == "valkey-$VALKEY_DEFAULT_RELEASE" ]] || return 0
+		ln -sfn "$dir/valkey-server" "$localbin/valkey-server"
+		ln -sfn "$dir/valkey-cli" "$localbin/valkey-cli"
+		return 0
+	fi
 	for file in "$dir"/*; do
 		name=$(basename "$file")
 		case $component/$name in
 		*/VERSION) continue ;; # the Debian versions that the component was made of
-		valkey-rootfs/rootfs) name=valkey-rootfs ;;
 		esac
 		ln -sfn "$file" "$localbin/$name"
 	done
@@ -687,6 +735,16 @@ requested=("$@")
 if [[ ${#requested[@]} -eq 0 || " ${requested[*]} " == *" all "* ]]; then
 	requested=("${all_components[@]}")
 fi
+# valkey is every Valkey release.
+expanded=()
+for c in "${requested[@]}"; do
+	if [[ $c == valkey ]]; then
+		expanded+=("${VALKEY_RELEASES[@]/#/valkey-}")
+	else
+		expanded+=("$c")
+	fi
+done
+requested=("${expanded[@]}")
 for c in "${requested[@]}"; do
 	version_of "$c" >/dev/null # an unknown component fails here, before any build starts
 done

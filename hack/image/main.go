@@ -5,7 +5,7 @@
 //	go run ./hack/image [-bin DIR] [-repo DIR] -o FILE.tar IMAGE [IMAGE FLAGS]
 //
 //	operator [-tag v0.1.0]                     example.com/cache-operator:TAG
-//	valkey   [-tags 8.0.1,8.1.1,8.1.2]         docker.io/valkey/valkey:TAG for each tag
+//	valkey   [-release 9.1] [-tags 9.1.2,...]  docker.io/valkey/valkey:TAG for each tag (the release's version)
 //	exporter                                   docker.io/oliver006/redis_exporter:v1.45.0
 //	pause    [-names registry.k8s.io/pause:3.10.1,...]
 //	coredns  [-name localhost/coredns:v1.14.3]
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"example.com/cache-operator/test/harness/images"
+	"example.com/cache-operator/test/harness/releases"
 )
 
 func main() {
@@ -65,8 +66,15 @@ func recipe(name string, args []string, bin, repo string) (images.Image, error) 
 		tag := flags.String("tag", images.DefaultOperatorTag, "the image's tag")
 		build = func() (images.Image, error) { return images.Operator(repo, bin, *tag) }
 	case "valkey":
-		tags := flags.String("tags", strings.Join(images.ValkeyTags, ","), "the image's tags, comma-separated")
-		build = func() (images.Image, error) { return images.Valkey(bin, strings.Split(*tags, ",")...) }
+		line := flags.String("release", "9.1", "the Valkey release line of the toolchain (bin/valkey-LINE)")
+		tags := flags.String("tags", "", "the image's tags, comma-separated (the release's version if empty)")
+		build = func() (images.Image, error) {
+			release, err := releases.Line(bin, *line)
+			if err != nil {
+				return images.Image{}, err
+			}
+			return images.Valkey(release, strings.FieldsFunc(*tags, func(r rune) bool { return r == ',' })...)
+		}
 	case "exporter":
 		build = func() (images.Image, error) { return images.Exporter(bin) }
 	case "pause":

@@ -128,7 +128,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "secure", Namespace: ns},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3, ReplicasPerShard: &replicas,
-			Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+			Version: valkeyVersion, Memory: resource.MustParse("64Mi"),
 			Auth: &cachev2.Auth{RotationGracePeriod: &metav1.Duration{Duration: 20 * time.Second}}},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
@@ -262,7 +262,7 @@ func TestAStandaloneCacheWaitsForTheSecretItNames(t *testing.T) {
 	ns := newNamespace(t)
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "named", Namespace: ns},
-		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: valkeyVersion, Memory: resource.MustParse("64Mi"),
 			Auth: &cachev2.Auth{SecretName: "app-credentials", RotationGracePeriod: &metav1.Duration{}}},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {

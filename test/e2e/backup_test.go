@@ -314,7 +314,7 @@ func TestABackupOfACacheWithAuthIsTakenAndRestoredAsTheOperatorsUser(t *testing.
 	ctx := context.Background()
 	namespace := newNamespace(t)
 	store := newBackupStore(t, namespace)
-	spec := cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1",
+	spec := cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: valkeyVersion,
 		Memory: resource.MustParse("64Mi"), Auth: &cachev2.Auth{}}
 	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "private"}, Spec: spec}
 	if err := admin.Create(ctx, cache); err != nil {

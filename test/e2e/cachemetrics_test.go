@@ -51,7 +51,7 @@ func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "watched", Namespace: ns},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, ReplicasPerShard: new(int32(1)),
-			Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+			Version: valkeyVersion, Memory: resource.MustParse("64Mi"),
 			Auth: &cachev2.Auth{}, Metrics: &cachev2.Metrics{Enabled: true}},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {

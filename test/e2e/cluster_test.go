@@ -33,7 +33,7 @@ func newClusterCache(t *testing.T, namespace, name string, shards, replicas int3
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: shards, ReplicasPerShard: &replicas,
-			Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+			Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

@@ -74,12 +74,18 @@ func deleteAllCaches(t *testing.T, namespace string) {
 	})
 }
 
-// newCache creates a Cache of three replicas.
+// newCache creates a Standalone Cache of three nodes of the newest Valkey.
 func newCache(t *testing.T, namespace, name string) *cachev2.Cache {
+	t.Helper()
+	return newCacheOf(t, namespace, name, valkeyVersion)
+}
+
+// newCacheOf is newCache with the Valkey version given.
+func newCacheOf(t *testing.T, namespace, name, version string) *cachev2.Cache {
 	t.Helper()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 3, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 3, Version: version, Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

@@ -64,7 +64,7 @@ func TestACacheGetsItsCertificateFromTheIssuerItNames(t *testing.T) {
 	ctx := context.Background()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "by-issuer", Namespace: ns},
-		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: valkeyVersion, Memory: resource.MustParse("64Mi"),
 			Auth: &cachev2.Auth{}, TLS: &cachev2.TLS{IssuerRef: &cachev2.IssuerRef{Name: "shop-ca"}}},
 	}
 	if err := admin.Create(ctx, c); err != nil {

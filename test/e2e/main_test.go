@@ -28,6 +28,7 @@ import (
 
 	"example.com/cache-operator/internal/controller"
 	"example.com/cache-operator/test/harness/localcluster"
+	"example.com/cache-operator/test/harness/releases"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
@@ -53,7 +54,16 @@ var (
 	// import.
 	nodeBinary string
 	images     []string
+	// valkeys are the toolchain's Valkey releases, oldest first, each an image of the nodes;
+	// valkeyVersion is the newest's version, which users run and every scenario runs unless it
+	// is about another release.
+	valkeys       []releases.Valkey
+	valkeyVersion string
 )
+
+// missingVersion is a Valkey release that no node has an image of, nor a registry to pull one
+// from: what a Cache meets on a cluster that cannot pull its version.
+const missingVersion = "9.99.0"
 
 // realNodes is how many real nodes the tests' cluster has: a Cluster's shards spread over three,
 // and a drain needs a fourth to move a pod to.
@@ -96,6 +106,10 @@ func run(m *testing.M) int {
 	if images, err = localcluster.BuildImages(testenv.Root(), testenv.BinDir(), filepath.Join(workdir, "images")); err != nil {
 		return fail(err)
 	}
+	if valkeys, err = releases.Valkeys(testenv.BinDir()); err != nil {
+		return fail(err)
+	}
+	valkeyVersion = valkeys[len(valkeys)-1].Version
 
 	cluster = newRealCluster(fmt.Sprintf("e2e-%d", os.Getpid()), realNodes)
 	deleteOnAbort(cluster, newRealCluster(installClusterName(), installNodes))

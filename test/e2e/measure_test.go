@@ -297,7 +297,7 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 			c := &cachev2.Cache{
 				ObjectMeta: metav1.ObjectMeta{Name: "large", Namespace: ns},
 				Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3, ReplicasPerShard: ptr.To[int32](1),
-					Version: "8.1.1", Memory: resource.MustParse("1Gi")},
+					Version: valkeyVersion, Memory: resource.MustParse("1Gi")},
 			}
 			if err := admin.Create(context.Background(), c); err != nil {
 				t.Fatal(err)
@@ -556,7 +556,7 @@ func TestMeasureBackupThroughput(t *testing.T) {
 			store := newBackupStore(t, namespace)
 			replicas := int32(1)
 			cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "sessions", Namespace: namespace},
-				Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3, ReplicasPerShard: &replicas, Version: "8.1.1", Memory: resource.MustParse("1Gi")}}
+				Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3, ReplicasPerShard: &replicas, Version: valkeyVersion, Memory: resource.MustParse("1Gi")}}
 			if err := admin.Create(context.Background(), cache); err != nil {
 				t.Fatal(err)
 			}

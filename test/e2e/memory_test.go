@@ -42,7 +42,7 @@ func TestASnapshotAndAFullResyncUnderEvictionStayInsideTheMemoryLimit(t *testing
 			cache := &cachev2.Cache{
 				ObjectMeta: metav1.ObjectMeta{Name: "filled", Namespace: ns},
 				Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, ReplicasPerShard: ptr.To[int32](2),
-					Version: "8.1.1", Memory: limit},
+					Version: valkeyVersion, Memory: limit},
 			}
 			if err := admin.Create(context.Background(), cache); err != nil {
 				t.Fatal(err)
@@ -124,7 +124,7 @@ func TestAServerPastItsMemoryLimitIsOOMKilledAndNoAcknowledgedWriteIsLost(t *tes
 	cache := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "slow-reader", Namespace: ns},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, ReplicasPerShard: ptr.To[int32](1),
-			Version: "8.1.1", Memory: resource.MustParse("64Mi"), Config: &cachev2.ValkeyConfig{MaxmemoryPolicy: "noeviction"}},
+			Version: valkeyVersion, Memory: resource.MustParse("64Mi"), Config: &cachev2.ValkeyConfig{MaxmemoryPolicy: "noeviction"}},
 	}
 	if err := admin.Create(context.Background(), cache); err != nil {
 		t.Fatal(err)

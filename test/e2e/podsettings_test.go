@@ -39,7 +39,7 @@ func TestPodSettingsReachThePodsAndTheirChangeRollsOut(t *testing.T) {
 	cache := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "sessions", Namespace: ns},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, ReplicasPerShard: ptr.To[int32](1),
-			Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+			Version: valkeyVersion, Memory: resource.MustParse("64Mi"),
 			Pod: &cachev2.PodSettings{
 				CPU:               &cachev2.CPU{Request: ptr.To(resource.MustParse("50m")), Limit: ptr.To(resource.MustParse("500m"))},
 				NodeSelector:      map[string]cachev2.LabelValue{corev1.LabelOSStable: "linux"},

@@ -94,7 +94,7 @@ func helmUpgradeFromTheLatestReleaseRestartsNoCachePod(t *testing.T, previousCha
 	if err := c.Apply(context.Background(), `apiVersion: cache.example.com/v2
 kind: Cache
 metadata: {name: upgraded, namespace: upgraded}
-spec: {mode: Cluster, shards: 3, replicasPerShard: 1, version: "8.1.1", memory: 64Mi}
+spec: {mode: Cluster, shards: 3, replicasPerShard: 1, version: "`+valkeyVersion+`", memory: 64Mi}
 `); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ spec: {mode: Cluster, shards: 3, replicasPerShard: 1, version: "8.1.1", memory: 
 	if err := c.Apply(context.Background(), `apiVersion: cache.example.com/v2
 kind: Cache
 metadata: {name: after, namespace: upgraded}
-spec: {mode: Standalone, shards: 1, version: "8.1.1", memory: 64Mi}
+spec: {mode: Standalone, shards: 1, version: "`+valkeyVersion+`", memory: 64Mi}
 `); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func helmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
 	if err := c.Apply(ctx, fmt.Sprintf(`apiVersion: cache.example.com/v2
 kind: Cache
 metadata: {name: shop, namespace: %s}
-spec: {mode: Cluster, shards: 3, replicasPerShard: 1, version: "8.1.1", memory: 64Mi}
+spec: {mode: Cluster, shards: 3, replicasPerShard: 1, version: "`+valkeyVersion+`", memory: 64Mi}
 `, ns)); err != nil {
 		t.Fatal(err)
 	}
@@ -178,10 +178,10 @@ spec:
   securityContext: {runAsNonRoot: true, runAsUser: 999, seccompProfile: {type: RuntimeDefault}}
   containers:
   - name: client
-    image: valkey/valkey:8.1.1
+    image: valkey/valkey:%s
     command: [sh, -c, 'for k in a b c d e f; do valkey-cli -c -h shop.%s.svc.cluster.local set $k v-$k || exit 1; done; valkey-cli -c -h shop.%s.svc get f']
     securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-`, ns, ns, ns)); err != nil {
+`, ns, valkeyVersion, ns, ns)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 2*time.Minute, "the client pod to finish", func() (bool, string) {
@@ -250,7 +250,7 @@ func kustomizeInstalledOperatorHandsOverBetweenItsPods(t *testing.T) {
 	if err := c.Apply(ctx, `apiVersion: cache.example.com/v1
 kind: Cache
 metadata: {name: orders, namespace: orders}
-spec: {replicas: 1, version: "8.1.1", memory: 64Mi}
+spec: {replicas: 1, version: "`+valkeyVersion+`", memory: 64Mi}
 `); err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestARolloutThatNeverMovesIsReportedAndFreesItsPlace(t *testing.T) {
 	waitSettled(t, ns, 3*time.Minute)
 	_, queued := watchRollouts(t, ns)
 
-	patchCache(t, stuck, `{"spec":{"version":"8.1.9"}}`) // no node has an image of 8.1.9, nor a registry to pull it from
+	patchCache(t, stuck, fmt.Sprintf(`{"spec":{"version":%q}}`, missingVersion))
 	waitProgressing(t, stuck, metav1.ConditionTrue, cachev2.ReasonRollingOut)
 	patchCache(t, next, `{"spec":{"memory":"80Mi"}}`)
 	testenv.WaitFor(t, time.Minute, "next to wait behind stuck's rollout", func() (bool, string) {
@@ -118,7 +118,7 @@ func newOneNodeCacheRestartedAtWill(t *testing.T, key client.ObjectKey) {
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 			Annotations: map[string]string{cachev2.AnnotationRolloutEmptiesNodes: cachev2.RolloutEmptiesNodesAllowed}},
-		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

@@ -157,7 +157,7 @@ func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *t
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "sealed", Namespace: ns},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 1, ReplicasPerShard: new(int32(1)),
-			Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+			Version: valkeyVersion, Memory: resource.MustParse("64Mi"),
 			Auth: &cachev2.Auth{}, Metrics: &cachev2.Metrics{Enabled: true}, TLS: &cachev2.TLS{}},
 	}
 	if err := admin.Create(ctx, c); err != nil {
@@ -428,7 +428,7 @@ func TestACacheServesTheCertificatesOfASecretItNames(t *testing.T) {
 	ctx := context.Background()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "issued", Namespace: ns},
-		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi"),
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: valkeyVersion, Memory: resource.MustParse("64Mi"),
 			Auth: &cachev2.Auth{}, TLS: &cachev2.TLS{SecretName: "issued-by-mine"}},
 	}
 	if err := admin.Create(ctx, c); err != nil {

@@ -267,7 +267,7 @@ func newV1Cache(t *testing.T, namespace, name string) {
 	t.Helper()
 	c := &cachev1.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       cachev1.CacheSpec{Replicas: 3, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		Spec:       cachev1.CacheSpec{Replicas: 3, Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func TestServingV2OnlyKeepsEveryCacheWorking(t *testing.T) {
 	ns := newNamespace(t)
 	madeThroughV1 := &cachev1.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: "legacy-cache", Namespace: ns},
-		Spec:       cachev1.CacheSpec{Replicas: 1, Version: "8.1.1", Memory: resource.MustParse("64Mi")},
+		Spec:       cachev1.CacheSpec{Replicas: 1, Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(ctx, madeThroughV1); err != nil {
 		t.Fatal(err)

@@ -124,24 +124,26 @@ func waitDeletions(t *testing.T, deleted func() []string, n int) []string {
 	return deleted()
 }
 
-// A change of version or memory, consented to (a Standalone Cache has no replica to keep a node's
-// keys: each node comes back empty), rolls every node once, highest ordinal first; each comes back
-// as a new server (a new run_id) with the new spec in force.
+// A change of version (from the release before the newest: a real upgrade) or memory, consented to
+// (a Standalone Cache has no replica to keep a node's keys: each node comes back empty), rolls
+// every node once, highest ordinal first; each comes back as a new server (a new run_id) with the
+// new spec in force.
 func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
 	t.Parallel() // and each case beside the others, with a scope of its own
+	previous := valkeys[max(len(valkeys)-2, 0)].Version
 	for _, change := range []struct {
-		name, patch, image string
-		memory             resource.Quantity
+		name, from, patch, image string
+		memory                   resource.Quantity
 	}{
-		{"version", `{"spec":{"version":"8.1.2"}}`, "valkey/valkey:8.1.2", resource.MustParse("64Mi")},
-		{"memory", `{"spec":{"memory":"96Mi"}}`, "valkey/valkey:8.1.1", resource.MustParse("96Mi")},
+		{"version", previous, fmt.Sprintf(`{"spec":{"version":%q}}`, valkeyVersion), "valkey/valkey:" + valkeyVersion, resource.MustParse("64Mi")},
+		{"memory", valkeyVersion, `{"spec":{"memory":"96Mi"}}`, "valkey/valkey:" + valkeyVersion, resource.MustParse("96Mi")},
 	} {
 		t.Run(change.name, func(t *testing.T) {
 			runBeside(t, 1)
 			startOperator(t, "a", "")
 			ns := newNamespace(t)
 			key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
-			newCache(t, ns, key.Name)
+			newCacheOf(t, ns, key.Name, change.from)
 			waitSettled(t, ns, time.Minute)
 			before := runIDs(t, key)
 			history := watchReady(t, key)

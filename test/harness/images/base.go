@@ -75,9 +75,10 @@ func staticBase(bin string) (Layer, error) {
 	}, nil
 }
 
-// debianRoot is the toolchain's root filesystem of Debian (the Valkey image's), where a
-// dynamically linked program of the toolchain finds the C library its image must have too.
-func debianRoot(bin string) string { return filepath.Join(bin, "valkey-rootfs") }
+// debianRoot is the toolchain's root filesystem of the machine's Debian release, bookworm: the
+// image's of Valkey 8.0, which comes from bookworm's backports. A program of the toolchain linked
+// dynamically against bookworm (redis_exporter) finds there the C library its image must have too.
+func debianRoot(bin string) string { return filepath.Join(bin, "valkey-8.0", "rootfs") }
 
 // fullName is the image reference ref with its registry spelled out, as containerd keeps it:
 // docker.io when it names none.

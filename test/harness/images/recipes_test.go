@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"example.com/cache-operator/test/harness/releases"
 )
 
 // repo is the repository's root, from this package's directory.
@@ -63,16 +65,20 @@ func TestPause(t *testing.T) {
 }
 
 func TestValkey(t *testing.T) {
-	rootfs := "valkey-rootfs/"
+	rootfs := "valkey-9.1/rootfs/"
 	programs := []string{rootfs + "usr/bin/valkey-server", rootfs + "usr/bin/valkey-cli", rootfs + "usr/bin/mawk"}
 	for _, p := range []string{"bin/sh", "bin/rm", "bin/mv", "bin/grep", "usr/bin/head", "usr/bin/seq", "bin/sleep", "usr/bin/id", "usr/bin/find", "bin/chown", "usr/bin/setpriv"} {
 		programs = append(programs, rootfs+p)
 	}
 	bin := fakeBin(t, programs...)
-	img, err := Valkey(bin, "8.1.1", "8.1.2")
+	release := releases.Valkey{Line: "9.1", Version: "9.1.2", Dir: filepath.Join(bin, "valkey-9.1")}
+	img, err := Valkey(release)
 	must(t, err)
-	if want := []string{"docker.io/valkey/valkey:8.1.1", "docker.io/valkey/valkey:8.1.2"}; !slices.Equal(img.Names, want) {
-		t.Errorf("names = %q, want %q", img.Names, want)
+	if want := []string{"docker.io/valkey/valkey:9.1.2"}; !slices.Equal(img.Names, want) {
+		t.Errorf("names = %q, want the release's version, %q", img.Names, want)
+	}
+	if tagged, err := Valkey(release, "9.1.2", "9.1"); err != nil || !slices.Equal(tagged.Names, []string{"docker.io/valkey/valkey:9.1.2", "docker.io/valkey/valkey:9.1"}) {
+		t.Errorf("names = %q (%v), want the tags given", tagged.Names, err)
 	}
 	c := img.Config
 	if c.User != "" || c.WorkingDir != "/data" || !slices.Equal(c.Entrypoint, []string{"docker-entrypoint.sh"}) ||
@@ -97,7 +103,7 @@ func TestValkey(t *testing.T) {
 	}
 
 	must(t, os.Remove(filepath.Join(bin, rootfs, "usr/bin/setpriv")))
-	if _, err := Valkey(bin); err == nil || !strings.Contains(err.Error(), "setpriv") {
+	if _, err := Valkey(release); err == nil || !strings.Contains(err.Error(), "setpriv") {
 		t.Errorf("a root filesystem without setpriv: error %v", err)
 	}
 }

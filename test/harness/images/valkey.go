@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/test/harness/releases"
 )
 
 var (
@@ -17,10 +18,6 @@ var (
 	//go:embed valkey/valkey-server
 	valkeyServer []byte
 )
-
-// ValkeyTags are the Valkey versions that the tests' Caches run (spec.version is the image's
-// tag): the tags of Valkey's image unless others are given.
-var ValkeyTags = []string{"8.0.1", "8.1.1", "8.1.2"}
 
 // valkeyPath is the official image's PATH (debian:bookworm-slim's).
 const valkeyPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -43,15 +40,15 @@ var alternatives = map[string]string{"/usr/bin/awk": "mawk"}
 // as.
 const valkeyUID = 999
 
-// Valkey is Valkey's image, laid out as the official Debian one (valkey-io/valkey-container),
-// tagged with each of tags (ValkeyTags if none). Its programs are the toolchain's root
-// filesystem of Debian, bin/valkey-rootfs: Debian's valkey-server and valkey-tools 8.0.1 with
-// what they and the pods' scripts run. Every tag holds that same 8.0.1 for now, whatever version
-// it names: the tests need the tags to exist, not the versions to differ.
-func Valkey(bin string, tags ...string) (Image, error) {
-	root := debianRoot(bin)
+// Valkey is the image of a Valkey release, laid out as the official Debian one
+// (valkey-io/valkey-container), tagged with the release's version, or with each of tags if any are
+// given. Its programs are the toolchain's root filesystem of the release (bin/valkey-LINE/rootfs):
+// Debian's valkey-server and valkey-tools of the release, with what they and the pods' scripts run,
+// from the same Debian suites.
+func Valkey(release releases.Valkey, tags ...string) (Image, error) {
+	root := release.Root()
 	if _, err := os.Stat(filepath.Join(root, "usr/bin/valkey-server")); err != nil {
-		return Image{}, fmt.Errorf("the Valkey image's root filesystem (hack/toolchain.sh unpacks it): %w", err)
+		return Image{}, fmt.Errorf("the root filesystem of Valkey %s's image (hack/toolchain.sh unpacks it): %w", release.Line, err)
 	}
 	added := append(accountFiles(
 		account{"root", 0, "/root", "/bin/sh"},
@@ -79,7 +76,7 @@ func Valkey(bin string, tags ...string) (Image, error) {
 		}
 	}
 	if len(tags) == 0 {
-		tags = ValkeyTags
+		tags = []string{release.Version}
 	}
 	var names []string
 	for _, tag := range tags {
@@ -96,7 +93,7 @@ func Valkey(bin string, tags ...string) (Image, error) {
 			Cmd:          []string{"valkey-server"},
 		},
 		Layers: []Layer{
-			{Comment: "Debian's valkey-server and valkey-tools 8.0.1, and what they run on (bin/valkey-rootfs)", Entries: []Entry{Tree("/", root)}},
+			{Comment: "Debian's valkey-server and valkey-tools " + release.Version + ", and what they run on (bin/valkey-" + release.Line + "/rootfs)", Entries: []Entry{Tree("/", root)}},
 			{Comment: "the official image's additions: the valkey user, /data, docker-entrypoint.sh", Entries: added},
 		},
 	}, nil

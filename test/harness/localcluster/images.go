@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"example.com/cache-operator/test/harness/images"
+	"example.com/cache-operator/test/harness/releases"
 )
 
 // SandboxImage is the pods' pause image in a cluster with real nodes, which their containerd is
@@ -13,16 +14,24 @@ import (
 const SandboxImage = images.DefaultPauseName
 
 // BuildImages writes, into dir, an archive of each image a cluster with real nodes runs: the
-// operator's (built from the repository at root, as `make image` builds it), Valkey's, the
+// operator's (built from the repository at root, as `make image` builds it), one of Valkey for each
+// release of the toolchain (releases.Valkeys: a Cache's spec.version runs its release, and a
+// version the toolchain lacks is an image no node has, as on a cluster that cannot pull it), the
 // metrics exporter's, CoreDNS's and the pause image, from the toolchain's binaries in binDir. It
 // returns the archives, for Cluster.Images.
 func BuildImages(root, binDir, dir string) ([]string, error) {
 	recipes := map[string]func() (images.Image, error){
 		"operator": func() (images.Image, error) { return images.Operator(root, binDir, "") },
-		"valkey":   func() (images.Image, error) { return images.Valkey(binDir, images.ValkeyTags...) },
 		"exporter": func() (images.Image, error) { return images.Exporter(binDir) },
 		"coredns":  func() (images.Image, error) { return images.CoreDNS(binDir, CoreDNSImage) },
 		"pause":    func() (images.Image, error) { return images.Pause(root, SandboxImage) },
+	}
+	valkeys, err := releases.Valkeys(binDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, release := range valkeys {
+		recipes["valkey-"+release.Line] = func() (images.Image, error) { return images.Valkey(release) }
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

@@ -42,5 +42,7 @@
 //   - The nodes share the machine's bridge: traffic between them crosses the machine's own
 //     firewall when bridged frames go through it (net.bridge.bridge-nf-call-iptables), so a
 //     machine whose firewall drops forwarded traffic keeps the nodes' pods apart.
-//   - The Valkey image holds Debian's 8.0.1 under every version tag (images.ValkeyTags).
+//   - Valkey's images are Debian's builds of each release the toolchain has (8.0, 8.1 and 9.1:
+//     package releases), on a root of the Debian release that carries it, tagged with the
+//     release's own version only: a Cache whose version is not one of them meets a missing image.
 package realnode

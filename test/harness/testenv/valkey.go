@@ -18,6 +18,7 @@ import (
 
 	valkeyadmin "example.com/cache-operator/internal/valkey"
 	"example.com/cache-operator/test/harness/realnode"
+	"example.com/cache-operator/test/harness/releases"
 )
 
 // reachable are the only networks tests may send traffic to: loopback, and the local clusters'
@@ -46,39 +47,65 @@ func LoopbackIPs(n int) []string {
 	return ips
 }
 
-// StartValkey starts the toolchain's valkey-server on ip:port with the given extra arguments,
-// in a data directory of its own, and waits until it accepts connections. It returns the
-// server's process, for a test to signal. The server is killed when the test ends.
+// StartValkey starts the toolchain's valkey-server (its default release, the newest) on ip:port
+// with the given extra arguments, in a data directory of its own, and waits until it accepts
+// connections. It returns the server's process, for a test to signal. The server is killed when
+// the test ends.
 func StartValkey(t testing.TB, ip string, port int, args ...string) *os.Process {
+	t.Helper()
+	return startValkey(t, filepath.Join(BinDir(), "valkey-server"), ip, port, args...)
+}
+
+// StartValkeyRelease is StartValkey with the valkey-server of the release given.
+func StartValkeyRelease(t testing.TB, release releases.Valkey, ip string, port int, args ...string) *os.Process {
+	t.Helper()
+	return startValkey(t, release.Server(), ip, port, args...)
+}
+
+// ValkeyReleases are the toolchain's Valkey releases, oldest first.
+func ValkeyReleases(t testing.TB) []releases.Valkey {
+	t.Helper()
+	all, err := releases.Valkeys(BinDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
+}
+
+func startValkey(t testing.TB, server, ip string, port int, args ...string) *os.Process {
 	t.Helper()
 	dir := t.TempDir()
 	args = append([]string{"--bind", ip, "--bind-source-addr", ip, "--port", strconv.Itoa(port),
 		"--save", "", "--appendonly", "no"}, args...)
-	return startListening(t, dir, net.JoinHostPort(ip, strconv.Itoa(port)), "valkey-server", args...)
+	return startListening(t, dir, net.JoinHostPort(ip, strconv.Itoa(port)), server, args...)
 }
 
-// startListening starts the toolchain's program in dir, with its output in a log there, and waits
-// until it accepts connections on addr; a program that exits first fails the test with its log.
-// It is killed when the test ends.
+// startListening starts the program (a path, or the name of one of the toolchain's) in dir, with
+// its output in a log there, and waits until it accepts connections on addr; a program that exits
+// first fails the test with its log. It is killed when the test ends.
 func startListening(t testing.TB, dir, addr, program string, args ...string) *os.Process {
 	t.Helper()
-	log, err := os.Create(filepath.Join(dir, program+".log"))
+	if !filepath.IsAbs(program) {
+		program = filepath.Join(BinDir(), program)
+	}
+	name := filepath.Base(program)
+	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(BinDir(), program), args...)
+	cmd := exec.Command(program, args...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", program, err)
+		t.Fatalf("starting %s: %v", name, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); _ = log.Close(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	WaitFor(t, 30*time.Second, program+" on "+addr+" to accept connections", func() (bool, string) {
+	WaitFor(t, 30*time.Second, name+" on "+addr+" to accept connections", func() (bool, string) {
 		select {
 		case <-exited:
 			b, _ := os.ReadFile(log.Name())
-			t.Fatalf("%s on %s exited:\n%s", program, addr, b)
+			t.Fatalf("%s on %s exited:\n%s", name, addr, b)
 		default:
 		}
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
