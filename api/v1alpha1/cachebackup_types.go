@@ -174,6 +174,13 @@ type CacheBackupStatus struct {
 	// +optional
 	ValkeyVersion string `json:"valkeyVersion,omitempty"`
 
+	// RDBFormat is the version of the snapshots' RDB format (the newest, if they differ): 11 from
+	// Valkey 8, 80 from Valkey 9. A server loads the formats up to its own only, so a Valkey 9
+	// backup cannot be restored into Valkey 8.
+	//
+	// +optional
+	RDBFormat int32 `json:"rdbFormat,omitempty"`
+
 	// Bytes and Keys are the sizes of the whole backup: the RDBs' bytes, and the keys they hold.
 	//
 	// +optional

@@ -154,6 +154,7 @@ type Result struct {
 	Bytes         int64         `json:"bytes"`
 	Keys          int64         `json:"keys"`
 	ValkeyVersion string        `json:"valkeyVersion,omitempty"`
+	RDBFormat     int           `json:"rdbFormat,omitempty"`
 	Cluster       bool          `json:"cluster,omitempty"`
 	Shards        []ShardResult `json:"shards,omitempty"`
 }
@@ -172,7 +173,7 @@ type ShardResult struct {
 
 // resultOf is what a backup's manifest says, as a Result. A Cluster's shards have slots.
 func resultOf(m Manifest) Result {
-	r := Result{ValkeyVersion: m.ValkeyVersion}
+	r := Result{ValkeyVersion: m.ValkeyVersion, RDBFormat: m.RDBFormat}
 	for _, s := range m.Shards {
 		r.Bytes += s.Bytes
 		r.Keys += s.Keys
@@ -269,7 +270,7 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	m, err := Take(ctx, b, p.Path, version, shards, snapshot.Source{Stall: p.Stall, User: auth.User, Password: auth.Password, TLS: auth.TLS}, unmoved)
+	m, err := Take(ctx, b, p.Path, version, shards, snapshot.Source{Stall: p.Stall, User: auth.User, Password: auth.Password, TLS: auth.TLS, Version: version}, unmoved)
 	if err != nil {
 		return Result{}, err
 	}

@@ -113,11 +113,11 @@ func TestAClusterBackupHoldsEverySlotOnce(t *testing.T) {
 
 // What a manifest lists is what an imported backup reports: a Cluster's shards have slots.
 func TestAManifestReadsAsAResult(t *testing.T) {
-	m := Manifest{ValkeyVersion: "8.0.1", Shards: []ShardCopy{
+	m := Manifest{ValkeyVersion: "8.0.1", RDBFormat: 11, Shards: []ShardCopy{
 		{Shard: Shard{Name: "shard-0", Source: "orders-1", Slots: []valkey.SlotRange{{Start: 0, End: 8191}}}, Bytes: 10, Keys: 3},
 		{Shard: Shard{Name: "shard-1", Source: "orders-3", Slots: []valkey.SlotRange{{Start: 8192, End: 16383}}}, Bytes: 20, Keys: 4},
 	}}
-	want := Result{Bytes: 30, Keys: 7, ValkeyVersion: "8.0.1", Cluster: true, Shards: []ShardResult{
+	want := Result{Bytes: 30, Keys: 7, ValkeyVersion: "8.0.1", RDBFormat: 11, Cluster: true, Shards: []ShardResult{
 		{Name: "shard-0", Source: "orders-1", Bytes: 10, Keys: 3, Slots: "0-8191"},
 		{Name: "shard-1", Source: "orders-3", Bytes: 20, Keys: 4, Slots: "8192-16383"}}}
 	if got := resultOf(m); !reflect.DeepEqual(got, want) {

@@ -52,19 +52,25 @@ type ShardCopy struct {
 	Object string `json:"object"`
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
-	// Keys is how many keys the shard holds, as its RDB says (snapshot.Keys): a restore checks
-	// its servers against it.
+	// Keys is how many keys the shard holds, as its RDB says (snapshot.ReadHead): a restore
+	// checks its servers against it.
 	Keys int64 `json:"keys"`
+	// RDBFormat is the version of the RDB's format (snapshot.Head.Format). Zero in a backup
+	// made before it was recorded.
+	RDBFormat int `json:"rdbFormat,omitempty"`
 }
 
 // Manifest says what a backup holds; restores read it first.
 type Manifest struct {
 	// ValkeyVersion is the version of the servers the snapshots come from, as they report it
 	// (the latest, if they differ): an RDB loads into a server of that version or a later one.
-	ValkeyVersion string      `json:"valkeyVersion"`
-	Started       time.Time   `json:"started"`
-	Completed     time.Time   `json:"completed"`
-	Shards        []ShardCopy `json:"shards"`
+	ValkeyVersion string `json:"valkeyVersion"`
+	// RDBFormat is the newest of the shards' RDB formats: a server loads the formats up to its
+	// own only (11 for Valkey 8, 80 for Valkey 9). Zero in a backup made before it was recorded.
+	RDBFormat int         `json:"rdbFormat,omitempty"`
+	Started   time.Time   `json:"started"`
+	Completed time.Time   `json:"completed"`
+	Shards    []ShardCopy `json:"shards"`
 }
 
 // MaxParallelShards is how many shards a backup copies at once: each upload holds a part
@@ -98,6 +104,9 @@ func Take(ctx context.Context, b *bucket.Bucket, prefix, valkeyVersion string, s
 		return m, errors.Join(err, forget(b, prefix, copies))
 	}
 	m.Shards, m.Completed = copies, time.Now().UTC()
+	for _, c := range copies {
+		m.RDBFormat = max(m.RDBFormat, c.RDBFormat)
+	}
 	manifest, err := json.MarshalIndent(m, "", "  ")
 	if err == nil {
 		_, err = b.Put(ctx, path.Join(prefix, ManifestName), strings.NewReader(string(manifest)))
@@ -117,7 +126,7 @@ func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, fr
 	defer cancel()
 	r, w := io.Pipe()
 	hash := sha256.New()
-	counting := keyCounter()
+	counting := headReader()
 	var taken int64
 	var takeErr error
 	done := make(chan struct{})
@@ -139,7 +148,7 @@ func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, fr
 		// bucket's error (wrong credentials, no such bucket) is the cause, and told first.
 		takeErr = nil
 	}
-	keys, keysErr := counting.result()
+	head, keysErr := counting.result()
 	switch {
 	case takeErr != nil:
 		return c, fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, takeErr)
@@ -150,41 +159,44 @@ func copyShard(ctx context.Context, b *bucket.Bucket, prefix string, s Shard, fr
 	case keysErr != nil:
 		return c, fmt.Errorf("shard %s from %s: %w", s.Name, s.Source, keysErr)
 	}
-	c.Bytes, c.SHA256, c.Keys = taken, hex.EncodeToString(hash.Sum(nil)), keys
+	c.Bytes, c.SHA256, c.Keys, c.RDBFormat = taken, hex.EncodeToString(hash.Sum(nil)), head.Keys, head.Format
 	return c, nil
 }
 
-// keys reads the key count from the head of an RDB written to it, and takes the rest unread.
-type keys struct {
+// head reads the head of an RDB written to it, and takes the rest unread.
+type head struct {
 	w    *io.PipeWriter
 	done chan struct{}
-	db   int
-	n    int64
+	head snapshot.Head
 	err  error
 }
 
-func keyCounter() *keys {
+func headReader() *head {
 	r, w := io.Pipe()
-	k := &keys{w: w, done: make(chan struct{})}
+	h := &head{w: w, done: make(chan struct{})}
 	go func() {
-		defer close(k.done)
-		k.db, k.n, k.err = snapshot.Keys(bufio.NewReader(r))
+		defer close(h.done)
+		h.head, h.err = snapshot.ReadHead(bufio.NewReader(r))
 		_, _ = io.Copy(io.Discard, r)
 	}()
-	return k
+	return h
 }
 
-func (k *keys) Write(p []byte) (int, error) { return k.w.Write(p) }
+func (h *head) Write(p []byte) (int, error) { return h.w.Write(p) }
 
-// result is the key count once the whole RDB was written: database 0's, the only one a Cluster
-// has and the one a Standalone Cache's clients use unless they SELECT another.
-func (k *keys) result() (int64, error) {
-	_ = k.w.Close()
-	<-k.done
-	if k.err != nil || k.db != 0 {
-		return 0, k.err
+// result is the head once the whole RDB was written, with the key count of database 0 (none if
+// its first database is another): the only one a Cluster has and the one a Standalone Cache's
+// clients use unless they SELECT another.
+func (h *head) result() (snapshot.Head, error) {
+	_ = h.w.Close()
+	<-h.done
+	if h.err != nil {
+		return snapshot.Head{}, h.err
 	}
-	return k.n, nil
+	if h.head.DB != 0 {
+		h.head.Keys = 0
+	}
+	return h.head, nil
 }
 
 // forget deletes the objects of a backup that failed, with a context of its own: the backup's

@@ -75,7 +75,13 @@ func startServers(t *testing.T, n int) (*testenv.S3, []Shard, []*os.Process) {
 func TestABackupHoldsEveryShardWholeAndARestoreFetchesItChecked(t *testing.T) {
 	b, shards, _ := setUp(t, 2)
 	ctx := context.Background()
-	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", "8.0.1", shards, snapshot.Source{Stall: 10 * time.Second}, nil)
+	// The servers' own format, announced as backups do: RDB 80 from Valkey 9, 11 from 8.
+	version := testenv.ValkeyInfo(t, testenv.Valkey(t, testenv.LoopbackIPs(1)[0], 6379), "server", "valkey_version")
+	format := 11
+	if !valkey.OlderVersion(version, "9.0.0") {
+		format = 80
+	}
+	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", version, shards, snapshot.Source{Stall: 10 * time.Second, Version: version}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +98,7 @@ func TestABackupHoldsEveryShardWholeAndARestoreFetchesItChecked(t *testing.T) {
 	err = json.NewDecoder(r).Decode(&stored)
 	_ = r.Close()
 	if err != nil || len(stored.Shards) != 2 || stored.Shards[1].Bytes != m.Shards[1].Bytes || stored.Shards[1].SHA256 == "" ||
-		stored.ValkeyVersion != "8.0.1" || stored.Completed.Before(stored.Started) {
+		stored.ValkeyVersion != version || stored.RDBFormat != format || stored.Shards[0].RDBFormat != format || stored.Completed.Before(stored.Started) {
 		t.Fatalf("the stored manifest is %+v (%v); the backup returned %+v", stored, err, m)
 	}
 

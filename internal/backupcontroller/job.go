@@ -64,6 +64,7 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 	if result.ValkeyVersion != "" {
 		status.ValkeyVersion = result.ValkeyVersion // what the servers reported
 	}
+	status.RDBFormat = int32(result.RDBFormat) //nolint:gosec // an RDB's version has three digits
 	reason, done := cachev1alpha1.ReasonSnapshotsStored, "stored"
 	if b.Spec.ImportPath != "" {
 		// What the manifest lists is the backup: the mode and version it was taken of, its shards.

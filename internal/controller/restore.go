@@ -148,8 +148,12 @@ func unfit(cache *cachev2.Cache, b *cachev1alpha1.CacheBackup) string {
 	case slices.ContainsFunc(b.Status.Shards, func(s cachev1alpha1.BackupShard) bool { return s.Object == "" }):
 		return fmt.Sprintf("CacheBackup %s does not list each shard's keys and slots (its Job's report left them out: too many shards), which a restore checks against", b.Name)
 	case valkey.OlderVersion(cache.Spec.Version, b.Status.ValkeyVersion):
-		return fmt.Sprintf("CacheBackup %s was taken from Valkey %s, which Valkey %s cannot load: create the Cache with %s or later",
-			b.Name, b.Status.ValkeyVersion, cache.Spec.Version, b.Status.ValkeyVersion)
+		format := ""
+		if b.Status.RDBFormat != 0 {
+			format = fmt.Sprintf(" (RDB format %d)", b.Status.RDBFormat)
+		}
+		return fmt.Sprintf("CacheBackup %s was taken from Valkey %s%s, which Valkey %s cannot load: a server loads the snapshots of its own release and older ones only; create the Cache with %s or later",
+			b.Name, b.Status.ValkeyVersion, format, cache.Spec.Version, b.Status.ValkeyVersion)
 	}
 	maxMemory := resources.MaxMemory(cache.Spec.Memory)
 	for _, s := range b.Status.Shards {

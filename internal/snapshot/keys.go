@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 )
 
 // The RDB opcodes that may come before a database's first key (Valkey's rdb.h).
@@ -17,27 +19,42 @@ const (
 	opEOF      = 0xFF
 )
 
-// ErrNoKeyCount is returned by Keys for an RDB whose first database does not start with its
+// ErrNoKeyCount is returned by ReadHead for an RDB whose first database does not start with its
 // size, which a server writes for every database it saves.
 var ErrNoKeyCount = errors.New("the RDB does not say how many keys its first database holds")
 
-// Keys reads the head of an RDB, up to its first database's size, and returns that database's
-// number and how many keys it holds, as the server counted them when it wrote the file (a Cluster
-// node has database 0 only). An RDB with no key at all has no database: Keys returns 0, 0. It
-// reads no further than the first database's size: the rest is left in r.
-func Keys(r *bufio.Reader) (db int, keys int64, err error) {
+// Head is what the head of an RDB says, up to its first database's size.
+type Head struct {
+	// Format is the version of the RDB's format, from its magic: 11 from Valkey 8 ("REDIS0011"),
+	// 80 from Valkey 9 ("VALKEY080"). A server loads the formats up to its own only.
+	Format int
+	// DB is the first database's number, and Keys how many keys it holds, as the server counted
+	// them when it wrote the file (a Cluster node has database 0 only). An RDB with no key at all
+	// has no database: both are 0.
+	DB   int
+	Keys int64
+}
+
+// ReadHead reads the head of an RDB, up to its first database's size. It reads no further: the
+// rest is left in r.
+func ReadHead(r *bufio.Reader) (Head, error) {
 	magic := make([]byte, 9)
 	if _, err := io.ReadFull(r, magic); err != nil {
-		return 0, 0, fmt.Errorf("reading the RDB's header: %w", err)
+		return Head{}, fmt.Errorf("reading the RDB's header: %w", err)
 	}
-	if string(magic[:5]) != "REDIS" && string(magic[:6]) != "VALKEY" {
-		return 0, 0, fmt.Errorf("not an RDB: it starts with %q", magic)
+	var h Head
+	digits, redis := strings.CutPrefix(string(magic), "REDIS")
+	digits, valkey := strings.CutPrefix(digits, "VALKEY")
+	format, err := strconv.Atoi(digits)
+	if !redis && !valkey || err != nil || format < 0 {
+		return Head{}, fmt.Errorf("not an RDB: it starts with %q", magic)
 	}
-	db = -1
+	h.Format = format
+	db := -1
 	for {
 		op, err := r.ReadByte()
 		if err != nil {
-			return 0, 0, fmt.Errorf("reading the RDB's header: %w", err)
+			return Head{}, fmt.Errorf("reading the RDB's header: %w", err)
 		}
 		switch op {
 		case opAux:
@@ -50,18 +67,19 @@ func Keys(r *bufio.Reader) (db int, keys int64, err error) {
 			db = int(n)
 		case opResizeDB:
 			if db < 0 {
-				return 0, 0, ErrNoKeyCount
+				return Head{}, ErrNoKeyCount
 			}
 			var n uint64
 			n, _, err = readLength(r)
-			return db, int64(n), err
+			h.DB, h.Keys = db, int64(n)
+			return h, err
 		case opEOF:
-			return 0, 0, nil
+			return h, nil
 		default:
-			return 0, 0, fmt.Errorf("%w (opcode %#x before it)", ErrNoKeyCount, op)
+			return Head{}, fmt.Errorf("%w (opcode %#x before it)", ErrNoKeyCount, op)
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("reading the RDB's header: %w", err)
+			return Head{}, fmt.Errorf("reading the RDB's header: %w", err)
 		}
 	}
 }

@@ -37,6 +37,13 @@ type Source struct {
 	User, Password string
 	// TLS, if set, is how the snapshot speaks TLS to the server.
 	TLS *tls.Config
+	// Version, if set, is the Valkey version the snapshot announces, as a replica of that version
+	// does (REPLCONF version): a server writes a replica's snapshot in the RDB format of the
+	// version it announces, RDB 11 for one that announces none (Valkey 9's 80 is what 8.x cannot
+	// load), and fails it when its data needs a newer format (a hash with expiring fields, 9.0). A
+	// backup announces the servers' own version, so that its snapshots hold whatever the servers
+	// hold.
+	Version string
 }
 
 // eofMarkLength is the length of the mark that ends a diskless transfer.
@@ -66,6 +73,9 @@ func (s Source) Take(ctx context.Context, w io.Writer) (int64, error) {
 	r := &stallReader{conn: conn, stall: stall}
 	in := bufio.NewReaderSize(r, 64<<10)
 	cmds := [][]string{{"REPLCONF", "capa", "eof"}, {"REPLCONF", "rdb-only", "1"}}
+	if s.Version != "" {
+		cmds = append(cmds, []string{"REPLCONF", "version", s.Version})
+	}
 	if s.User != "" {
 		cmds = append([][]string{{"AUTH", s.User, s.Password}}, cmds...)
 	}

@@ -4,6 +4,7 @@ package snapshot
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -40,64 +41,105 @@ func fill(t *testing.T, c valkeygo.Client, n int) {
 	}
 }
 
-// A snapshot, diskless (the stream ends in a mark) or from disk (the stream says its length), is
-// an RDB that a new server loads whole: every key, its value and its TTL.
+// A snapshot, diskless (the stream ends in a mark) or from disk (the stream says its length),
+// announcing the server's own version, is an RDB that a new server of the release loads whole:
+// every key, its value and its TTL; and its head says its format and its keys, on each release
+// of the toolchain (RDB 11 from Valkey 8, 80 from Valkey 9).
 func TestASnapshotLoadsIntoANewServerWhole(t *testing.T) {
-	for i, sync := range []string{"yes", "no"} {
-		t.Run("repl-diskless-sync "+sync, func(t *testing.T) {
-			ips := testenv.LoopbackIPs(4)[2*i : 2*i+2]
-			testenv.StartValkey(t, ips[0], 6379, "--repl-diskless-sync", sync, "--repl-diskless-sync-delay", "0")
-			const keys = 10_000
-			source := testenv.Valkey(t, ips[0], 6379)
-			fill(t, source, keys)
-			// A library of functions comes in the RDB before the keys.
-			const library = "#!lua name=lib\nserver.register_function('one', function() return 1 end)"
-			if err := source.Do(context.Background(), source.B().FunctionLoad().FunctionCode(library).Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-
-			dir := t.TempDir()
-			f, err := os.Create(filepath.Join(dir, "dump.rdb"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n, err := Source{Addr: net.JoinHostPort(ips[0], "6379")}.Take(context.Background(), f)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				t.Fatalf("snapshot: %d bytes, %v", n, err)
-			}
-			if info, _ := os.Stat(f.Name()); info.Size() != n {
-				t.Errorf("the snapshot says %d bytes, the file has %d", n, info.Size())
-			}
-
-			f, err = os.Open(f.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close() //nolint:errcheck // read only
-			if db, counted, err := Keys(bufio.NewReader(f)); err != nil || db != 0 || counted != keys {
-				t.Errorf("the RDB's head says database %d holds %d keys (%v), want 0 and %d", db, counted, err, keys)
-			}
-
-			testenv.StartValkey(t, ips[1], 6379, "--dir", dir, "--dbfilename", "dump.rdb")
-			restored := testenv.Valkey(t, ips[1], 6379)
-			ctx := context.Background()
-			if size, err := restored.Do(ctx, restored.B().Dbsize().Build()).AsInt64(); err != nil || size != keys {
-				t.Fatalf("the server that loaded the snapshot holds %d keys (%v), want %d", size, err, keys)
-			}
-			for _, i := range []int{0, 1, 4_999, 9_990, 9_999} {
-				key := "key-" + strconv.Itoa(i)
-				if v, err := restored.Do(ctx, restored.B().Get().Key(key).Build()).ToString(); err != nil || v != fmt.Sprintf("value-%d", i) {
-					t.Errorf("%s = %q, %v", key, v, err)
+	valkeys := testenv.ValkeyReleases(t)
+	ips := testenv.LoopbackIPs(10 + 4*len(valkeys))[10:]
+	for r, release := range valkeys {
+		wantFormat := 11
+		if release.AtLeast("9.0") {
+			wantFormat = 80
+		}
+		for i, sync := range []string{"yes", "no"} {
+			t.Run(release.Version+"/repl-diskless-sync "+sync, func(t *testing.T) {
+				t.Parallel()
+				ips := ips[4*r+2*i : 4*r+2*i+2]
+				testenv.StartValkeyRelease(t, release, ips[0], 6379, "--repl-diskless-sync", sync, "--repl-diskless-sync-delay", "0")
+				const keys = 10_000
+				source := testenv.Valkey(t, ips[0], 6379)
+				fill(t, source, keys)
+				// A library of functions comes in the RDB before the keys.
+				const library = "#!lua name=lib\nserver.register_function('one', function() return 1 end)"
+				if err := source.Do(context.Background(), source.B().FunctionLoad().FunctionCode(library).Build()).Error(); err != nil {
+					t.Fatal(err)
 				}
-				ttl, err := restored.Do(ctx, restored.B().Ttl().Key(key).Build()).AsInt64()
-				if withTTL := i%10 == 0; err != nil || withTTL != (ttl > 0) {
-					t.Errorf("%s has TTL %d (%v); want one: %v", key, ttl, err, withTTL)
+
+				dir := t.TempDir()
+				f, err := os.Create(filepath.Join(dir, "dump.rdb"))
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
+				n, err := Source{Addr: net.JoinHostPort(ips[0], "6379"), Version: release.Version}.Take(context.Background(), f)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					t.Fatalf("snapshot: %d bytes, %v", n, err)
+				}
+				if info, _ := os.Stat(f.Name()); info.Size() != n {
+					t.Errorf("the snapshot says %d bytes, the file has %d", n, info.Size())
+				}
+
+				f, err = os.Open(f.Name())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close() //nolint:errcheck // read only
+				if h, err := ReadHead(bufio.NewReader(f)); err != nil || h.Format != wantFormat || h.DB != 0 || h.Keys != keys {
+					t.Errorf("the RDB's head says format %d, database %d holding %d keys (%v); want %d, 0 and %d", h.Format, h.DB, h.Keys, err, wantFormat, keys)
+				}
+
+				testenv.StartValkeyRelease(t, release, ips[1], 6379, "--dir", dir, "--dbfilename", "dump.rdb")
+				restored := testenv.Valkey(t, ips[1], 6379)
+				ctx := context.Background()
+				if size, err := restored.Do(ctx, restored.B().Dbsize().Build()).AsInt64(); err != nil || size != keys {
+					t.Fatalf("the server that loaded the snapshot holds %d keys (%v), want %d", size, err, keys)
+				}
+				for _, i := range []int{0, 1, 4_999, 9_990, 9_999} {
+					key := "key-" + strconv.Itoa(i)
+					if v, err := restored.Do(ctx, restored.B().Get().Key(key).Build()).ToString(); err != nil || v != fmt.Sprintf("value-%d", i) {
+						t.Errorf("%s = %q, %v", key, v, err)
+					}
+					ttl, err := restored.Do(ctx, restored.B().Ttl().Key(key).Build()).AsInt64()
+					if withTTL := i%10 == 0; err != nil || withTTL != (ttl > 0) {
+						t.Errorf("%s has TTL %d (%v); want one: %v", key, ttl, err, withTTL)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A snapshot of a Valkey 9 server whose data needs its own format (a hash with a field that
+// expires, new in 9.0) is whole when it announces the server's version, and fails when it
+// announces none, as the server then writes the RDB 11 that cannot hold it.
+func TestASnapshotOfValkey9HoldsWhatOnlyItsFormatCan(t *testing.T) {
+	valkeys := testenv.ValkeyReleases(t)
+	release := valkeys[len(valkeys)-1]
+	if !release.AtLeast("9.0") {
+		t.Skipf("the toolchain's newest Valkey is %s", release.Version)
+	}
+	ip := testenv.LoopbackIPs(7)[6]
+	testenv.StartValkeyRelease(t, release, ip, 6379, "--repl-diskless-sync-delay", "0")
+	c := testenv.Valkey(t, ip, 6379)
+	ctx := context.Background()
+	if err := c.Do(ctx, c.B().Arbitrary("HSETEX", "session", "EX", "3600", "FIELDS", "1", "token", "t").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	source := Source{Addr: net.JoinHostPort(ip, "6379")}
+	if n, err := source.Take(ctx, io.Discard); err == nil {
+		t.Errorf("a snapshot announcing no version gave %d bytes; want the server to fail the RDB 11 that cannot hold it", n)
+	}
+	source.Version = release.Version
+	var rdb bytes.Buffer
+	if n, err := source.Take(ctx, &rdb); err != nil {
+		t.Fatalf("a snapshot announcing %s: %d bytes, %v", release.Version, n, err)
+	}
+	if h, err := ReadHead(bufio.NewReader(&rdb)); err != nil || h.Format != 80 || h.Keys != 1 {
+		t.Errorf("the snapshot's head: format %d, %d keys (%v); want 80 and 1", h.Format, h.Keys, err)
 	}
 }
 

@@ -32,9 +32,10 @@ func TestCopyUntilMarkStopsAtTheMarkWhateverTheReads(t *testing.T) {
 	}
 }
 
-// Keys finds the first database's size past the header's fields, whatever their strings'
-// encodings; an RDB with no database holds no key; one that is not an RDB is refused.
-func TestKeysReadsTheFirstDatabasesSize(t *testing.T) {
+// ReadHead finds the format and the first database's size past the header's fields, whatever
+// their strings' encodings; an RDB with no database holds no key; one that is not an RDB is
+// refused.
+func TestReadHeadReadsTheFormatAndTheFirstDatabasesSize(t *testing.T) {
 	header := "REDIS0011" +
 		"\xFA" + "\x0Avalkey-ver" + "\x058.0.1" + // a plain string key and value
 		"\xFA" + "\x0Aredis-bits" + "\xC0\x40" + // an 8-bit integer
@@ -43,21 +44,24 @@ func TestKeysReadsTheFirstDatabasesSize(t *testing.T) {
 		"\xF5" + "\x40\x05" + "#!lua" // a function library, with a 14-bit length
 	for name, c := range map[string]struct {
 		rdb      string
+		format   int
 		db       int
 		keys     int64
 		failsFor bool
 	}{
-		"db 0, 6-bit size":     {rdb: header + "\xFE\x00" + "\xFB\x05\x02" + "\x00\x01k\x01v", keys: 5},
-		"db 3, 32-bit size":    {rdb: header + "\xFE\x03" + "\xFB\x80\x00\x03\x0D\x40\x00", db: 3, keys: 200_000},
-		"no database":          {rdb: header + "\xFF" + "checksum"},
+		"db 0, 6-bit size":     {rdb: header + "\xFE\x00" + "\xFB\x05\x02" + "\x00\x01k\x01v", format: 11, keys: 5},
+		"db 3, 32-bit size":    {rdb: header + "\xFE\x03" + "\xFB\x80\x00\x03\x0D\x40\x00", format: 11, db: 3, keys: 200_000},
+		"no database":          {rdb: header + "\xFF" + "checksum", format: 11},
+		"Valkey 9's magic":     {rdb: "VALKEY080" + header[9:] + "\xFE\x00" + "\xFB\x05\x02", format: 80, keys: 5},
+		"a magic's bad digits": {rdb: "VALKEY08x" + header[9:] + "\xFF", failsFor: true},
 		"not an RDB":           {rdb: "HTTP/1.1 200 OK", failsFor: true},
 		"a key before a size":  {rdb: header + "\xFE\x00" + "\x00\x01k\x01v", failsFor: true},
 		"cut in the header":    {rdb: header[:20], failsFor: true},
 		"a size before any db": {rdb: header + "\xFB\x05\x02", failsFor: true},
 	} {
-		db, keys, err := Keys(bufio.NewReader(strings.NewReader(c.rdb)))
-		if c.failsFor != (err != nil) || db != c.db || keys != c.keys {
-			t.Errorf("%s: database %d, %d keys, %v; want %d, %d, failing: %v", name, db, keys, err, c.db, c.keys, c.failsFor)
+		h, err := ReadHead(bufio.NewReader(strings.NewReader(c.rdb)))
+		if c.failsFor != (err != nil) || h.Format != c.format || h.DB != c.db || h.Keys != c.keys {
+			t.Errorf("%s: format %d, database %d, %d keys, %v; want %d, %d, %d, failing: %v", name, h.Format, h.DB, h.Keys, err, c.format, c.db, c.keys, c.failsFor)
 		}
 	}
 }
