@@ -29,6 +29,13 @@ const (
 	// back empty. The pods keep running the spec before the change; the message says how to go
 	// ahead (AnnotationRolloutEmptiesNodes, or replicas first for a Cluster).
 	ReasonRolloutEmptiesNodes = "RolloutEmptiesNodes"
+
+	// ReasonDowngradeRefused means a change of version waits because the version asked for
+	// cannot read the data format of the release a server runs (Valkey 8 that of Valkey 9): a
+	// replica on it could not sync from a primary still on the newer release. The pods keep
+	// running the spec before the change; setting the version back to that release or later
+	// ends the wait.
+	ReasonDowngradeRefused = "DowngradeRefused"
 )
 
 // Reasons of a Cluster Cache's Ready condition beyond those above: what the operator sees in

@@ -127,7 +127,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		nodes = nodesToRun(cache, members)
 	}
-	made, err := r.ensureChildren(ctx, cache, nodes, rs.initContainer)
+	made, err := r.ensureChildren(ctx, cache, nodes, primariesRelease(members), rs.initContainer)
 	if err != nil {
 		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
 	}

@@ -35,8 +35,9 @@ type children struct {
 // ensureChildren makes the Cache's Service, StatefulSet and PodDisruptionBudget match its spec,
 // with the number of pods given (nodesToRun), and, for a restored Cache, the restore's init step
 // (set when the StatefulSet is made, never after). The Service comes first: the StatefulSet's
-// pods get their DNS names from it.
-func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32, restore *corev1.Container) (children, error) {
+// pods get their DNS names from it. running is the newest Valkey release the primaries run
+// (primariesRelease, resources.JudgeStatefulSet).
+func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32, running string, restore *corev1.Container) (children, error) {
 	serviceCreated, servicePending, err := r.ensureService(ctx, cache)
 	if err != nil {
 		return children{}, fmt.Errorf("ensuring Service: %w", err)
@@ -44,7 +45,7 @@ func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cac
 	if servicePending {
 		return children{pending: true}, nil
 	}
-	made, err := r.ensureStatefulSet(ctx, cache, nodes, restore)
+	made, err := r.ensureStatefulSet(ctx, cache, nodes, running, restore)
 	if err != nil {
 		return children{}, fmt.Errorf("ensuring StatefulSet: %w", err)
 	}
@@ -84,7 +85,7 @@ func (r *CacheReconciler) ensurePodDisruptionBudget(ctx context.Context, cache *
 // ensureStatefulSet decides from the informer's copy of the StatefulSet, which has no pod
 // template (see InformerOptions), whether anything needs writing. Only an update, rare next to the
 // passes that find nothing to do, reads the whole stored object first.
-func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache, nodes int32, restore *corev1.Container) (children, error) {
+func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.Cache, nodes int32, running string, restore *corev1.Container) (children, error) {
 	desired := resources.StatefulSet(cache, r.Images)
 	desired.Spec.Replicas = &nodes
 	if restore != nil {
@@ -97,7 +98,7 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 	}
 	queued := false
 	if err == nil && metav1.IsControlledBy(cached, cache) {
-		verdict := resources.JudgeStatefulSet(cache, cached, desired)
+		verdict := resources.JudgeStatefulSet(cache, cached, desired, running)
 		if verdict.UpToDate {
 			return children{sts: cached, hold: verdict.Hold}, nil
 		}
@@ -119,7 +120,7 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 	var hold resources.TemplateHold
 	op, err := r.ensureChild(ctx, r.writer(err), cache, sts, func() {
 		// Decided again on the stored object, which this closure gets fresh.
-		hold = resources.UpdateStatefulSet(cache, sts, desired, queued)
+		hold = resources.UpdateStatefulSet(cache, sts, desired, running, queued)
 	})
 	if queued {
 		hold = resources.TemplateHeldForFleet

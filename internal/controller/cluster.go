@@ -93,7 +93,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	}
 
 	report := reportCluster(want, members, health, cache.Generation)
-	report.slotsToMove = int32(plan.SlotsToMove)
+	report.slotsToMove, report.running = int32(plan.SlotsToMove), primariesRelease(members)
 	switch {
 	case health.Ready() && len(plan.Actions) == 0:
 		return report, r.ClusterCheckInterval, actErr
@@ -143,6 +143,21 @@ func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cac
 	}
 	wg.Wait()
 	return members, nil
+}
+
+// primariesRelease is the newest Valkey release that the members' primaries run, or "" if none
+// said: the release whose data the cluster holds. A replica on a newer one, as in an upgrade
+// (replicas first), holds only a copy, which a replica of an older release syncs again from its
+// primary.
+func primariesRelease(members []clusterMember) string {
+	newest := ""
+	for _, m := range members {
+		self, ok := valkey.Myself(m.Nodes)
+		if ok && self.PrimaryID == "" && m.Version != "" && (newest == "" || valkey.OlderVersion(newest, m.Version)) {
+			newest = m.Version
+		}
+	}
+	return newest
 }
 
 // ordinal is the pod's ordinal in the Cache's StatefulSet, from its name.
@@ -195,10 +210,10 @@ func observeMember(ctx context.Context, m *topology.Member, auth valkey.Auth, na
 	if err == nil {
 		m.State, err = server.ClusterState(ctx)
 	}
-	if self, _ := valkey.Myself(nodes); err == nil && self.PrimaryID != "" {
-		var replication valkey.Replication
-		replication, err = server.Replication(ctx)
-		m.LinkUp, m.ReplOffset = replication.LinkUp, replication.Offset
+	if err == nil {
+		var status valkey.Status
+		status, err = server.Status(ctx)
+		m.Version, m.LinkUp, m.ReplOffset = status.Version, status.LinkUp, status.Offset
 	}
 	if err == nil {
 		m.Fenced, err = server.Fenced(ctx)
@@ -218,6 +233,8 @@ type clusterReport struct {
 	nodes       []cachev2.ClusterNode
 	// ready is the cluster's verdict, the Cache's Ready condition once every pod is ready.
 	ready metav1.Condition
+	// running is the newest Valkey release the primaries run (primariesRelease).
+	running string
 }
 
 // reportCluster sums up the shards, slots and nodes the servers report, and the cluster's health.

@@ -17,6 +17,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/valkey"
 )
 
 // writeStatus stores status, and only when it differs from the stored one: an unchanged pass
@@ -87,8 +88,13 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 			ready.Reason, ready.Message = cluster.ready.Reason, cluster.ready.Message+"; "+ready.Message
 		}
 	}
-	if hold == resources.TemplateHeldForConsent {
+	switch hold {
+	case resources.TemplateHeldForConsent:
 		ready = rolloutConsentAwaited(cache)
+	case resources.TemplateHeldForDowngrade:
+		ready = downgradeRefused(cache, cluster.running) // held only when a Cluster's primaries run a newer release
+	case resources.TemplateCurrent, resources.TemplateHeldForRelease, resources.TemplateHeldForFleet:
+		// Ready as the pods and the cluster say; the other holds have conditions of their own.
 	}
 	status.Selector = labels.SelectorFromSet(resources.SelectorLabels(cache)).String()
 	meta.SetStatusCondition(&status.Conditions, ready)
@@ -127,6 +133,23 @@ func rolloutConsentAwaited(cache *cachev2.Cache) metav1.Condition {
 		ObservedGeneration: cache.Generation,
 		Message: "the change of version or memory waits: it restarts every node, and with no replica to keep a node's " +
 			"keys each comes back empty; the pods keep running as before. To go ahead, " + ways + "; or set the spec back",
+	}
+}
+
+// downgradeRefused is the Ready condition of a Cache whose change of version is held because the
+// version cannot read the data of running, the release a primary runs
+// (resources.TemplateHeldForDowngrade).
+func downgradeRefused(cache *cachev2.Cache, running string) metav1.Condition {
+	return metav1.Condition{
+		Type:               cachev2.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		Reason:             cachev2.ReasonDowngradeRefused,
+		ObservedGeneration: cache.Generation,
+		Message: fmt.Sprintf("the change to Valkey %s waits: a primary runs Valkey %s, whose data format (RDB %d) %s cannot read "+
+			"(RDB %d), so a replica on %s could not sync from it and the change would stop half done; the pods keep the template "+
+			"they have. Set spec.version back to %s or later; to go back to an older release, restore a backup taken before the "+
+			"upgrade into a new Cache", cache.Spec.Version, running, valkey.RDBFormat(running), cache.Spec.Version,
+			valkey.RDBFormat(cache.Spec.Version), cache.Spec.Version, running),
 	}
 }
 

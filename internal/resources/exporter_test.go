@@ -82,7 +82,7 @@ func TestMetricsOnOrOffIsAChangeOfTheSpecAndTheExportersImageIsTheOperators(t *t
 	if specInputs(&without.Spec.Template) == specInputs(&with.Spec.Template) {
 		t.Errorf("metrics on: the spec inputs did not change")
 	}
-	if hold := holdOf(metricsCache(false), stored(without), with); hold != TemplateCurrent {
+	if hold := holdOf(metricsCache(false), stored(without), with, ""); hold != TemplateCurrent {
 		t.Errorf("metrics turned on: the template is held (%v), want it rolled out", hold)
 	}
 
@@ -103,7 +103,7 @@ func TestMetricsOnOrOffIsAChangeOfTheSpecAndTheExportersImageIsTheOperators(t *t
 	}
 
 	newer := StatefulSet(metricsCache(false), Images{ValkeyRepository: DefaultImageRepository, Exporter: "oliver006/redis_exporter:v1.69.0"})
-	if hold := holdOf(metricsCache(false), stored(with), newer); hold != TemplateHeldForRelease {
+	if hold := holdOf(metricsCache(false), stored(with), newer, ""); hold != TemplateHeldForRelease {
 		t.Errorf("a new exporter image alone: hold %v, want it held as an operator release's template", hold)
 	}
 }

@@ -122,14 +122,14 @@ func TestAChangeOfPodSettingsIsAChangeOfTheSpec(t *testing.T) {
 		if specInputs(&was.Spec.Template) == specInputs(&now.Spec.Template) {
 			t.Errorf("%s: the spec inputs did not change", name)
 		}
-		if hold := holdOf(settingsCache(pair[1]), stored(was), now); hold != TemplateCurrent {
+		if hold := holdOf(settingsCache(pair[1]), stored(was), now, ""); hold != TemplateCurrent {
 			t.Errorf("%s: the template is held (%v), want it rolled out", name, hold)
 		}
 	}
 	standalone := settingsCache(somePodSettings())
 	standalone.Spec.Mode, standalone.Spec.ReplicasPerShard = cachev2.ModeStandalone, nil
 	was := StatefulSet(testCache(), DefaultImages)
-	if hold := holdOf(standalone, serverDefaulted(was), StatefulSet(standalone, DefaultImages)); hold != TemplateHeldForConsent {
+	if hold := holdOf(standalone, serverDefaulted(was), StatefulSet(standalone, DefaultImages), ""); hold != TemplateHeldForConsent {
 		t.Errorf("settings added to a Standalone Cache: hold %v, want it to wait for consent (a restart empties its nodes)", hold)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/valkey"
 )
 
 // This file is the pod template's life after StatefulSet builds it: what the operator owns of it
@@ -35,6 +36,11 @@ const (
 	// TemplateHeldForFleet: the new template would start a rollout, and as many Caches as the
 	// operator lets roll at once are rolling (--max-concurrent-rollouts); it waits its turn.
 	TemplateHeldForFleet
+	// TemplateHeldForDowngrade: the spec's Valkey release cannot read the RDB format of the
+	// release that a primary runs (Valkey 8 that of 9): a replica on it could not sync from the
+	// primary (refusesDowngrade). The StatefulSet keeps the template it has, and waits for a
+	// version that can.
+	TemplateHeldForDowngrade
 )
 
 // StatefulSetVerdict is what a pass makes of the Cache's StatefulSet as it is.
@@ -51,9 +57,11 @@ type StatefulSetVerdict struct {
 }
 
 // JudgeStatefulSet is the verdict on sts, which exists (stored, or the informer's copy reduced by
-// StripStatefulSet), against desired, what the Cache's spec builds now.
-func JudgeStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) StatefulSetVerdict {
-	hold := holdOf(cache, sts, desired)
+// StripStatefulSet), against desired, what the Cache's spec builds now; running is the newest
+// Valkey release that the Cache's primaries run, the release whose data it holds ("" if unknown:
+// a Standalone Cache's servers are not asked, and a restart empties them anyway).
+func JudgeStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet, running string) StatefulSetVerdict {
+	hold := holdOf(cache, sts, desired, running)
 	besides := statefulSetUpToDateBesidesTemplate(sts, desired)
 	changesTemplate := ownedTemplateDigest(&sts.Spec.Template) != ownedTemplateDigest(&desired.Spec.Template)
 	return StatefulSetVerdict{
@@ -89,10 +97,11 @@ func PodsRunEarlierTemplate(sts *appsv1.StatefulSet) bool {
 
 // UpdateStatefulSet makes sts, the stored StatefulSet or a new empty one, match desired, keeping
 // its pod template if it is held, or if keepTemplate (the fleet's gate said wait: the caller
-// reports TemplateHeldForFleet); it returns the hold, decided on sts as it was.
-func UpdateStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet, keepTemplate bool) TemplateHold {
+// reports TemplateHeldForFleet); it returns the hold, decided on sts as it was, and running as
+// JudgeStatefulSet's.
+func UpdateStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet, running string, keepTemplate bool) TemplateHold {
 	want := desired
-	hold := holdOf(cache, sts, desired)
+	hold := holdOf(cache, sts, desired, running)
 	if hold != TemplateCurrent || keepTemplate && !sts.CreationTimestamp.IsZero() {
 		want = desired.DeepCopy()
 		want.Spec.Template = *sts.Spec.Template.DeepCopy()
@@ -103,16 +112,24 @@ func UpdateStatefulSet(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet, k
 
 // holdOf is why the StatefulSet keeps its pod template rather than desired's; one not created yet
 // keeps nothing.
-func holdOf(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) TemplateHold {
+func holdOf(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet, running string) TemplateHold {
 	switch {
 	case sts.CreationTimestamp.IsZero():
 		return TemplateCurrent
+	case refusesDowngrade(cache, running):
+		return TemplateHeldForDowngrade
 	case holdsReleaseTemplate(cache, sts, desired):
 		return TemplateHeldForRelease
 	case awaitsRolloutConsent(cache, sts, desired):
 		return TemplateHeldForConsent
 	}
 	return TemplateCurrent
+}
+
+// refusesDowngrade reports whether the spec's Valkey release cannot read the RDB format of
+// running, the newest release that the Cache's primaries run.
+func refusesDowngrade(cache *cachev2.Cache, running string) bool {
+	return running != "" && valkey.RDBFormat(cache.Spec.Version) < valkey.RDBFormat(running)
 }
 
 // awaitsRolloutConsent reports whether a change of the spec's version, memory, pod settings or

@@ -196,23 +196,23 @@ func TestANewTemplateStartsARolloutThatMayBeHeldBack(t *testing.T) {
 	cache := settingsCache(somePodSettings())
 	desired := StatefulSet(cache, DefaultImages)
 
-	verdict := JudgeStatefulSet(cache, was, desired)
+	verdict := JudgeStatefulSet(cache, was, desired, "")
 	if !verdict.StartsRollout || verdict.UpToDate || !verdict.UpToDateBesidesTemplate {
 		t.Errorf("a new template: %+v, want it to start a rollout, and nothing else to write", verdict)
 	}
 	rolling := was.DeepCopy()
 	rolling.Status.UpdatedReplicas = 3
-	if JudgeStatefulSet(cache, rolling, desired).StartsRollout {
+	if JudgeStatefulSet(cache, rolling, desired, "").StartsRollout {
 		t.Errorf("a new template for a StatefulSet still rolling out counts as starting a rollout")
 	}
 
 	desired.Spec.Replicas = ptr.To[int32](8)
 	held := was.DeepCopy()
-	UpdateStatefulSet(cache, held, desired, true)
+	UpdateStatefulSet(cache, held, desired, "", true)
 	if ownedTemplateDigest(&held.Spec.Template) != ownedTemplateDigest(&was.Spec.Template) || *held.Spec.Replicas != 8 {
 		t.Errorf("held back, the write changed the template or left the replicas at %d", *held.Spec.Replicas)
 	}
-	UpdateStatefulSet(cache, held, desired, false)
+	UpdateStatefulSet(cache, held, desired, "", false)
 	if ownedTemplateDigest(&held.Spec.Template) != ownedTemplateDigest(&desired.Spec.Template) {
 		t.Errorf("admitted, the write did not give the new template")
 	}
@@ -267,19 +267,54 @@ func TestARestoresInitStepGoesWithTheNextRolloutOnceTheRestoreIsOver(t *testing.
 		return images
 	}
 
-	if v := JudgeStatefulSet(cache, was, StatefulSet(cache, DefaultImages)); !v.UpToDate {
+	if v := JudgeStatefulSet(cache, was, StatefulSet(cache, DefaultImages), ""); !v.UpToDate {
 		t.Errorf("the restore over and nothing else changed: %+v, want nothing to write", v)
 	}
 	more := cache.DeepCopy()
 	more.Spec.Memory = resource.MustParse("512Mi")
 	during := was.DeepCopy()
-	UpdateStatefulSet(more, during, restoring(more, "cache-operator:1.1.0"), false)
+	UpdateStatefulSet(more, during, restoring(more, "cache-operator:1.1.0"), "", false)
 	if got := initImages(during); len(got) != 1 || got[0] != "cache-operator:1.1.0" {
 		t.Errorf("a rollout during the restore: init images %v, want the running release's", got)
 	}
 	after := was.DeepCopy()
-	UpdateStatefulSet(more, after, StatefulSet(more, DefaultImages), false)
+	UpdateStatefulSet(more, after, StatefulSet(more, DefaultImages), "", false)
 	if got := initImages(after); len(got) != 0 {
 		t.Errorf("a rollout once the restore is over: init images %v, want none", got)
+	}
+}
+
+// A change to a release that cannot read the data format of the release the primaries run (a
+// Valkey 9's, from 8) is held, whatever else holds or lets it go; the same change while the
+// primaries still run the older release, as halfway through an upgrade (replicas first), goes
+// out; and one within a format goes out.
+func TestAChangeToAReleaseThatCannotReadThePrimariesDataIsHeld(t *testing.T) {
+	at := func(version string) *cachev2.Cache {
+		c := settingsCache(nil)
+		c.Spec.Version = version
+		return c
+	}
+	upgraded := stored(StatefulSet(at("9.1.2"), DefaultImages))
+	for _, c := range []struct {
+		version, running string
+		want             TemplateHold
+	}{
+		{"8.1.1", "9.1.2", TemplateHeldForDowngrade},
+		{"8.0.1", "9.0.0", TemplateHeldForDowngrade},
+		{"8.1.1", "8.1.1", TemplateCurrent}, // the upgrade's replicas run 9.1.2, its primaries not yet
+		{"9.0.3", "9.1.2", TemplateCurrent},
+		{"8.1.1", "", TemplateCurrent}, // no primary said
+	} {
+		cache := at(c.version)
+		desired := StatefulSet(cache, DefaultImages)
+		if hold := holdOf(cache, upgraded, desired, c.running); hold != c.want {
+			t.Errorf("to %s with primaries on %q: hold %v, want %v", c.version, c.running, hold, c.want)
+		}
+		held := upgraded.DeepCopy()
+		UpdateStatefulSet(cache, held, desired, c.running, false)
+		kept := ownedTemplateDigest(&held.Spec.Template) == ownedTemplateDigest(&upgraded.Spec.Template)
+		if kept != (c.want == TemplateHeldForDowngrade) {
+			t.Errorf("to %s with primaries on %q: the template kept: %v", c.version, c.running, kept)
+		}
 	}
 }

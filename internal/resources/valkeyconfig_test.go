@@ -62,12 +62,12 @@ func TestAChangeOfValkeySettingsIsAChangeOfTheSpec(t *testing.T) {
 		if specInputs(&was.Spec.Template) == specInputs(&now.Spec.Template) {
 			t.Errorf("%s: the spec inputs did not change", name)
 		}
-		if hold := holdOf(withConfig(settingsCache(nil), pair[1]), stored(was), now); hold != TemplateCurrent {
+		if hold := holdOf(withConfig(settingsCache(nil), pair[1]), stored(was), now, ""); hold != TemplateCurrent {
 			t.Errorf("%s: the template is held (%v), want it rolled out", name, hold)
 		}
 	}
 	standalone := withConfig(testCache(), someValkeyConfig())
-	if hold := holdOf(standalone, serverDefaulted(StatefulSet(testCache(), DefaultImages)), StatefulSet(standalone, DefaultImages)); hold != TemplateHeldForConsent {
+	if hold := holdOf(standalone, serverDefaulted(StatefulSet(testCache(), DefaultImages)), StatefulSet(standalone, DefaultImages), ""); hold != TemplateHeldForConsent {
 		t.Errorf("settings added to a Standalone Cache: hold %v, want it to wait for consent", hold)
 	}
 }

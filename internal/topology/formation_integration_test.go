@@ -26,7 +26,7 @@ func observe(t *testing.T, ips []string) []Member {
 			ctx := context.Background()
 			m.Nodes, _ = s.ClusterNodes(ctx)
 			m.State, _ = s.ClusterState(ctx)
-			replication, _ := s.Replication(ctx)
+			replication, _ := s.Status(ctx)
 			m.LinkUp, m.ReplOffset = replication.LinkUp, replication.Offset
 			s.Close()
 		}

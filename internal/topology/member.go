@@ -18,6 +18,8 @@ type Member struct {
 	Nodes []valkey.ClusterNode
 	// State is cluster_state as the server reports it ("ok" when it serves every slot).
 	State string
+	// Version is the Valkey release the server runs.
+	Version string
 	// LinkUp reports, for a replica, whether its replication link to its primary is up, and
 	// ReplOffset how far into its primary's stream of writes it has got.
 	LinkUp     bool

@@ -141,21 +141,23 @@ func (s *Server) FailoverTakeover(ctx context.Context) error {
 	return s.wrap("CLUSTER FAILOVER TAKEOVER", s.do(ctx, s.client.B().ClusterFailover().Takeover().Build()).Error())
 }
 
-// Replication is what this server, a replica, says of its replication: whether its link to its
-// primary is up, and how far into the primary's stream of writes it has got.
-type Replication struct {
-	LinkUp bool
-	Offset int64
+// Status is what a server says of its release and, a replica, of its replication: whether its
+// link to its primary is up, and how far into the primary's stream of writes it has got.
+type Status struct {
+	// Version is the server's Valkey release (versionOf).
+	Version string
+	LinkUp  bool
+	Offset  int64
 }
 
-// Replication reads INFO replication of this server, a replica.
-func (s *Server) Replication(ctx context.Context) (Replication, error) {
-	reply, err := s.text(ctx, s.client.B().Info().Section("replication").Build())
+// Status reads INFO server and replication of this server.
+func (s *Server) Status(ctx context.Context) (Status, error) {
+	reply, err := s.text(ctx, s.client.B().Info().Section("server", "replication").Build())
 	if err != nil {
-		return Replication{}, s.wrap("INFO replication", err)
+		return Status{}, s.wrap("INFO server replication", err)
 	}
 	offset, _ := strconv.ParseInt(InfoField(reply, "slave_repl_offset"), 10, 64)
-	return Replication{LinkUp: InfoField(reply, "master_link_status") == "up", Offset: offset}, nil
+	return Status{Version: versionOf(reply), LinkUp: InfoField(reply, "master_link_status") == "up", Offset: offset}, nil
 }
 
 // Fenced reports whether this server refuses to serve a replica's resynchronisation (PSYNC), as a
@@ -269,7 +271,7 @@ func (s *Server) LoadedAtStart(ctx context.Context) (keys int64, err error) {
 
 // Dataset is what a server says of the data it holds.
 type Dataset struct {
-	// Version is the server's Valkey version (valkey_version, or redis_version before 7.2.5).
+	// Version is the server's Valkey release (versionOf).
 	Version string
 	// Memory is the memory it counts against maxmemory: used_memory less what eviction leaves
 	// out (client and replication buffers).
@@ -288,10 +290,7 @@ func (s *Server) Dataset(ctx context.Context) (Dataset, error) {
 		n, _ := strconv.ParseInt(InfoField(reply, field), 10, 64)
 		return n
 	}
-	d := Dataset{Version: InfoField(reply, "valkey_version"), Memory: number("used_memory") - number("mem_not_counted_for_evict"), Evicted: number("evicted_keys")}
-	if d.Version == "" {
-		d.Version = InfoField(reply, "redis_version") // Valkey before 7.2.5 says only this
-	}
+	d := Dataset{Version: versionOf(reply), Memory: number("used_memory") - number("mem_not_counted_for_evict"), Evicted: number("evicted_keys")}
 	for field := range strings.SplitSeq(InfoField(reply, "db0"), ",") {
 		if keys, ok := strings.CutPrefix(field, "keys="); ok {
 			d.Keys, _ = strconv.ParseInt(keys, 10, 64)

@@ -17,6 +17,26 @@ func InfoField(reply, field string) string {
 	return ""
 }
 
+// versionOf is the Valkey release that INFO server's reply names: valkey_version, or
+// redis_version before Valkey 7.2.5, which says only that.
+func versionOf(reply string) string {
+	if v := InfoField(reply, "valkey_version"); v != "" {
+		return v
+	}
+	return InfoField(reply, "redis_version")
+}
+
+// RDBFormat is the version of the RDB format that the Valkey release writes, and the newest it
+// reads: 80 from Valkey 9.0 on (its files start "VALKEY080"), 11 before, as Redis 7.2's. A
+// server of an older format cannot load a newer one's snapshot, nor sync as its replica from
+// a primary whose data needs the newer format.
+func RDBFormat(version string) int {
+	if OlderVersion(version, "9.0.0") {
+		return 11
+	}
+	return 80
+}
+
 // OlderVersion reports whether MAJOR.MINOR.PATCH version a is older than b.
 func OlderVersion(a, b string) bool {
 	parse := func(v string) []int {

@@ -13,3 +13,11 @@ func TestOlderVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestRDBFormatIsValkey9sFrom9(t *testing.T) {
+	for version, want := range map[string]int{"7.2.4": 11, "8.0.1": 11, "8.1.1": 11, "9.0.0": 80, "9.1.2": 80, "10.0.0": 80} {
+		if got := RDBFormat(version); got != want {
+			t.Errorf("RDBFormat(%s) = %d, want %d", version, got, want)
+		}
+	}
+}

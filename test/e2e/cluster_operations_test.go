@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +25,7 @@ import (
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/valkey"
+	"example.com/cache-operator/test/harness/releases"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
@@ -733,7 +735,7 @@ func restartProblems(ctx context.Context, key client.ObjectKey, restarted *corev
 		}
 		nodes, err := server.ClusterNodes(ctx)
 		if self, _ := valkey.Myself(nodes); err == nil && self.PrimaryID != "" {
-			if replication, rerr := server.Replication(ctx); rerr != nil || !replication.LinkUp {
+			if replication, rerr := server.Status(ctx); rerr != nil || !replication.LinkUp {
 				problem("a replica with its link down (%v)", rerr)
 			}
 		} else if err != nil {
@@ -839,15 +841,17 @@ func (l *upgradeLoad) lost(t *testing.T, c valkeygo.Client) (lost, acked int) {
 	return lost, acked
 }
 
-// A change of the pod template (here, the memory) restarts every pod once, in the operator's
-// order: replicas first, then each shard's primary after CLUSTER FAILOVER to an updated replica,
-// one pod at a time, each with every other server up and in sync. A client writing and reading
-// all along loses no acknowledged write.
+// An upgrade of Valkey through each release of the toolchain in turn, the oldest first (8.0, 8.1,
+// then 9.1, whose RDB format 8.x cannot read), restarts every pod once per release, in the
+// operator's order: replicas first, then each shard's primary after CLUSTER FAILOVER to an updated
+// replica, one pod at a time, each with every other server up and in sync. Every server then
+// runs the release, and a client writing and reading all along loses no acknowledged write. A
+// change back to 8.x then waits, Ready False with the reason, and restarts no pod.
 func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.T) {
 	runBeside(t, 1)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
-	key := newClusterCache(t, ns, "sessions", 3, 1)
+	key := newClusterCacheOf(t, ns, "sessions", 3, 1, valkeys[0].Version)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	var sts appsv1.StatefulSet
 	if err := admin.Get(context.Background(), key, &sts); err != nil {
@@ -855,10 +859,6 @@ func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.
 	}
 	if sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
 		t.Errorf("update strategy %q: the StatefulSet controller would restart pods on its own", sts.Spec.UpdateStrategy.Type)
-	}
-	old := map[string]bool{}
-	for _, pod := range cachePods(t, key) {
-		old[string(pod.UID)] = true
 	}
 	deletions := watchPodDeletions(t, ns)
 	restarts := watchRestarts(t, key)
@@ -869,43 +869,69 @@ func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.
 	go func() { defer close(done); load.run(ctx, c) }()
 	started := time.Now()
 
-	patchCache(t, key, `{"spec":{"memory":"80Mi"}}`)
-	testenv.WaitFor(t, 5*time.Minute, "every pod replaced and the cluster ready", func() (bool, string) {
+	for i, release := range valkeys[1:] {
+		old := map[string]bool{}
 		for _, pod := range cachePods(t, key) {
-			if old[string(pod.UID)] {
-				return false, pod.Name + " is not replaced yet"
+			old[string(pod.UID)] = true
+		}
+		from := time.Now()
+		patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, release.Version))
+		testenv.WaitFor(t, 5*time.Minute, "every pod replaced and the cluster ready on "+release.Version, func() (bool, string) {
+			for _, pod := range cachePods(t, key) {
+				if old[string(pod.UID)] {
+					return false, pod.Name + " is not replaced yet"
+				}
+			}
+			c, err := getCache(t, key)
+			if err != nil {
+				return false, err.Error()
+			}
+			return settled(c)
+		})
+		for pod, version := range serverVersions(t, key) {
+			if version != release.Version {
+				t.Errorf("after the upgrade to %s, %s runs Valkey %s", release.Version, pod, version)
 			}
 		}
-		c, err := getCache(t, key)
-		if err != nil {
-			return false, err.Error()
-		}
-		return settled(c)
-	})
+		t.Logf("upgrade %s → %s: %s", valkeys[i].Version, release.Version, time.Since(from).Round(time.Second))
+	}
 	took := time.Since(started)
+	// Back to a release that cannot read the newest one's format: held before any pod changes,
+	// with a reason, and over once the version is set back.
+	if older := valkeys[len(valkeys)-2]; valkey.RDBFormat(older.Version) < valkey.RDBFormat(valkeyVersion) {
+		patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, older.Version))
+		held := waitReadyAs(t, key, metav1.ConditionFalse, cachev2.ReasonDowngradeRefused, time.Minute)
+		t.Logf("back to %s: %s", older.Version, meta.FindStatusCondition(held.Status.Conditions, cachev2.ConditionReady).Message)
+		patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, valkeyVersion))
+		waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
+	}
 	stop()
 	<-done
 	assertShape(t, key, 3, 1)
 
 	// Each watch delivers late, and each on its own: the reads above can be ahead of both.
-	deleted := waitDeletions(t, deletions, 6)
-	slices.Sort(deleted)
-	if !slices.Equal(slices.Compact(slices.Clone(deleted)), deleted) || len(deleted) != 6 {
-		t.Errorf("pods deleted: %v; want each of the 6 once", deleted)
+	upgrades := len(valkeys) - 1
+	deleted := waitDeletions(t, deletions, 6*upgrades)
+	perPod := map[string]int{}
+	for _, pod := range deleted {
+		perPod[pod]++
 	}
-	testenv.WaitFor(t, 30*time.Second, "the restart checks of the 6 deletions", func() (bool, string) {
+	if len(deleted) != 6*upgrades || len(perPod) != 6 || slices.ContainsFunc(slices.Collect(maps.Values(perPod)), func(n int) bool { return n != upgrades }) {
+		t.Errorf("pods deleted: %v; want each of the 6 once per upgrade (%d)", deleted, upgrades)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the restart checks of the deletions", func() (bool, string) {
 		checked, _ := restarts()
-		return checked >= 6, fmt.Sprintf("%d deletions checked", checked)
+		return checked >= 6*upgrades, fmt.Sprintf("%d deletions checked", checked)
 	})
 	_, wrong := restarts()
 	for _, problem := range wrong {
 		t.Error(problem)
 	}
-	if failovers := strings.Count(operator.Logs(t), `CLUSTER FAILOVER"`); failovers < 3 {
-		t.Errorf("%d CLUSTER FAILOVER steps, want one per shard at least", failovers)
+	if failovers := strings.Count(operator.Logs(t), `CLUSTER FAILOVER"`); failovers < 3*upgrades {
+		t.Errorf("%d CLUSTER FAILOVER steps, want one per shard and upgrade at least", failovers)
 	}
 	waitEvents(t, key, cachev2.ReasonUpgrading+"/Start", cachev2.ReasonUpgrading+"/Finish")
 	lost, acked := load.lost(t, clusterClient(t, key))
-	t.Logf("upgrade of a 3×1 cluster: %s; client: %d requests, %d failed, longest outage %s; %d of %d keys lost their last acknowledged write",
-		took.Round(time.Second), load.requests, load.failures, load.longestOutage.Round(time.Millisecond), lost, acked)
+	t.Logf("upgrades of a 3×1 cluster through %v: %s; client: %d requests, %d failed (%v), longest outage %s; %d of %d keys lost their last acknowledged write",
+		releases.Lines(valkeys), took.Round(time.Second), load.requests, load.failures, load.errors, load.longestOutage.Round(time.Millisecond), lost, acked)
 }

@@ -30,10 +30,16 @@ const clusterCheckInterval = "--cluster-check-interval=2s"
 
 func newClusterCache(t *testing.T, namespace, name string, shards, replicas int32) client.ObjectKey {
 	t.Helper()
+	return newClusterCacheOf(t, namespace, name, shards, replicas, valkeyVersion)
+}
+
+// newClusterCacheOf is newClusterCache with the Valkey version given.
+func newClusterCacheOf(t *testing.T, namespace, name string, shards, replicas int32, version string) client.ObjectKey {
+	t.Helper()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: shards, ReplicasPerShard: &replicas,
-			Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
+			Version: version, Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,16 @@ func runIDs(t *testing.T, key client.ObjectKey) map[string]string {
 	return ids
 }
 
+// serverVersions is the Valkey version that each pod's server reports, by pod.
+func serverVersions(t *testing.T, key client.ObjectKey) map[string]string {
+	t.Helper()
+	versions := map[string]string{}
+	for _, pod := range cachePods(t, key) {
+		versions[pod.Name] = testenv.ValkeyInfo(t, node(t, &pod), "server", "valkey_version")
+	}
+	return versions
+}
+
 // assertNodesServe checks every node of a Cache: it answers PING, stores and returns a key, and
 // keeps data in 3/4 of the Cache's memory with LRU eviction.
 func assertNodesServe(t *testing.T, key client.ObjectKey, memory resource.Quantity) {
@@ -168,6 +178,11 @@ func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
 			for name, id := range before {
 				if after[name] == id {
 					t.Errorf("%s still runs the server it ran before the change (run_id %s)", name, id)
+				}
+			}
+			for pod, version := range serverVersions(t, key) {
+				if version != valkeyVersion {
+					t.Errorf("%s runs Valkey %s, want %s", pod, version, valkeyVersion)
 				}
 			}
 			assertNodesServe(t, key, change.memory)
