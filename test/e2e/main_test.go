@@ -65,6 +65,9 @@ var (
 // from: what a Cache meets on a cluster that cannot pull its version.
 const missingVersion = "9.99.0"
 
+// setUpTimeout bounds TestMain's set-up.
+const setUpTimeout = 15 * time.Minute
+
 // realNodes is how many real nodes the tests' cluster has: a Cluster's shards spread over three,
 // and a drain needs a fourth to move a pod to.
 const realNodes = 4
@@ -90,7 +93,10 @@ const besideAtOnce = 3
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// The set-up builds the operator and the node runner, then the images, and creates the
+	// cluster. On a fresh machine the builds compile from an empty Go build cache, on cores that
+	// `go test ./...` shares with the other packages' tests: 5 minutes did not always do.
+	ctx, cancel := context.WithTimeout(context.Background(), setUpTimeout)
 	defer cancel()
 	var err error
 	if workdir, err = os.MkdirTemp("", "cache-operator-e2e-"); err != nil {
