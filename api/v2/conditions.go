@@ -36,6 +36,12 @@ const (
 	// running the spec before the change; setting the version back to that release or later
 	// ends the wait.
 	ReasonDowngradeRefused = "DowngradeRefused"
+
+	// ReasonPodsCannotStart means some of the Cache's pods have been waiting for a minute or
+	// more on a container that will not start on its own: the kubelet cannot pull its image (a
+	// spec.version with no image, or a registry the nodes cannot reach), or cannot make its
+	// configuration. The message names the pods and what their kubelets report.
+	ReasonPodsCannotStart = "PodsCannotStart"
 )
 
 // Reasons of a Cluster Cache's Ready condition beyond those above: what the operator sees in

@@ -177,6 +177,11 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	recheck, serveErr := r.serveCertificate(ctx, cache, certs, creds.auth, &status)
 	pollAfter = soonest(pollAfter, recheck)
+	podsRecheck, err := r.checkPods(ctx, cache, made.sts, &status, time.Now())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pollAfter = soonest(pollAfter, podsRecheck)
 	verified, err := r.gateOnRestore(ctx, cache, rs, members, creds.auth, &status)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ func TestAChangeToManyCachesRollsOutAFewAtATime(t *testing.T) {
 // A rollout that never moves, a version no image exists for, holds its place of
 // --max-concurrent-rollouts=1 only until the progress deadline: then its Cache says
 // Progressing=False/ProgressDeadlineExceeded, and another Cache's change, queued behind it until
-// then, rolls out.
+// then, rolls out. Its Ready names the pod that cannot pull its image.
 func TestARolloutThatNeverMovesIsReportedAndFreesItsPlace(t *testing.T) {
 	runBeside(t, 1)
 	ctx := context.Background()
@@ -108,6 +109,11 @@ func TestARolloutThatNeverMovesIsReportedAndFreesItsPlace(t *testing.T) {
 	}
 	if w := pod.Status.ContainerStatuses[0].State.Waiting; w == nil || !slices.Contains([]string{"ErrImagePull", "ImagePullBackOff"}, w.Reason) {
 		t.Errorf("stuck-0's container is %+v, want waiting for its image", pod.Status.ContainerStatuses[0].State)
+	}
+	// And what the Cache says: which pod, and why, as its kubelet reports it.
+	c = waitReadyAs(t, stuck, metav1.ConditionFalse, cachev2.ReasonPodsCannotStart, 3*time.Minute)
+	if msg := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady).Message; !strings.Contains(msg, "stuck-0") || !strings.Contains(msg, missingVersion) {
+		t.Errorf("stuck's Ready says %q; want the pod, and the image it cannot pull", msg)
 	}
 }
 
