@@ -28,6 +28,7 @@ import (
 	"example.com/cache-operator/internal/backup"
 	"example.com/cache-operator/internal/bucket"
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/valkey"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
@@ -194,8 +195,9 @@ func waitJobGone(t *testing.T, b *cachev1alpha1.CacheBackup) {
 
 // A backup of a Cluster holds each shard once, taken from its replica so that its primary keeps
 // serving; a backup of a Standalone Cache holds each node. Each RDB, loaded by a new server,
-// holds every key the backup counted, with its value and TTL; the Job is removed once the backup
-// is recorded.
+// holds every key the backup counted, with its value and TTL, in the format of the servers'
+// release; the Job is removed once the backup is recorded. The Cluster's backup, taken of the
+// oldest release, restores into the newest (RDB 11 into a server of RDB 80).
 func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 	runBeside(t, 2)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
@@ -204,7 +206,7 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 	t.Run("Cluster 3×1", func(t *testing.T) {
 		namespace := newNamespace(t)
 		store := newBackupStore(t, namespace)
-		key := newClusterCache(t, namespace, "sessions", 3, 1)
+		key := newClusterCacheOf(t, namespace, "sessions", 3, 1, valkeys[0].Version)
 		cache := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 		const keys = 3000
 		writeKeys(t, key, keys)
@@ -221,8 +223,9 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 		}
 		// The version is the servers' own, whatever the spec says (a restore needs it or later).
 		served := testenv.ValkeyInfo(t, c, "server", "valkey_version")
-		if b.Status.Keys != keys || b.Status.ValkeyVersion != served || b.Status.StartTime == nil || b.Status.CompletionTime == nil {
-			t.Errorf("the backup's status is %+v, want %d keys of Valkey %s and its times", b.Status, keys, served)
+		if b.Status.Keys != keys || b.Status.ValkeyVersion != served || int(b.Status.RDBFormat) != valkey.RDBFormat(served) ||
+			b.Status.StartTime == nil || b.Status.CompletionTime == nil {
+			t.Errorf("the backup's status is %+v, want %d keys of Valkey %s in its RDB format and its times", b.Status, keys, served)
 		}
 		for _, s := range b.Status.Shards {
 			if s.Memory <= 0 {
@@ -247,9 +250,14 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 
 		// Deleted, and made again from its backup: every key, its value and TTL are back, and
 		// the Cache is Ready only once its nodes were checked against the backup.
-		recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec = cache.Spec })
+		recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec, c.Spec.Version = cache.Spec, valkeyVersion })
 		restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 		assertRestored(t, restored, keys)
+		for pod, version := range serverVersions(t, key) {
+			if version != valkeyVersion {
+				t.Errorf("restored %s runs Valkey %s, want %s", pod, version, valkeyVersion)
+			}
+		}
 		assertKeysRead(t, key, keys)
 		c = clusterClient(t, key)
 		if ttl, err := c.Do(ctx, c.B().Ttl().Key("key-7").Build()).AsInt64(); err != nil || ttl <= 0 || ttl > 3600 {
@@ -274,6 +282,9 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 		}
 
 		b := waitBackup(t, newBackup(t, namespace, "pages-nightly", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+		if b.Status.ValkeyVersion != valkeyVersion || int(b.Status.RDBFormat) != valkey.RDBFormat(valkeyVersion) {
+			t.Errorf("the backup records Valkey %s, RDB format %d; want %s, %d", b.Status.ValkeyVersion, b.Status.RDBFormat, valkeyVersion, valkey.RDBFormat(valkeyVersion))
+		}
 		assertBackupHolds(t, store, b, func(i int, c valkeygo.Client) int64 {
 			if source := fmt.Sprintf("pages-%d", i); b.Status.Shards[i].Source != source {
 				t.Errorf("shard-%d was taken from %s, want %s", i, b.Status.Shards[i].Source, source)
