@@ -1,0 +1,75 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// Every other scenario runs the newest release; on each older one of the toolchain (8.0, 8.1), a
+// Cluster with a replica per shard goes through the day's operations in turn, with every key
+// kept: it forms, scales out, heals a primary whose server is killed, hands a deleted primary's
+// pod over, scales in, and is backed up (in the release's own format) and restored from it.
+func TestEachOlderReleaseFormsScalesHealsAndIsRestored(t *testing.T) {
+	t.Parallel() // and each release beside the others, with a scope of its own
+	for _, release := range valkeys[:len(valkeys)-1] {
+		t.Run(release.Version, func(t *testing.T) {
+			runBeside(t, 1)
+			startOperator(t, "a", "", clusterCheckInterval)
+			ns := newNamespace(t)
+			store := newBackupStore(t, ns)
+			key := newClusterCacheOf(t, ns, "tour", 3, 1, release.Version)
+			waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+			const keys = 2000
+			writeKeys(t, key, keys)
+			for pod, version := range serverVersions(t, key) {
+				if version != release.Version {
+					t.Fatalf("%s runs Valkey %s, want %s", pod, version, release.Version)
+				}
+			}
+
+			patchCache(t, key, `{"spec":{"shards":4}}`)
+			c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, scalingTimeout)
+			assertShape(t, key, 4, 1)
+			assertKeysRead(t, key, keys)
+
+			primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
+			if err := crashServer(ns, primaryPod.Name); err != nil {
+				t.Fatal(err)
+			}
+			waitNewReplicaOn(t, key, primaryPod.Name, primary.ID, 8)
+			assertKeysRead(t, key, keys)
+
+			c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, time.Minute)
+			primaryPod, primary = podOfRole(t, c, cachev2.RolePrimary)
+			if err := admin.Delete(context.Background(), primaryPod); err != nil {
+				t.Fatal(err)
+			}
+			waitNewReplicaOn(t, key, primaryPod.Name, primary.ID, 8)
+			assertKeysRead(t, key, keys)
+
+			patchCache(t, key, `{"spec":{"shards":3}}`)
+			c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, scalingTimeout)
+			assertShape(t, key, 3, 1)
+			assertKeysRead(t, key, keys)
+
+			b := waitBackup(t, newBackup(t, ns, "tour-backup", key.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+			if b.Status.Keys != keys || b.Status.ValkeyVersion != release.Version || int(b.Status.RDBFormat) != valkey.RDBFormat(release.Version) {
+				t.Errorf("the backup holds %d keys of Valkey %s in RDB format %d; want %d of %s in %d",
+					b.Status.Keys, b.Status.ValkeyVersion, b.Status.RDBFormat, keys, release.Version, valkey.RDBFormat(release.Version))
+			}
+			recreateFromBackup(t, key, b.Name, func(restored *cachev2.Cache) { restored.Spec = c.Spec })
+			restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+			assertRestored(t, restored, keys)
+			assertKeysRead(t, key, keys)
+		})
+	}
+}
