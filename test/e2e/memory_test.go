@@ -110,8 +110,8 @@ func reportMemory(t *testing.T, key client.ObjectKey, resynced string, limit res
 	}
 }
 
-// A client that asks for a large value again and again and never reads the replies makes its
-// server buffer them all (Valkey bounds no normal client's output by default), past the
+// A client that asks for a large value's copy again and again and never reads the replies makes
+// its server buffer them all (Valkey bounds no normal client's output by default), past the
 // container's memory limit: the kernel kills the server, the kubelet reports it OOMKilled and
 // restarts it in its pod, empty, and the Cache heals as from any restart in place: the replica
 // takes over, the restarted server comes back as its replica, and every write the replica had
@@ -140,6 +140,9 @@ func TestAServerPastItsMemoryLimitIsOOMKilledAndNoAcknowledgedWriteIsLost(t *tes
 	}
 
 	// 256 MiB of replies for a 64 MiB container, to a connection that reads none of them.
+	// GETRANGE, not GET: Valkey 9 replies to GET of a large value with a reference to the value
+	// rather than a copy (measured: 64 GETs of 1 MiB unread grow used_memory by 0 MiB on 9.1.2,
+	// 64 GETRANGEs of it by 62 MiB).
 	conn, err := net.Dial("tcp", net.JoinHostPort(primaryPod.Status.PodIP, fmt.Sprint(resources.Port)))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +151,7 @@ func TestAServerPastItsMemoryLimitIsOOMKilledAndNoAcknowledgedWriteIsLost(t *tes
 	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Write([]byte(strings.Repeat("GET big\r\n", 256))); err != nil {
+	if _, err := conn.Write([]byte(strings.Repeat("GETRANGE big 0 -1\r\n", 256))); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 2*time.Minute, primaryPod.Name+"'s server OOMKilled and restarted", func() (bool, string) {
