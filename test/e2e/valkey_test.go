@@ -47,21 +47,23 @@ func node(t *testing.T, pod *corev1.Pod) valkey.Client {
 // starts.
 func runIDs(t *testing.T, key client.ObjectKey) map[string]string {
 	t.Helper()
-	ids := map[string]string{}
-	for _, pod := range cachePods(t, key) {
-		ids[pod.Name] = testenv.ValkeyInfo(t, node(t, &pod), "server", "run_id")
-	}
-	return ids
+	return serverInfo(t, key, "run_id")
 }
 
 // serverVersions is the Valkey version that each pod's server reports, by pod.
 func serverVersions(t *testing.T, key client.ObjectKey) map[string]string {
 	t.Helper()
-	versions := map[string]string{}
+	return serverInfo(t, key, "valkey_version")
+}
+
+// serverInfo is a field of INFO server of each of the Cache's servers, by pod.
+func serverInfo(t *testing.T, key client.ObjectKey, field string) map[string]string {
+	t.Helper()
+	values := map[string]string{}
 	for _, pod := range cachePods(t, key) {
-		versions[pod.Name] = testenv.ValkeyInfo(t, node(t, &pod), "server", "valkey_version")
+		values[pod.Name] = testenv.ValkeyInfo(t, node(t, &pod), "server", field)
 	}
-	return versions
+	return values
 }
 
 // assertNodesServe checks every node of a Cache: it answers PING, stores and returns a key, and
