@@ -30,11 +30,10 @@ const (
 	// ahead (AnnotationRolloutEmptiesNodes, or replicas first for a Cluster).
 	ReasonRolloutEmptiesNodes = "RolloutEmptiesNodes"
 
-	// ReasonDowngradeRefused means a change of version waits because the version asked for
-	// cannot read the data format of the release a server runs (Valkey 8 that of Valkey 9): a
-	// replica on it could not sync from a primary still on the newer release. The pods keep
-	// running the spec before the change; setting the version back to that release or later
-	// ends the wait.
+	// ReasonDowngradeRefused means a change of a Cluster Cache's version waits because the
+	// version asked for cannot read the data format of the release its primaries run (Valkey 8
+	// that of Valkey 9): a replica on it could not sync from them. The pods keep the template
+	// they have; setting the version back to that release or later ends the wait.
 	ReasonDowngradeRefused = "DowngradeRefused"
 
 	// ReasonPodsCannotStart means some of the Cache's pods have been waiting for a minute or

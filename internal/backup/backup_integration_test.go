@@ -77,10 +77,7 @@ func TestABackupHoldsEveryShardWholeAndARestoreFetchesItChecked(t *testing.T) {
 	ctx := context.Background()
 	// The servers' own format, announced as backups do: RDB 80 from Valkey 9, 11 from 8.
 	version := testenv.ValkeyInfo(t, testenv.Valkey(t, testenv.LoopbackIPs(1)[0], 6379), "server", "valkey_version")
-	format := 11
-	if !valkey.OlderVersion(version, "9.0.0") {
-		format = 80
-	}
+	format := valkey.RDBFormat(version)
 	m, err := Take(ctx, b, "default/orders/2026-12-02T09-00-00Z", version, shards, snapshot.Source{Stall: 10 * time.Second, Version: version}, nil)
 	if err != nil {
 		t.Fatal(err)
