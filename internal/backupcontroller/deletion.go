@@ -86,7 +86,7 @@ func (r *Reconciler) removeObjects(ctx context.Context, b *cachev1alpha1.CacheBa
 			failed = strings.TrimSpace(state.Terminated.Message)
 		}
 		return r.retryDeletion(ctx, b, job, failedAt(job), failed)
-	case state.Waiting != nil && cannotStart[state.Waiting.Reason]:
+	case state.Waiting != nil && resources.CannotStart(state.Waiting.Reason):
 		return r.retryDeletion(ctx, b, job, job.CreationTimestamp.Time,
 			fmt.Sprintf("the Job's pod cannot start: %s: %s", state.Waiting.Reason, state.Waiting.Message))
 	}

@@ -35,7 +35,7 @@ func (r *Reconciler) follow(ctx context.Context, b *cachev1alpha1.CacheBackup, j
 	if !ended {
 		// A pod that cannot start (its Secret or a key of it missing, its image not pulled)
 		// would wait for the Job's deadline: the backup fails now, with the kubelet's reason.
-		if waiting := agentState(pod).Waiting; waiting != nil && cannotStart[waiting.Reason] {
+		if waiting := agentState(pod).Waiting; waiting != nil && resources.CannotStart(waiting.Reason) {
 			setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed,
 				fmt.Sprintf("the backup's pod cannot start: %s: %s", waiting.Reason, waiting.Message))
 		}
@@ -131,11 +131,6 @@ func jobEnded(job *batchv1.Job) (ended bool, failed string) {
 	}
 	return false, ""
 }
-
-// cannotStart are the reasons the kubelet gives for a container that waits for something only a
-// user can fix.
-var cannotStart = map[string]bool{"CreateContainerConfigError": true, "ErrImagePull": true,
-	"ImagePullBackOff": true, "InvalidImageName": true}
 
 // agentPod is the backup Job's pod, read from the API server (the operator caches no such pods),
 // or nil. The Job runs one pod: it never retries.

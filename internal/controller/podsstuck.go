@@ -24,12 +24,6 @@ import (
 // changes nothing the operator sees, and the Cache would say "0/3 replicas ready" for good.
 const podsCheckAfter = time.Minute
 
-// cannotStart are the reasons a kubelet gives a container that waits and will not start on
-// its own: its image cannot be pulled or named, or its configuration made (a Secret or
-// ConfigMap it needs is missing).
-var cannotStart = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-	"CreateContainerConfigError", "CreateContainerError"}
-
 // checkPods puts in status.Ready what keeps the Cache's pods from starting, when Ready has been
 // False for podsCheckAfter with some pod not ready, and says when to look again (0: no need).
 func (r *CacheReconciler) checkPods(ctx context.Context, cache *cachev2.Cache, sts *appsv1.StatefulSet, status *cachev2.CacheStatus, now time.Time) (time.Duration, error) {
@@ -61,7 +55,7 @@ func podsStuck(pods []corev1.Pod) string {
 	var stuck []string
 	for _, pod := range pods {
 		for _, c := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
-			if w := c.State.Waiting; w != nil && slices.Contains(cannotStart, w.Reason) {
+			if w := c.State.Waiting; w != nil && resources.CannotStart(w.Reason) {
 				stuck = append(stuck, fmt.Sprintf("pod %s, container %s: %s: %s", pod.Name, c.Name, w.Reason, w.Message))
 				break
 			}
