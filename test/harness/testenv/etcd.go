@@ -180,31 +180,6 @@ func StartSecureEtcd(t testing.TB, user, prefix string) *SecureEtcd {
 	return s
 }
 
-// FreeAddr is a loopback address with a port that was free a moment ago.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close() //nolint:errcheck
-	return l.Addr().String()
-}
-
-// FreePort is the port of a free address of 127.0.0.1 (see FreeAddr).
-func FreePort(t testing.TB) int {
-	t.Helper()
-	_, port, err := net.SplitHostPort(FreeAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // KeyValues lists every key and value stored under prefix.
 func KeyValues(t testing.TB, c *clientv3.Client, prefix string) map[string]string {
 	t.Helper()
