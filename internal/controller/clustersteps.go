@@ -124,10 +124,10 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 // migrate moves slots from source, slotsOpenAtOnce at a time, until the deadline: the target is
 // told it imports them and the source that it migrates them (unless they do already), each
 // slot's keys go over in batches (moveKeys), and the target, then the source, are told the
-// target owns the slots whose keys have all moved. Each of these is one pipelined round trip for
-// the whole group, where valkey-cli spends one per slot: a slot of a cache holds a few keys, and
-// the round trips, each acknowledged by the primaries' replicas since Valkey 8, were most of a
-// scale-out's time. Clients meet ASK redirections for the open group's slots alone. A group not
+// target owns the slots whose keys have all moved. Each of these is sent for the whole group at
+// once, where valkey-cli waits for one slot after another: a slot of a cache holds a few keys,
+// and the SETSLOTs, each acknowledged by the primaries' replicas since Valkey 8, were most of a
+// scale-out's time (valkey.Server's setSlots). Clients meet ASK redirections for the open group's slots alone. A group not
 // reached by the deadline is not opened at all; one opened has until the deadline or slotBudget
 // after its opening, whichever is later, to move its keys, and its slots not emptied by then
 // (with their keys partly moved, or none) stay open for the next pass. Every other primary is
