@@ -127,11 +127,11 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 // target owns the slots whose keys have all moved. Each of these is sent for the whole group at
 // once, where valkey-cli waits for one slot after another: a slot of a cache holds a few keys,
 // and the SETSLOTs, each acknowledged by the primaries' replicas since Valkey 8, were most of a
-// scale-out's time (valkey.Server's setSlots). Clients meet ASK redirections for the open group's slots alone. A group not
-// reached by the deadline is not opened at all; one opened has until the deadline or slotBudget
-// after its opening, whichever is later, to move its keys, and its slots not emptied by then
-// (with their keys partly moved, or none) stay open for the next pass. Every other primary is
-// told the new owners once, at the end.
+// scale-out's time (valkey.Server's setSlots). Clients meet ASK redirections for the open
+// group's slots alone. A group not reached by the deadline is not opened at all; one opened has
+// until the deadline or slotBudget after its opening, whichever is later, to move its keys, and
+// its slots not emptied by then (with their keys partly moved, or none) stay open for the next
+// pass. Every other primary is told the new owners once, at the end.
 func migrate(ctx context.Context, source *valkey.Server, byPod map[string]clusterMember, m *topology.Migration, deadline time.Time, slotBudget time.Duration) error {
 	target, err := valkey.Connect(m.TargetAddress.IP, m.TargetAddress.Port, source.Auth())
 	if err != nil {
