@@ -74,11 +74,15 @@ var errGoneWhileRegistered = errors.New("the Cache was deleted before this pass 
 // an operator before this one removed (seen in the crash storm, records of a deleted Cache left
 // behind). No pass would deregister it again, so each write to the catalogue is checked against
 // a read from the API server, which happens after the write: a Cache deleted later is finalized
-// by a later pass.
+// by a later pass. A Cache already being deleted counts as gone: its finalizer may be on its way
+// out in a request of an operator killed after deregistering it, which the API server applies
+// after this read (seen in the crash storm once more, a record left of a Cache that the pass
+// found still there).
 func (r *CacheReconciler) unregisterIfGone(ctx context.Context, cache *cachev2.Cache) error {
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cache), &cachev2.Cache{})
+	live := &cachev2.Cache{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cache), live)
 	switch {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err) || err == nil && !live.DeletionTimestamp.IsZero():
 		if err := r.Catalog.Deregister(ctx, catalogKey(cache)); err != nil {
 			return fmt.Errorf("%w, but removing them failed: %w", errGoneWhileRegistered, err)
 		}

@@ -420,3 +420,46 @@ func terminatingMetrics(t *testing.T, namespace string) (count, oldestAge float6
 	}
 	return count, oldestAge
 }
+
+// A pass that acts on a view of the Cache from before its deletion (a new operator's first list,
+// served from the API server's watch cache) registers it again; if the Cache is being deleted by
+// then, its records go again at once. The operator before had deregistered it and was killed
+// with the patch that removes its finalizer still on its way: once that lands, no pass would
+// finalize the Cache again, and its records would be left behind for good.
+func TestAPassOnAViewFromBeforeTheDeletionLeavesNoRecord(t *testing.T) {
+	etcd := testenv.StartEtcd(t)
+	cat, _ := newCatalog(t, etcd.Endpoint)
+	ns := newNamespace(t)
+	cache := newCache(t, ns)
+	firstPass(t, cache)
+	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
+		t.Fatal(err)
+	}
+	stale := getCache(t, ns)
+	// The operator before deregisters the deleted Cache; its finalizer patch has not landed.
+	deleteCache(t, ns)
+	if err := cat.Deregister(context.Background(), catalog.Key{Namespace: ns, Name: stale.Name}); err != nil {
+		t.Fatal(err)
+	}
+
+	staleView := interceptor.NewClient(k8s, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if cache, ok := obj.(*cachev2.Cache); ok {
+				stale.DeepCopyInto(cache)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	// A new operator: a catalogue client of its own.
+	fresh, _ := newCatalog(t, etcd.Endpoint)
+	r := newReconciler(staleView, fresh)
+	r.APIReader = k8s
+	// The pass fails: its status write, made from the stale view, conflicts first.
+	if err := reconcile(r, stale); err == nil {
+		t.Error("the pass on the view from before the deletion succeeded")
+	}
+	if got := records(t, etcd, ns); len(got) != 0 {
+		t.Errorf("records left by the pass on a view from before the deletion: %v", got)
+	}
+}
