@@ -217,15 +217,23 @@ func TestDeletionDeregistersThenReleasesTheCache(t *testing.T) {
 	}
 }
 
-func TestCrashBetweenDeregisteringAndReleasingConverges(t *testing.T) {
-	etcd := testenv.StartEtcd(t)
-	cat, _ := newCatalog(t, etcd.Endpoint)
-	ns := newNamespace(t)
-	cache := newCache(t, ns)
+// registeredByAPass makes a Cache and registers it with one pass of a reconciler of its own,
+// with a catalogue on a new etcd.
+func registeredByAPass(t *testing.T) (etcd *testenv.Etcd, cat catalog.Catalog, ns string, cache *cachev2.Cache) {
+	t.Helper()
+	etcd = testenv.StartEtcd(t)
+	cat, _ = newCatalog(t, etcd.Endpoint)
+	ns = newNamespace(t)
+	cache = newCache(t, ns)
 	firstPass(t, cache)
 	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
 		t.Fatal(err)
 	}
+	return etcd, cat, ns, cache
+}
+
+func TestCrashBetweenDeregisteringAndReleasingConverges(t *testing.T) {
+	etcd, cat, ns, cache := registeredByAPass(t)
 	deleteCache(t, ns)
 	// The process dies after deregistering, before its finalizer patch reaches the API server.
 	crashing := interceptor.NewClient(k8s, interceptor.Funcs{
@@ -427,14 +435,7 @@ func terminatingMetrics(t *testing.T, namespace string) (count, oldestAge float6
 // with the patch that removes its finalizer still on its way: once that lands, no pass would
 // finalize the Cache again, and its records would be left behind for good.
 func TestAPassOnAViewFromBeforeTheDeletionLeavesNoRecord(t *testing.T) {
-	etcd := testenv.StartEtcd(t)
-	cat, _ := newCatalog(t, etcd.Endpoint)
-	ns := newNamespace(t)
-	cache := newCache(t, ns)
-	firstPass(t, cache)
-	if err := reconcile(newReconciler(k8s, cat), cache); err != nil {
-		t.Fatal(err)
-	}
+	etcd, cat, ns, _ := registeredByAPass(t)
 	stale := getCache(t, ns)
 	// The operator before deregisters the deleted Cache; its finalizer patch has not landed.
 	deleteCache(t, ns)
