@@ -18,7 +18,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${CACHE_OPERATOR_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/cache-operator/tools}
 localbin=${LOCALBIN:-$root/bin}
 
-# Pinned versions. The kubernetes and etcd versions are also pinned in hack/tools/*/go.mod.
+# Pinned versions. The kubernetes, etcd and coredns versions are also pinned in hack/tools/*/go.mod.
 KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 KWOK_VERSION=v0.8.0
@@ -132,7 +132,8 @@ version_of() {
 	etcd) echo "$ETCD_VERSION" ;;
 	kubernetes) echo "$KUBERNETES_VERSION-$(digest_of "${KUBERNETES_COMMANDS[@]}")" ;;
 	kwok) echo "$KWOK_VERSION" ;;
-	coredns) echo "$COREDNS_VERSION" ;;
+	# Built with the plugins that hack/tools/coredns/main.go lists: the key changes with them.
+	coredns) echo "$COREDNS_VERSION-$(digest_of "$(cat "$root/hack/tools/coredns/main.go")")" ;;
 	promtool) echo "$PROMETHEUS_LINE" ;;
 	helm) echo "$HELM_VERSION" ;;
 	golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
@@ -166,7 +167,7 @@ build_into() {
 		;;
 	kubernetes) build_kubernetes "$out" "${KUBERNETES_COMMANDS[@]}" ;;
 	kwok) go_install "$out" sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
-	coredns) go_install "$out" github.com/coredns/coredns@"$COREDNS_VERSION" ;;
+	coredns) (cd "$root/hack/tools/coredns" && go build -mod=readonly -trimpath -ldflags "-s -w" -o "$out/coredns" .) ;;
 	promtool) fetch_promtool "$out" ;;
 	helm) go_install "$out" helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
 	golangci-lint) go_install "$out" github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
@@ -208,7 +209,7 @@ prefetch_modules() {
 	# kubernetes is not here: the first of the Go lane, it downloads its own.
 	etcd) (cd "$root/hack/tools/etcd" && go list -mod=readonly -deps go.etcd.io/etcd/server/v3) ;;
 	kwok) go install -n sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
-	coredns) go install -n github.com/coredns/coredns@"$COREDNS_VERSION" ;;
+	coredns) (cd "$root/hack/tools/coredns" && go list -mod=readonly -deps .) ;;
 	helm) go install -n helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
 	golangci-lint) go install -n github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
 	versitygw) go install -n github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
