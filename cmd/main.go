@@ -60,7 +60,6 @@ func main() {
 		leaseDuration, renewDeadline, retry time.Duration
 		maxConcurrentReconciles             int
 		images                              resources.Images
-		agentImage                          string
 		backupStall                         time.Duration
 		qps                                 float64
 		burst                               int
@@ -95,7 +94,7 @@ func main() {
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&images.ValkeyRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
 	flag.StringVar(&images.Exporter, "exporter-image", resources.DefaultExporterImage, "The metrics exporter's image (redis_exporter), which the pods of a Cache with spec.metrics.enabled run beside Valkey. A Cache's pods take a new one with their next change (docs/operations.md, Upgrading the operator).")
-	flag.StringVar(&agentImage, "agent-image", defaultAgentImage, "The operator's own image, which the backup Jobs and the restored Caches' init containers run (its backup and restore modes).")
+	flag.StringVar(&images.Agent, "agent-image", resources.DefaultAgentImage, "The operator's own image, which the backup Jobs, the restored Caches' init containers (its backup and restore modes) and every cache pod's readiness agent run.")
 	flag.DurationVar(&backupStall, "backup-stall-timeout", snapshot.DefaultStall, "How long a backup waits for the next byte of a server's snapshot before it fails.")
 	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests above --kube-api-qps, when that is set.")
@@ -196,7 +195,6 @@ func main() {
 		Recorder:      mgr.GetEventRecorder("cache-operator"),
 		Images:        images,
 		ClusterDomain: clusterDomain,
-		AgentImage:    agentImage,
 
 		ClusterCheckInterval: clusterCheckInterval,
 		Rollouts:             &controller.RolloutGate{Limit: maxConcurrentRollouts, ProgressDeadline: rolloutProgressDeadline, Reader: mgr.GetClient()},
@@ -234,7 +232,7 @@ func main() {
 	if err := r.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the Cache controller")
 	}
-	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), AgentImage: agentImage, Stall: backupStall}
+	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), AgentImage: images.Agent, Stall: backupStall}
 	if err := backups.SetupWithManager(ctx, mgr, maxConcurrentReconciles); err != nil {
 		fail(log, err, "Unable to set up the CacheBackup controller")
 	}
@@ -293,10 +291,6 @@ var agents = map[string]func(context.Context, []string) int{
 	backup.DeleteCommand:  backup.RunDelete,
 	backup.InspectCommand: backup.RunInspect,
 }
-
-// defaultAgentImage is the operator's image of this release, for the backup Jobs: the install sets
-// --agent-image to the image it runs the operator from.
-const defaultAgentImage = resources.OperatorImageRepository + ":v0.1.0"
 
 // namespaceList is --watch-namespaces as a list: names of namespaces, each once.
 func namespaceList(flagValue string) ([]string, error) {

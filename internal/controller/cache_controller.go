@@ -50,9 +50,6 @@ type CacheReconciler struct {
 	// ClusterCheckInterval is how often the servers of a ready Cluster Cache are asked whether
 	// it is still ready.
 	ClusterCheckInterval time.Duration
-	// AgentImage is the operator's own image, whose restore mode fetches a restored Cache's data
-	// in its pods' init containers.
-	AgentImage string
 	// Rollouts bounds how many Caches roll a new pod template out at once; nil bounds nothing.
 	Rollouts *RolloutGate
 

@@ -85,7 +85,7 @@ func (r *CacheReconciler) prepareRestore(ctx context.Context, cache *cachev2.Cac
 	case err == nil:
 		why := staleRecord(cache, cm)
 		if why == "" {
-			return restoreOf(cache, r.AgentImage, cm)
+			return restoreOf(cache, r.Images.Agent, cm)
 		}
 		if cm.DeletionTimestamp == nil {
 			if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
@@ -130,7 +130,7 @@ func (r *CacheReconciler) prepareRestore(ctx context.Context, cache *cachev2.Cac
 	} else if err != nil {
 		return restore{}, err
 	}
-	return restoreOf(cache, r.AgentImage, cm)
+	return restoreOf(cache, r.Images.Agent, cm)
 }
 
 // unfit says why a backup cannot be restored into the Cache, or nothing.

@@ -70,7 +70,7 @@ func TestARestoreRecordOfAnEarlierCacheOfTheSameNameIsNotTaken(t *testing.T) {
 		Status: cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupCompleted, CacheMode: string(cachev2.ModeStandalone), ValkeyVersion: "8.1.1",
 			Shards: []cachev1alpha1.BackupShard{{Name: "shard-0", Source: "orders-0", Object: "shop/orders/tuesday/shard-0.rdb", Keys: 5}}}}
 	c := fake.NewClientBuilder().WithScheme(NewScheme()).WithObjects(cache, stale, tuesday).Build()
-	r := &CacheReconciler{Client: c, APIReader: c, AgentImage: "example.com/cache-operator:test"}
+	r := &CacheReconciler{Client: c, APIReader: c, Images: resources.Images{Agent: "example.com/cache-operator:test"}}
 
 	rs, err := r.prepareRestore(ctx, cache)
 	if err != nil {

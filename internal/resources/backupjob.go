@@ -18,6 +18,10 @@ const (
 	// OperatorImageRepository is where the operator's own image comes from, unless the install
 	// says otherwise: its backup Jobs run it too.
 	OperatorImageRepository = "example.com/cache-operator"
+	// DefaultAgentImage is the operator's image of this release, which its backup Jobs and the
+	// cache pods' readiness agents run unless the operator is told otherwise (--agent-image):
+	// the install sets it to the image it runs the operator from.
+	DefaultAgentImage = OperatorImageRepository + ":v0.1.0"
 
 	// BackupAppName is the value of app.kubernetes.io/name on a backup's Job and its pod.
 	BackupAppName = "cache-backup"

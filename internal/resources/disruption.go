@@ -15,7 +15,7 @@ import (
 // is not ready. One per Cache rather than one per shard: which pods make a shard changes with
 // every failover, and a budget's selector cannot follow it. So a drain takes the Cache's pods
 // one by one, each only once the one before is back: a Cluster node is ready only once, as a
-// replica, it is in sync with its primary (replicaInSync), so a shard is never left without a
+// replica, it is in sync with its primary (readiness.ClusterNodeReady), so a shard is never left without a
 // replica in sync when its primary goes, and the primary hands over to it first (handOver).
 //
 // A pod that is not ready may always be evicted (AlwaysAllow): it serves no client and holds no

@@ -37,10 +37,13 @@ type Images struct {
 	ValkeyRepository string
 	// Exporter is the metrics exporter's image.
 	Exporter string
+	// Agent is the operator's own image (--agent-image): its readiness agent runs beside each
+	// server, and its restore mode fetches a restored Cache's data.
+	Agent string
 }
 
 // DefaultImages are the images a Cache's pods run unless the operator is told otherwise.
-var DefaultImages = Images{ValkeyRepository: DefaultImageRepository, Exporter: DefaultExporterImage}
+var DefaultImages = Images{ValkeyRepository: DefaultImageRepository, Exporter: DefaultExporterImage, Agent: DefaultAgentImage}
 
 // Environment variables the exporter reads its credentials from.
 const (

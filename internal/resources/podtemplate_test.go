@@ -142,10 +142,10 @@ func TestEveryTemplateFieldTheBuilderSetsCountsInTheDigest(t *testing.T) {
 			t.Errorf("the builder sets %s, but the digest of owned fields does not change without it", what)
 		}
 	}
-	// mergeOwnedTemplate takes the Valkey container and the data volume by name: another one
-	// from the builder would be neither merged nor in the digest.
+	// mergeOwnedTemplate takes the Valkey container, the readiness agent and the data volume by
+	// name: another one from the builder would be neither merged nor in the digest.
 	for _, c := range desired.Spec.Containers {
-		if c.Name != ContainerName {
+		if c.Name != ContainerName && c.Name != ReadinessContainerName {
 			t.Errorf("the builder makes container %s, which the merge does not own", c.Name)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/readiness"
 )
 
 func testCache() *cachev2.Cache {
@@ -191,8 +193,8 @@ func TestMergeStatefulSetSetsOwnedFieldsOnly(t *testing.T) {
 	if merged.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] == "" {
 		t.Error("the kubectl rollout restart annotation was dropped")
 	}
-	if len(merged.Spec.Template.Spec.Containers) != 2 {
-		t.Errorf("containers = %d, want the Valkey container and the sidecar", len(merged.Spec.Template.Spec.Containers))
+	if len(merged.Spec.Template.Spec.Containers) != 3 {
+		t.Errorf("containers = %d, want the Valkey container, the readiness agent and the sidecar", len(merged.Spec.Template.Spec.Containers))
 	}
 	if merged.Spec.Template.Spec.Containers[0].ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Error("a server-defaulted field of the Valkey container was cleared")
@@ -355,10 +357,10 @@ func TestPodsSpreadOverNodesAndZones(t *testing.T) {
 	}
 }
 
-// Every readiness probe of a Valkey container, whatever the Cache's mode, auth and TLS, ends by
-// itself before the probe's timeout (boundedProbe): the kubelet's timeout does not end a script
-// waiting on a hung server.
-func TestEveryReadinessProbeEndsBeforeItsTimeout(t *testing.T) {
+// Every Valkey container's readiness probe, whatever the Cache's mode, auth and TLS, asks the
+// readiness agent beside it, which judges the server by the Cache's mode and gives up on a server
+// that hangs before the probe's own timeout, so that it says why the server is not ready.
+func TestEveryReadinessProbeAsksTheAgentBesideTheServer(t *testing.T) {
 	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
 		for _, auth := range []bool{false, true} {
 			for _, tls := range []bool{false, true} {
@@ -370,11 +372,18 @@ func TestEveryReadinessProbeEndsBeforeItsTimeout(t *testing.T) {
 				if tls {
 					cache.Spec.TLS = &cachev2.TLS{}
 				}
-				probe := valkeyContainer(cache, DefaultImages.ValkeyRepository).ReadinessProbe
-				command := probe.Exec.Command
-				deadline, err := strconv.Atoi(command[min(3, len(command)-1)])
-				if !slices.Equal(command[:min(3, len(command))], []string{"timeout", "-s", "KILL"}) || err != nil || deadline >= int(probe.TimeoutSeconds) {
-					t.Errorf("%s, auth %v, TLS %v: readiness %q does not end before its timeout, %d s", mode, auth, tls, command, probe.TimeoutSeconds)
+				template := StatefulSet(cache, DefaultImages).Spec.Template
+				probe := template.Spec.Containers[0].ReadinessProbe
+				agent := container(&template, ReadinessContainerName)
+				if agent == nil || probe.HTTPGet == nil || probe.HTTPGet.Port.IntValue() != readiness.Port || probe.HTTPGet.Path != readiness.Path {
+					t.Fatalf("%s, auth %v, TLS %v: readiness probe %+v, agent %+v", mode, auth, tls, probe, agent)
+				}
+				options, err := readiness.ParseArgs(agent.Command[1:])
+				if err != nil || agent.Image != DefaultImages.Agent || agent.Command[0] != readiness.Program || options.Cluster != (mode == cachev2.ModeCluster) {
+					t.Errorf("%s: the readiness agent is %s running %q (%v)", mode, agent.Image, agent.Command, err)
+				}
+				if readiness.CheckTimeout >= time.Duration(probe.TimeoutSeconds)*time.Second {
+					t.Errorf("the agent gives up after %s, not before the probe's timeout of %d s", readiness.CheckTimeout, probe.TimeoutSeconds)
 				}
 			}
 		}

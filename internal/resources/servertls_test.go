@@ -9,11 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/readiness"
 )
 
 // A Cache with TLS listens over TLS only, with the certificate of its Secret mounted from the
-// Secret without the CA's key; a Cluster's replication and bus speak TLS too. The probes, the
-// hook and the exporter reach their own server through its Unix socket, and the hook asks the
+// Secret without the CA's key; a Cluster's replication and bus speak TLS too. The readiness
+// agent, the hook and the exporter reach their own server through its Unix socket, and the hook asks the
 // replica over TLS.
 func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T) {
 	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
@@ -21,8 +22,9 @@ func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T
 		cache.Spec.Mode = mode
 		cache.Spec.Auth = &cachev2.Auth{}
 		cache.Spec.Metrics = &cachev2.Metrics{Enabled: true}
-		pod := StatefulSet(cache, DefaultImages).Spec.Template.Spec
-		valkey, exporter := pod.Containers[0], pod.Containers[1]
+		template := StatefulSet(cache, DefaultImages).Spec.Template
+		pod := template.Spec
+		valkey, agent, exporter := pod.Containers[0], container(&template, ReadinessContainerName), container(&template, ExporterContainerName)
 		args := strings.Join(valkey.Args, " ")
 		for _, want := range []string{"--port 0 --tls-port 6379", "--tls-cert-file /tls/tls.crt", "--tls-key-file /tls/tls.key",
 			"--tls-ca-cert-file /tls/ca.crt", "--tls-auth-clients optional", "--unixsocket valkey.sock --unixsocketperm 700"} {
@@ -45,8 +47,9 @@ func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T
 		if !slices.ContainsFunc(valkey.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == TLSVolume && m.MountPath == TLSPath && m.ReadOnly }) {
 			t.Errorf("%s: mounts %+v", mode, valkey.VolumeMounts)
 		}
-		if probe := strings.Join(valkey.ReadinessProbe.Exec.Command, " "); !strings.Contains(probe, "valkey-cli --user operator -s valkey.sock") {
-			t.Errorf("%s: readiness probe %q does not use the socket", mode, probe)
+		if options, err := readiness.ParseArgs(agent.Command[1:]); err != nil || options.Socket != "/data/valkey.sock" ||
+			len(agent.VolumeMounts) != 1 || agent.VolumeMounts[0].Name != dataVolume || agent.VolumeMounts[0].MountPath != "/data" {
+			t.Errorf("%s: the readiness agent runs %q (%v) with %+v, want it on the socket in the data volume", mode, agent.Command, err, agent.VolumeMounts)
 		}
 		if mode == cachev2.ModeCluster {
 			hook := strings.Join(valkey.Lifecycle.PreStop.Exec.Command, " ")

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/readiness"
 )
 
 const (
@@ -77,7 +79,7 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 				Spec: corev1.PodSpec{
 					SecurityContext:           podSecurityContext(),
 					TopologySpreadConstraints: spreadOut(cache),
-					Containers:                []corev1.Container{valkeyContainer(cache, images.ValkeyRepository)},
+					Containers:                []corev1.Container{valkeyContainer(cache, images.ValkeyRepository), readinessContainer(cache, images.Agent)},
 					Volumes:                   []corev1.Volume{dataVolumeSource()},
 				},
 			},
@@ -112,7 +114,8 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 
 // mergeStatefulSet makes dst, a stored StatefulSet or a new empty one, match desired in the
 // fields the operator owns: its labels, replicas, the pod labels, the pod security context,
-// affinity and spread, the Valkey container, the exporter, the data volume and the TLS volume.
+// affinity and spread, the Valkey container, the readiness agent, the exporter, the data volume
+// and the TLS volume.
 // Everything else is left as it is: the fields the API server defaults, annotations on the pod
 // template such as the one `kubectl rollout restart` sets, labels and containers added by
 // others. So a stored StatefulSet that already matches comes out unchanged, and the caller
@@ -159,7 +162,7 @@ func mergeOwnedTemplate(dst, src *corev1.PodTemplateSpec) {
 	dst.Spec.TopologySpreadConstraints = src.Spec.TopologySpreadConstraints
 	mergePodSettings(dst, src)
 	for i := range src.Spec.Containers {
-		if c := &src.Spec.Containers[i]; c.Name == ContainerName {
+		if c := &src.Spec.Containers[i]; c.Name == ContainerName || c.Name == ReadinessContainerName {
 			mergeContainer(&dst.Spec.Containers, c)
 		}
 	}
@@ -239,9 +242,7 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 			},
 			Limits: corev1.ResourceList{corev1.ResourceMemory: memory},
 		},
-		ReadinessProbe: probe(corev1.ProbeHandler{
-			Exec: &corev1.ExecAction{Command: boundedProbe(append(strings.Fields(cli.local), "ping")...)},
-		}, 5),
+		ReadinessProbe: readinessProbe(),
 		LivenessProbe: probe(corev1.ProbeHandler{
 			TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PortName)},
 		}, 10),
@@ -255,7 +256,7 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 		c.Command = startRestored
 	}
 	if cache.Spec.Auth != nil {
-		authenticated(&c, cache, cli)
+		authenticated(&c, cache)
 	}
 	if cache.Spec.TLS != nil {
 		servingTLS(&c, cache)
@@ -273,37 +274,28 @@ const (
 	envACL = "VALKEY_ACL"
 	// envReplicationPassword holds the replication user's password (masterauth).
 	envReplicationPassword = "VALKEY_REPLICATION_PASSWORD"
-	// envCLIAuth is the password valkey-cli authenticates with: the operator user's, for the
-	// probe and the preStop hook.
+	// envCLIAuth is the password valkey-cli authenticates with: the operator user's, for a
+	// Cluster node's preStop hook.
 	envCLIAuth = "REDISCLI_AUTH"
 
 	aclFile = "users.acl"
 )
 
 // authenticated makes the container's server require credentials: it loads the ACL file of the
-// Cache's ACL Secret, and a replica authenticates to its primary as the replication user. The
-// readiness probe and the preStop hook speak as the operator's user (cliOf); a Standalone
-// node's probe checks the reply: valkey-cli exits 0 when the server refuses it.
-func authenticated(c *corev1.Container, cache *cachev2.Cache, cli nodeCLI) {
+// Cache's ACL Secret, and a replica authenticates to its primary as the replication user. A
+// Cluster node's preStop hook speaks as the operator's user (cliOf).
+func authenticated(c *corev1.Container, cache *cachev2.Cache) {
 	secret := ACLSecretName(cache)
-	c.Env = append(c.Env, secretKey(envACL, secret, ACLFileKey, false), secretKey(envCLIAuth, secret, OperatorUser, false))
+	c.Env = append(c.Env, secretKey(envACL, secret, ACLFileKey, false))
 	c.Args = append(c.Args, "--aclfile", aclFile)
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		c.Env = append(c.Env, secretKey(envReplicationPassword, secret, ReplicationUser, false))
+		c.Env = append(c.Env, secretKey(envCLIAuth, secret, OperatorUser, false), secretKey(envReplicationPassword, secret, ReplicationUser, false))
 		c.Args = append(c.Args, "--masteruser", ReplicationUser, "--masterauth", "$("+envReplicationPassword+")")
-	} else {
-		c.ReadinessProbe.Exec.Command = boundedProbe(answersPong(cli.local)...)
 	}
 	c.Command = writingACL(c.Command)
 }
 
-// answersPong is a Standalone node's readiness probe with auth, with valkey-cli called as cli:
-// the server answers PING with PONG, not with an error such as NOAUTH.
-func answersPong(cli string) []string {
-	return []string{"sh", "-c", cli + " ping | grep -qx PONG"}
-}
-
-// nodeCLI is how a node's probes and preStop hook call valkey-cli: local, to the pod's own
+// nodeCLI is how a node's preStop hook calls valkey-cli: local, to the pod's own
 // server; peer, to another node, or empty to call it as local with another host and port.
 type nodeCLI struct{ local, peer string }
 
@@ -335,8 +327,9 @@ func writingACL(command []string) []string {
 
 // clusterNode makes the container a Valkey Cluster node. It announces its pod IP, which is how
 // the other nodes and cluster clients reach it. It is ready once it serves slots as a primary or
-// is a replica in sync with its primary (replicaInSync): the PodDisruptionBudget counts a node
-// not yet a replica in sync as unavailable, so a drain never takes its shard's primary meanwhile. The operator brings
+// is a replica in sync with its primary (readiness.ClusterNodeReady, which the readiness agent
+// answers its probe with): the PodDisruptionBudget counts a node not yet a replica in sync as
+// unavailable, so a drain never takes its shard's primary meanwhile. The operator brings
 // a node into the cluster whether or not it is ready, and judges the cluster's own health in the
 // Cache's Ready condition.
 //
@@ -368,23 +361,6 @@ func clusterNode(c *corev1.Container, auth bool, cli nodeCLI) {
 	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOverScript(cli)}}}
-	c.ReadinessProbe.Exec.Command = boundedProbe(replicaInSync(cli.local)...)
-}
-
-// replicaInSync is a Cluster node's readiness probe, with valkey-cli called as cli: the server
-// is a replica whose link to its primary is up (INFO replication's master_link_status, up once
-// the replica has loaded its primary's data), or a primary that serves slots (CLUSTER NODES: its
-// own line lists them after the eighth field). A primary with no slot is a node that has not
-// joined the cluster yet, such as the new, empty node of a replica's pod just replaced: ready, it
-// would let a drain take the shard's primary before that node is its replica in sync. A reply
-// that is an error, such as NOAUTH, is neither.
-func replicaInSync(cli string) []string {
-	return []string{"sh", "-c", `r=$(` + cli + ` INFO replication) || exit 1
-case "$r" in
-*master_link_status:up*) exit 0 ;;
-*role:master*) ` + cli + ` CLUSTER NODES | awk '$3 ~ /myself/ && NF > 8 { ok = 1 } END { exit !ok }' ;;
-*) exit 1 ;;
-esac`}
 }
 
 // handOverScript is a Cluster node's preStop hook. A pod that goes of itself (deleted, evicted by a
@@ -468,12 +444,13 @@ var startRestored = []string{"sh", "-c", `rm -f ` + startRDB + ` && ` + takeRest
 // replicates a node that is gone.
 var FenceRule = []string{"default", "on", "nopass", "~*", "&*", "+@all", "-sync", "-psync"}
 
-// probeTimeoutSeconds is how long a probe of the Valkey container may take. It is 5 s, not the
-// kubelet's default of 1: a Cluster node's readiness starts a shell and valkey-cli twice, which
-// on a node short of CPU, or in a container at its CPU limit (spec.pod.cpu), can take longer than
-// a second while the server answers well; three such timeouts in a row would take a healthy node
-// out of its Service and its budget, and, for liveness, restart it empty.
-const probeTimeoutSeconds = 5
+// probeTimeoutSeconds is how long a probe of the Valkey container may take: a second more than
+// the readiness agent takes to give up on its server, so that a server that hangs is reported
+// as not ready, with why, rather than as a probe timed out. It is 5 s, not the kubelet's default
+// of 1: on a node short of CPU, or in a container at its CPU limit (spec.pod.cpu), an answer can
+// take longer than a second while the server serves well; three such timeouts in a row would
+// take a healthy node out of its Service and its budget, and, for liveness, restart it empty.
+const probeTimeoutSeconds = int32(readiness.CheckTimeout/time.Second) + 1
 
 // probe is a probe of the Valkey container, every periodSeconds.
 func probe(handler corev1.ProbeHandler, periodSeconds int32) *corev1.Probe {
@@ -484,18 +461,6 @@ func probe(handler corev1.ProbeHandler, periodSeconds int32) *corev1.Probe {
 		SuccessThreshold: 1,
 		FailureThreshold: 3,
 	}
-}
-
-// boundedProbe is the command, run as an exec probe so that it ends, failed, a second before the
-// probe's timeout, with every process it started. The kubelet's own timeout does not do that for
-// a script: containerd kills the probe's first process at the timeout, then waits for every
-// writer of its output to close it, and a valkey-cli waiting on a server that no longer answers
-// (hung, stopped, swapping) never does. The kubelet gives up only after its runtime's timeout,
-// 2 min more, so three failures in a row took over six minutes, while the hung server stayed
-// ready, in its Service and in its budget. timeout(1) kills its whole process group, and SIGKILL
-// also ends a process that is itself stopped.
-func boundedProbe(command ...string) []string {
-	return append([]string{"timeout", "-s", "KILL", strconv.Itoa(probeTimeoutSeconds - 1)}, command...)
 }
 
 // PodReady reports whether the pod is ready, as its readiness probe says, and not going away.

@@ -45,7 +45,19 @@ type Auth struct {
 
 // Connect connects to the server at ip:port, authenticating as auth says. Close it when done.
 func Connect(ip string, port int, auth Auth) (*Server, error) {
-	addr := net.JoinHostPort(ip, strconv.Itoa(port))
+	return connect(net.JoinHostPort(ip, strconv.Itoa(port)), auth, nil)
+}
+
+// ConnectSocket connects to the server listening on the Unix socket at path, as a pod's own
+// containers reach their server: a socket needs no certificate, with or without TLS.
+func ConnectSocket(path string, auth Auth) (*Server, error) {
+	return connect(path, auth, func(ctx context.Context, path string, dialer *net.Dialer, _ *tls.Config) (net.Conn, error) {
+		return dialer.DialContext(ctx, "unix", path)
+	})
+}
+
+// connect connects to the server at addr, through dial unless nil (TCP, with TLS if auth has it).
+func connect(addr string, auth Auth, dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) (*Server, error) {
 	client, err := valkeygo.NewClient(valkeygo.ClientOption{
 		InitAddress: []string{addr},
 		Username:    auth.User,
@@ -55,6 +67,7 @@ func Connect(ip string, port int, auth Auth) (*Server, error) {
 		DisableCache:      true,
 		DisableRetry:      true,
 		Dialer:            net.Dialer{Timeout: Timeout},
+		DialCtxFn:         dial,
 		ConnWriteTimeout:  Timeout,
 		TLSConfig:         auth.TLS,
 	})
@@ -146,6 +159,8 @@ func (s *Server) FailoverTakeover(ctx context.Context) error {
 type Status struct {
 	// Version is the server's Valkey release (versionOf).
 	Version string
+	// Primary is set for a primary (role:master), LinkUp and Offset for a replica.
+	Primary bool
 	LinkUp  bool
 	Offset  int64
 }
@@ -157,7 +172,18 @@ func (s *Server) Status(ctx context.Context) (Status, error) {
 		return Status{}, s.wrap("INFO server replication", err)
 	}
 	offset, _ := strconv.ParseInt(InfoField(reply, "slave_repl_offset"), 10, 64)
-	return Status{Version: versionOf(reply), LinkUp: InfoField(reply, "master_link_status") == "up", Offset: offset}, nil
+	return Status{
+		Version: versionOf(reply),
+		Primary: InfoField(reply, "role") == "master",
+		LinkUp:  InfoField(reply, "master_link_status") == "up",
+		Offset:  offset,
+	}, nil
+}
+
+// Ping checks that the server answers commands: PING is refused before authentication, and
+// while the server loads its data.
+func (s *Server) Ping(ctx context.Context) error {
+	return s.wrap("PING", s.do(ctx, s.client.B().Ping().Build()).Error())
 }
 
 // Fenced reports whether this server refuses to serve a replica's resynchronisation (PSYNC), as a

@@ -1,8 +1,14 @@
 package images
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	"example.com/cache-operator/internal/readiness"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -14,7 +20,7 @@ const (
 	// local cluster's containerd config should name the image it imports.
 	DefaultPauseName = "registry.k8s.io/pause:3.10.1"
 	// DefaultOperatorTag is the operator's release, the tag of the image its backup Jobs run
-	// (cmd/main.go defaultAgentImage).
+	// (resources.DefaultAgentImage).
 	DefaultOperatorTag = "v0.1.0"
 	// DefaultCoreDNSName is the local cluster's CoreDNS, the toolchain's version.
 	DefaultCoreDNSName = "localhost/coredns:v1.14.3"
@@ -39,17 +45,26 @@ func Pause(repo string, names ...string) (Image, error) {
 }
 
 // Operator is the operator's image as its Dockerfile builds it, tagged tag (DefaultOperatorTag
-// if empty): the operator built from the repository at repo, on what distroless's static nonroot
-// base gives it, with the CA certificates of the toolchain in bin.
+// if empty): the operator and its readiness agent built from the repository at repo, on what
+// distroless's static nonroot base gives it, with the CA certificates of the toolchain in bin. A
+// release from before the agent (the upgrade tests build earlier releases) has the operator alone.
 func Operator(repo, bin, tag string) (Image, error) {
 	base, err := staticBase(bin)
 	if err != nil {
 		return Image{}, err
 	}
-	program, err := goBuild(repo, "./cmd")
-	if err != nil {
-		return Image{}, err
+	programs := Layer{Comment: "the operator (go build ./cmd) and its readiness agent (./cmd/readiness)"}
+	for pkg, path := range map[string]string{"./cmd": "/cache-operator", "./cmd/readiness": readiness.Program} {
+		if _, err := os.Stat(filepath.Join(repo, pkg)); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		program, err := goBuild(repo, pkg)
+		if err != nil {
+			return Image{}, err
+		}
+		programs.Entries = append(programs.Entries, File(path, 0o755, program))
 	}
+	slices.SortFunc(programs.Entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
 	if tag == "" {
 		tag = DefaultOperatorTag
 	}
@@ -57,7 +72,7 @@ func Operator(repo, bin, tag string) (Image, error) {
 		Names: []string{fullName(resources.OperatorImageRepository + ":" + tag)},
 		Config: Config{User: "65532:65532", WorkingDir: "/home/nonroot", Env: staticEnv,
 			Entrypoint: []string{"/cache-operator"}},
-		Layers: []Layer{base, {Comment: "the operator (go build ./cmd)", Entries: []Entry{File("/cache-operator", 0o755, program)}}},
+		Layers: []Layer{base, programs},
 	}, nil
 }
 
