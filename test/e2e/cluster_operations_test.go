@@ -443,9 +443,8 @@ func TestClusterReplicaRestartedInPlaceComesBackEmpty(t *testing.T) {
 		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(replicaPod), &restarted); err != nil {
 			return false, err.Error()
 		}
-		cs := restarted.Status.ContainerStatuses
-		if len(cs) != 1 || cs[0].RestartCount != 1 || cs[0].State.Running == nil {
-			return false, fmt.Sprintf("%+v", cs)
+		if cs := serverStatus(&restarted); cs == nil || cs.RestartCount != 1 || cs.State.Running == nil {
+			return false, fmt.Sprintf("%+v", restarted.Status.ContainerStatuses)
 		}
 		server, err := valkey.Connect(restarted.Status.PodIP, resources.Port, valkey.Auth{})
 		if err != nil {
@@ -529,9 +528,9 @@ func TestClusterPrimaryRestartedInPlaceKeepsEveryWriteAReplicaAcknowledged(t *te
 				t.Errorf("pod %s was replaced (UID %s → %s, IP %s → %s), not restarted in place", primaryPod.Name,
 					primaryPod.UID, restarted.UID, primaryPod.Status.PodIP, restarted.Status.PodIP)
 			}
-			if cs := restarted.Status.ContainerStatuses; len(cs) != 1 || cs[0].RestartCount < 1 || cs[0].LastTerminationState.Terminated == nil ||
-				cs[0].LastTerminationState.Terminated.ExitCode != 137 {
-				t.Errorf("the container's status does not show the restart after SIGKILL: %+v", cs)
+			if cs := serverStatus(&restarted); cs == nil || cs.RestartCount < 1 || cs.LastTerminationState.Terminated == nil ||
+				cs.LastTerminationState.Terminated.ExitCode != 137 {
+				t.Errorf("the container's status does not show the restart after SIGKILL: %+v", restarted.Status.ContainerStatuses)
 			}
 			history.caughtUp(t, key)
 			if !strings.Contains(history.String(), "False/") {

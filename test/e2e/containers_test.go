@@ -56,3 +56,14 @@ func serverContainerID(namespace, name string) (string, error) {
 	}
 	return "", fmt.Errorf("container %s of pod %s/%s is not running", first, namespace, name)
 }
+
+// serverStatus is the status of the pod's Valkey container, its first, or nil: the kubelet lists
+// the containers' statuses by name, not in the pod's order.
+func serverStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if s := &pod.Status.ContainerStatuses[i]; s.Name == pod.Spec.Containers[0].Name {
+			return s
+		}
+	}
+	return nil
+}

@@ -107,8 +107,8 @@ func TestARolloutThatNeverMovesIsReportedAndFreesItsPlace(t *testing.T) {
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stuck-0"}, &pod); err != nil {
 		t.Fatal(err)
 	}
-	if w := pod.Status.ContainerStatuses[0].State.Waiting; w == nil || !slices.Contains([]string{"ErrImagePull", "ImagePullBackOff"}, w.Reason) {
-		t.Errorf("stuck-0's container is %+v, want waiting for its image", pod.Status.ContainerStatuses[0].State)
+	if cs := serverStatus(&pod); cs == nil || cs.State.Waiting == nil || !slices.Contains([]string{"ErrImagePull", "ImagePullBackOff"}, cs.State.Waiting.Reason) {
+		t.Errorf("stuck-0's containers are %+v, want the server's waiting for its image", pod.Status.ContainerStatuses)
 	}
 	// And what the Cache says: which pod, and why, as its kubelet reports it.
 	c = waitReadyAs(t, stuck, metav1.ConditionFalse, cachev2.ReasonPodsCannotStart, 3*time.Minute)

@@ -246,14 +246,14 @@ func TestCrashedNodeRestartsInPlaceEmpty(t *testing.T) {
 		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(&crashed), &restarted); err != nil {
 			return false, err.Error()
 		}
-		cs := restarted.Status.ContainerStatuses
-		return len(cs) == 1 && cs[0].RestartCount == 1 && podReady(&restarted), fmt.Sprintf("%+v", cs)
+		cs := serverStatus(&restarted)
+		return cs != nil && cs.RestartCount == 1 && podReady(&restarted), fmt.Sprintf("%+v", restarted.Status.ContainerStatuses)
 	})
 	if restarted.UID != crashed.UID || restarted.Status.PodIP != crashed.Status.PodIP {
 		t.Errorf("pod %s was replaced (UID %s → %s, IP %s → %s), not restarted in place", crashed.Name,
 			crashed.UID, restarted.UID, crashed.Status.PodIP, restarted.Status.PodIP)
 	}
-	if last := restarted.Status.ContainerStatuses[0].LastTerminationState.Terminated; last == nil || last.ExitCode != 137 {
+	if last := serverStatus(&restarted).LastTerminationState.Terminated; last == nil || last.ExitCode != 137 {
 		t.Errorf("the container's last state is %+v, want terminated with exit code 137 (SIGKILL)", last)
 	}
 	waitSettled(t, ns, time.Minute)
