@@ -111,8 +111,9 @@ func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) 
 // A server that hangs (stopped here, as one swapping or stuck would be) is taken out of its
 // Service and its budget within its readiness probe's failures, so a drain cannot count it as a
 // replica in sync and take its primary; once it answers again, its pod is ready and the Cache is
-// Ready. The kubelet's probe timeout alone did not do it: the probe's valkey-cli, waiting on the
-// server, kept the probe running, and the pod ready, for minutes (boundedProbe).
+// Ready. The readiness agent gives up on the hung server before the probe's timeout (an exec
+// probe's valkey-cli, waiting on the server, once kept the probe running, and the pod ready,
+// for minutes).
 func TestAHungServerIsNotReady(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
@@ -130,7 +131,7 @@ func TestAHungServerIsNotReady(t *testing.T) {
 	}
 	resume := func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
 	t.Cleanup(resume)
-	// Three failed probes, 5 s apart, each ending within its 5 s timeout.
+	// Three failed probes, 5 s apart, each answered within its 5 s timeout.
 	testenv.WaitFor(t, time.Minute, replica.Name+" not ready, and its budget to count it", func() (bool, string) {
 		pdb := &policyv1.PodDisruptionBudget{}
 		if err := admin.Get(context.Background(), key, pdb); err != nil {
