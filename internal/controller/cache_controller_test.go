@@ -69,8 +69,8 @@ func TestWorkedExampleCreateBecomeReadyAndScale(t *testing.T) {
 		t.Errorf("StatefulSet replicas = %d, want 3", *sts.Spec.Replicas)
 	}
 	pod := sts.Spec.Template.Spec
-	if len(pod.Containers) != 1 || pod.Containers[0].Image != "valkey/valkey:8.1.1" {
-		t.Errorf("pod containers = %+v, want one running valkey/valkey:8.1.1", pod.Containers)
+	if len(pod.Containers) != 2 || pod.Containers[0].Image != "valkey/valkey:8.1.1" || pod.Containers[1].Name != resources.ReadinessContainerName {
+		t.Errorf("pod containers = %+v, want valkey/valkey:8.1.1 and the readiness agent", pod.Containers)
 	}
 	if !slices.Contains(pod.Containers[0].Args, "--maxmemory") || !slices.Contains(pod.Containers[0].Args, "allkeys-lru") {
 		t.Errorf("Valkey args %q lack maxmemory and the eviction policy", pod.Containers[0].Args)
@@ -152,7 +152,7 @@ func TestHandEditOfThePodTemplateIsUndone(t *testing.T) {
 		for _, c := range containers {
 			images = append(images, c.Image)
 		}
-		return slices.Equal(images, []string{"valkey/valkey:8.1.1", "shipper:2"}), fmt.Sprintf("images %v", images)
+		return slices.Equal(images, []string{"valkey/valkey:8.1.1", resources.DefaultAgentImage, "shipper:2"}), fmt.Sprintf("images %v", images)
 	})
 }
 
