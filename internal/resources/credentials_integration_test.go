@@ -3,6 +3,7 @@
 package resources
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -150,4 +151,95 @@ func TestTheApplicationUserRunsWhatACacheClientNeedsAndWhatIsGranted(t *testing.
 		"FLUSHALL": true, "SWAPDB 0 1": true, "SORT k": true,
 		"CONFIG GET maxmemory": false, "LATENCY RESET": false, "ACL LIST": false, "SHUTDOWN": false, "MONITOR": false,
 	})
+}
+
+// A Cluster node with auth starts fenced; on a release with atomic slot migration the fence also
+// keeps it from importing slots, and once lifted it imports them from another such node, whose
+// replication user the target runs the keys as. On an earlier release, whose ACL knows no slot
+// import, the fence is replication's alone. On real servers of the oldest and the newest release.
+func TestAnUnfencedNodeWithAuthImportsSlotsAtomically(t *testing.T) {
+	ctx := t.Context()
+	cache := testCache()
+	cache.Spec.Mode = cachev2.ModeCluster
+	cache.Spec.Auth = &cachev2.Auth{}
+	acl, _ := NextACL(cache, ACL{}, "the-application-password", time.Now())
+	file := filepath.Join(t.TempDir(), ACLFileKey)
+	if err := os.WriteFile(file, []byte(acl.File(cache)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth := valkey.Auth{User: OperatorUser, Password: acl.Passwords[OperatorUser], ReplicationUser: ReplicationUser}
+	args := []string{"--cluster-enabled", "yes", "--aclfile", file, "--masteruser", ReplicationUser, "--masterauth", acl.Passwords[ReplicationUser]}
+	releases := testenv.ValkeyReleases(t)
+	ips := testenv.LoopbackIPs(24)[20:]
+	start := func(ip string, release int) *valkey.Server {
+		testenv.StartValkeyRelease(t, releases[release], ip, Port, args...)
+		s, err := valkey.Connect(ip, Port, auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		if fenced, err := s.Fenced(ctx); err != nil || !fenced {
+			t.Fatalf("Valkey %s starts fenced %t (%v)", releases[release].Version, fenced, err)
+		}
+		if err := s.Unfence(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if fenced, err := s.Fenced(ctx); err != nil || fenced {
+			t.Fatalf("Valkey %s is still fenced %t (%v) once unfenced", releases[release].Version, fenced, err)
+		}
+		return s
+	}
+	start(ips[3], 0)
+
+	newest := len(releases) - 1
+	source, target := start(ips[0], newest), start(ips[1], newest)
+	if err := source.AddSlots(ctx, []valkey.SlotRange{{Start: 0, End: valkey.SlotCount - 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := source.Meet(ctx, ips[1], Port); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the source's cluster state ok", func() (bool, string) {
+		state, err := source.ClusterState(ctx)
+		return state == "ok", fmt.Sprint(state, err)
+	})
+	operator := func(ip string) valkeygo.Client {
+		c, err := valkeygo.NewClient(valkeygo.ClientOption{
+			InitAddress: []string{net.JoinHostPort(ip, strconv.Itoa(Port))}, Username: OperatorUser, Password: acl.Passwords[OperatorUser],
+			ForceSingleClient: true, DisableCache: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	const keys = 20
+	c := operator(ips[0])
+	for i := range keys {
+		if err := c.Do(ctx, c.B().Set().Key(fmt.Sprintf("{b}%d", i)).Value("v").Build()).Error(); err != nil { // slot 3300
+			t.Fatal(err)
+		}
+	}
+	nodes, err := target.ClusterNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	targetNode, _ := valkey.Myself(nodes)
+	testenv.WaitFor(t, 30*time.Second, "slots 3000-3999 moved to the target", func() (bool, string) {
+		jobs, err := source.SlotMigrations(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(jobs) == 0 || jobs[0].State == valkey.MigrationFailed {
+			if err := source.MigrateSlots(ctx, []valkey.SlotRange{{Start: 3000, End: 3999}}, targetNode.ID); err != nil {
+				return false, err.Error()
+			}
+			return false, fmt.Sprintf("started; before: %+v", jobs)
+		}
+		return jobs[0].State == valkey.MigrationSucceeded, fmt.Sprintf("%+v", jobs[0])
+	})
+	if n, err := operator(ips[1]).Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || n != keys {
+		t.Errorf("the target holds %d keys (%v), want %d", n, err, keys)
+	}
 }

@@ -187,19 +187,47 @@ func (s *Server) Ping(ctx context.Context) error {
 }
 
 // Fenced reports whether this server refuses to serve a replica's resynchronisation (PSYNC), as a
-// Cluster node does from its start until the operator lifts the fence.
+// Cluster node does from its start until the operator lifts the fence; or, on a release with
+// atomic slot migration, with auth, whether it would refuse to import slots (importRules).
 func (s *Server) Fenced(ctx context.Context) (bool, error) {
 	reply, err := s.do(ctx, s.client.B().AclDryrun().Username(s.fenceUser()).Command("PSYNC").Arg("?", "-1").Build()).ToString()
+	if err != nil {
+		return false, s.wrap("ACL DRYRUN", err)
+	}
+	if reply != "OK" || s.fenceUser() == "default" {
+		return reply != "OK", nil
+	}
+	reply, err = s.do(ctx, s.client.B().AclDryrun().Username(s.fenceUser()).Command("CLUSTER").Arg("SYNCSLOTS", "ESTABLISH").Build()).ToString()
+	if err != nil && strings.Contains(err.Error(), "not found") {
+		return false, nil // a release without atomic slot migration
+	}
 	if err != nil {
 		return false, s.wrap("ACL DRYRUN", err)
 	}
 	return reply != "OK", nil
 }
 
-// Unfence lets replicas resynchronise from this server.
+// Unfence lets replicas resynchronise from this server, and, on a release with atomic slot
+// migration, with auth, lets it import slots (importRules).
 func (s *Server) Unfence(ctx context.Context) error {
-	return s.wrap("ACL SETUSER", s.do(ctx, s.client.B().AclSetuser().Username(s.fenceUser()).Rule("+sync", "+psync").Build()).Error())
+	user := s.fenceUser()
+	if err := s.do(ctx, s.client.B().AclSetuser().Username(user).Rule("+sync", "+psync").Build()).Error(); err != nil || user == "default" {
+		return s.wrap("ACL SETUSER", err)
+	}
+	err := s.do(ctx, s.client.B().AclSetuser().Username(user).Rule(importRules...).Build()).Error()
+	if err != nil && strings.Contains(err.Error(), "Unknown command") {
+		return nil // a release without atomic slot migration
+	}
+	return s.wrap("ACL SETUSER", err)
 }
+
+// importRules are what the replication user needs, beyond replication, for its node to import
+// slots with atomic slot migration (Valkey 9): a source authenticates to the target as the user
+// its replicas use (masteruser), and the target runs the slots' keys it is sent as that user.
+// The default user, which the replication user is without auth, has them from the start. They
+// are given with the fence's lifting rather than in the ACL file, which a server of any release
+// loads, and which an earlier release refuses whole for a command it does not know.
+var importRules = []string{"+cluster|syncslots", "+select", "+@write", "~*"}
 
 // fenceUser is the user replicas connect as, whose rights the fence takes away.
 func (s *Server) fenceUser() string {
