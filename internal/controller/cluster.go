@@ -31,7 +31,8 @@ const clusterPollWhileNotReady = 2 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // clusterPollWhileMoving is how soon a Cluster Cache whose slots are moving is looked at again:
-// each pass moves one bounded batch, and the next batch may start as soon as it is seen to land.
+// each pass moves one bounded batch key by key, or finds whether an atomic job has ended, and the
+// next may start as soon as the last is seen to land.
 const clusterPollWhileMoving = 200 * time.Millisecond
 
 // clusterMember is a pod of a Cluster Cache and what its server reports.
@@ -97,7 +98,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	switch {
 	case health.Ready() && len(plan.Actions) == 0:
 		return report, r.ClusterCheckInterval, actErr
-	case slices.ContainsFunc(plan.Actions, func(a topology.Action) bool { return a.Kind == topology.KindMigrate }):
+	case plan.Migrating:
 		return report, clusterPollWhileMoving, actErr
 	}
 	return report, clusterPollWhileNotReady, actErr
@@ -218,11 +219,14 @@ func observeMember(ctx context.Context, m *topology.Member, auth valkey.Auth, na
 	if err == nil {
 		m.Fenced, err = server.Fenced(ctx)
 	}
+	if self, _ := valkey.Myself(nodes); err == nil && self.PrimaryID == "" && valkey.MigratesAtomically(m.Version) {
+		m.Migrations, err = server.SlotMigrations(ctx)
+	}
 	if err != nil {
 		logger.Info("Cannot read the Valkey server's cluster state", "error", err.Error())
 		return
 	}
-	m.Nodes = nodes
+	m.Nodes, m.Observed = nodes, time.Now()
 }
 
 // clusterReport is what a Cluster Cache's servers say, in the terms of its status.

@@ -113,6 +113,10 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 		return server.SetSlotsOwner(ctx, a.Claim.Slots, a.Claim.ID)
 	case topology.KindMigrate:
 		return migrate(ctx, server, byPod, a.Migrate, deadline, keyMoveBudget)
+	case topology.KindMigrateSlots:
+		return server.MigrateSlots(ctx, a.MigrateSlots.Slots, a.MigrateSlots.TargetID)
+	case topology.KindCancelMigrations:
+		return server.CancelSlotMigrations(ctx)
 	case topology.KindUnfence:
 		return server.Unfence(ctx)
 	case topology.KindRestart, topology.KindMarkHandover:

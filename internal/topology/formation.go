@@ -69,7 +69,7 @@ func formStep(want Want, members []Member) Plan {
 	}
 	for _, step := range []func(Want, []Member) (Plan, bool){
 		rolesAgreed, forgetDeparted, unfence, claimRestored, meet, heldForSyncingReplicas(closeOpenSlots), assignSlots, handOverLeaving, freeReplica,
-		attachReplicas, heldForSyncingReplicas(rebalance), release,
+		attachReplicas, heldForSyncingReplicas(moveSlots), release,
 		replicasComplete,
 	} {
 		if plan, done := step(want, members); !done {
@@ -94,6 +94,9 @@ func progress(plan Plan, members []Member) string {
 	}
 	if moves := describeMoves(plan.Actions); moves != "" {
 		parts = append(parts, "moving "+moves)
+	}
+	if jobs := describeJobs(members); jobs != "" && plan.Waiting == "" {
+		parts = append(parts, "migrating atomically: "+jobs)
 	}
 	return strings.Join(parts, "; ")
 }

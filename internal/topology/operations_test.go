@@ -16,6 +16,8 @@ import (
 // the next step is planned from the result. The real servers run the same operations in e2e.
 type sim struct {
 	nodes map[string]*simNode // by pod
+	// version is the Valkey release every server runs ("": one without atomic slot migration).
+	version string
 	// gone are the nodes whose server is gone while others still know them, by node ID: the
 	// others list them without an address (noaddr), as when a new node answers at it.
 	gone map[string]*simNode
@@ -38,6 +40,8 @@ type simNode struct {
 	// handoverSeen: the operator recorded on the pod that its shard was handed over, a grace
 	// ago.
 	handoverSeen bool
+	// jobs is the log of atomic slot migrations the node ran as a source, newest first.
+	jobs []valkey.SlotMigration
 }
 
 func newSim() *sim { return &sim{nodes: map[string]*simNode{}, gone: map[string]*simNode{}} }
@@ -92,11 +96,14 @@ func (s *sim) members() []Member {
 		n := s.nodes[pod]
 		// A replica of a fenced or gone primary cannot sync.
 		primary := s.byID(n.primary)
-		m := Member{Pod: pod, IP: ip(pod), Port: 6379, State: "ok",
+		m := Member{Pod: pod, IP: ip(pod), Port: 6379, State: "ok", Version: s.version, Observed: simNow,
 			LinkUp:  primary != nil && !n.linkDown && !n.syncing && !primary.fenced && s.gone[n.primary] == nil,
 			Leaving: n.leaving, Outdated: n.outdated, Fenced: n.fenced, Nodes: []valkey.ClusterNode{s.entry(n, true)}}
 		if n.handoverSeen {
 			m.HandoverSeen, m.SinceHandover = true, HandoverGrace
+		}
+		if n.primary == "" && valkey.MigratesAtomically(s.version) {
+			m.Migrations = slices.Clone(n.jobs)
 		}
 		for _, other := range slices.Sorted(maps.Keys(n.knows)) {
 			if o := s.byID(other); o != nil {
@@ -121,7 +128,7 @@ func (s *sim) podAt(address Address) *simNode {
 func (s *sim) apply(t *testing.T, a Action) {
 	t.Helper()
 	n := s.nodes[a.On]
-	if setslot := a.Kind == KindStable || a.Kind == KindClaim || a.Kind == KindMigrate; setslot && n.primary != "" {
+	if setslot := a.Kind == KindStable || a.Kind == KindClaim || a.Kind == KindMigrate || a.Kind == KindMigrateSlots; setslot && n.primary != "" {
 		t.Fatalf("%s: SETSLOT on a replica: Valkey refuses", a)
 	} else if setslot && s.syncingReplicaOf(n, a) != "" {
 		t.Fatalf("%s while %s takes its first copy: it would keep the slot marks for good", a, s.syncingReplicaOf(n, a))
@@ -180,6 +187,14 @@ func (s *sim) apply(t *testing.T, a Action) {
 		}
 	case KindMigrate:
 		s.migrate(t, n, s.nodes[a.Migrate.Target], a.Migrate, len(a.Migrate.Slots))
+	case KindMigrateSlots:
+		s.startJob(t, n, a)
+	case KindCancelMigrations:
+		for i := range n.jobs {
+			if n.jobs[i].Running() {
+				n.jobs[i].State = valkey.MigrationCancelled
+			}
+		}
 	case KindMarkHandover:
 		// Steps are as far apart as the grace: the sim's clock runs between them.
 		n.handoverSeen = true
@@ -195,11 +210,64 @@ func (s *sim) apply(t *testing.T, a Action) {
 	}
 }
 
+// simNow is the sim's clock, when every member is read; the logs' jobs are dated by it.
+var simNow = time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+
+// startJob starts an atomic slot migration as Valkey does, refusing it whole where Valkey would.
+func (s *sim) startJob(t *testing.T, source *simNode, a Action) {
+	t.Helper()
+	target := s.nodes[a.MigrateSlots.Target]
+	switch {
+	case !valkey.MigratesAtomically(s.version):
+		t.Fatalf("%s: Valkey %q has no atomic slot migration", a, s.version)
+	case source.primary != "" || target.primary != "":
+		t.Fatalf("%s: between %s and %s, not two primaries", a, source.pod, target.pod)
+	case slices.ContainsFunc(source.jobs, valkey.SlotMigration.Running):
+		t.Fatalf("%s: %s runs a job already: Valkey refuses (I am already migrating)", a, source.pod)
+	}
+	for _, r := range a.MigrateSlots.Slots {
+		for slot := r.Start; slot <= r.End; slot++ {
+			if !source.slots[slot] {
+				t.Fatalf("%s: slot %d is not %s's: Valkey refuses", a, slot, source.pod)
+			}
+		}
+	}
+	job := valkey.SlotMigration{Name: fmt.Sprint("job-", len(source.jobs)), Export: true, Slots: a.MigrateSlots.Slots,
+		SourceID: source.id, TargetID: target.id, State: "snapshotting", Updated: simNow}
+	source.jobs = append([]valkey.SlotMigration{job}, source.jobs...)
+}
+
+// endJobs ends every running atomic slot migration as state says (a job that succeeds hands its
+// slots over), and reports whether one ran.
+func (s *sim) endJobs(t *testing.T, state string) bool {
+	ended := false
+	for _, n := range s.nodes {
+		if len(n.jobs) == 0 || !n.jobs[0].Running() {
+			continue
+		}
+		ended, n.jobs[0].State = true, state
+		if state != valkey.MigrationSucceeded {
+			continue
+		}
+		var slots []int
+		for _, r := range n.jobs[0].Slots {
+			for slot := r.Start; slot <= r.End; slot++ {
+				slots = append(slots, slot)
+			}
+		}
+		s.migrate(t, n, s.byID(n.jobs[0].TargetID), &Migration{Slots: slots, Import: slots, Export: slots}, len(slots))
+	}
+	return ended
+}
+
 // syncingReplicaOf is a replica still syncing with a primary whose slots the action changes.
 func (s *sim) syncingReplicaOf(n *simNode, a Action) string {
 	changed := []*simNode{n}
-	if a.Kind == KindMigrate {
+	switch a.Kind { //nolint:exhaustive // the kinds that change a second primary's slots
+	case KindMigrate:
 		changed = append(changed, s.nodes[a.Migrate.Target])
+	case KindMigrateSlots:
+		changed = append(changed, s.nodes[a.MigrateSlots.Target])
 	}
 	for _, o := range s.nodes {
 		for _, p := range changed {
@@ -278,7 +346,7 @@ func (s *sim) run(t *testing.T, want Want, limit int) int {
 		if plan.Formed() {
 			return step - 1
 		}
-		if plan.Waiting != "" && s.finishSyncs() {
+		if plan.Waiting != "" && (s.finishSyncs() || s.endJobs(t, valkey.MigrationSucceeded)) {
 			continue
 		}
 		if plan.Waiting != "" {
@@ -1325,4 +1393,180 @@ func TestRestoredServersGetTheirShardsBackWithoutMovingAKey(t *testing.T) {
 		}
 	}
 	t.Logf("formed in %d steps", steps)
+}
+
+// atomicSim is a formed cluster whose servers all run a release with atomic slot migration.
+func atomicSim(t *testing.T, want Want) *sim {
+	s := formedSim(t, want)
+	s.version = "9.1.2"
+	return s
+}
+
+// slotJobs counts a plan's actions of each kind that moves slots.
+func slotJobs(plan Plan) (atomic, keyByKey, cancels int) {
+	for _, a := range plan.Actions {
+		switch a.Kind { //nolint:exhaustive // the kinds that move slots
+		case KindMigrateSlots:
+			atomic++
+		case KindMigrate:
+			keyByKey++
+		case KindCancelMigrations:
+			cancels++
+		}
+	}
+	return atomic, keyByKey, cancels
+}
+
+// On servers that all migrate atomically, a scale-out and a scale-in move slots only with atomic
+// jobs, one per source at a time, each source's slots to a target in one job, and the plan waits
+// while they run; a cluster with a server of an earlier release moves them key by key.
+func TestAScaleMovesSlotsAtomicallyWhenEveryServerCan(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 1}, Want{Shards: 5, ReplicasPerShard: 1}
+	s := atomicSim(t, from)
+	s.add(simPods(from.Nodes(), to.Nodes())...)
+	jobs := 0
+	for step := 1; ; step++ {
+		if step > 50 {
+			t.Fatal("not formed after 50 steps")
+		}
+		plan := Form(to, s.members())
+		if plan.Formed() {
+			break
+		}
+		atomic, keyByKey, _ := slotJobs(plan)
+		if keyByKey > 0 {
+			t.Fatalf("step %d moves keys one by one: %v", step, actions(plan))
+		}
+		jobs += atomic
+		if plan.Waiting != "" {
+			if !s.finishSyncs() && !s.endJobs(t, valkey.MigrationSucceeded) {
+				t.Fatalf("step %d waits on nothing: %s", step, plan.Waiting)
+			}
+			continue
+		}
+		for _, a := range plan.Actions {
+			s.apply(t, a)
+		}
+		s.gossip()
+	}
+	s.assertBalanced(t, to)
+	// Each of the 3 sources gives to each of the 2 new primaries at most once.
+	if jobs < 2 || jobs > 6 {
+		t.Errorf("the scale-out took %d atomic jobs, want one per source and target", jobs)
+	}
+
+	s.leave(from.Nodes())
+	s.run(t, from, 50)
+	s.assertBalanced(t, from)
+
+	mixed := atomicSim(t, from)
+	mixed.add(simPods(from.Nodes(), to.Nodes())...)
+	for step := 1; step <= 20; step++ {
+		members := mixed.members()
+		members[len(members)-1].Version = "8.1.4"
+		plan := Form(to, members)
+		if atomic, keyByKey, _ := slotJobs(plan); atomic > 0 || keyByKey > 0 {
+			if atomic > 0 {
+				t.Errorf("with a server on 8.1 the scale-out starts atomic jobs: %v", actions(plan))
+			}
+			return
+		}
+		if plan.Waiting != "" && mixed.finishSyncs() {
+			continue
+		}
+		for _, a := range plan.Actions {
+			mixed.apply(t, a)
+		}
+		mixed.gossip()
+	}
+	t.Error("with a server on 8.1 no slot moved in 20 steps")
+}
+
+// A scale-out taken back while its jobs run (the spec's shards lowered again, so that the new
+// pods leave) cancels them: their slots stay with the sources, and the cluster ends balanced on
+// the shards it had.
+func TestAScaleOutTakenBackCancelsItsRunningJobs(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
+	s := atomicSim(t, from)
+	s.add(simPods(from.Nodes(), to.Nodes())...)
+	for step := 1; ; step++ {
+		if step > 20 {
+			t.Fatal("no job started after 20 steps")
+		}
+		plan := Form(to, s.members())
+		if atomic, _, _ := slotJobs(plan); atomic > 0 {
+			for _, a := range plan.Actions {
+				s.apply(t, a)
+			}
+			break
+		}
+		if plan.Waiting != "" && s.finishSyncs() {
+			continue
+		}
+		for _, a := range plan.Actions {
+			s.apply(t, a)
+		}
+		s.gossip()
+	}
+	s.leave(from.Nodes())
+	plan := Form(from, s.members())
+	if _, _, cancels := slotJobs(plan); cancels == 0 {
+		t.Fatalf("taken back, the scale-out's running jobs are not cancelled: %v (%s)", actions(plan), plan.Waiting)
+	}
+	for _, a := range plan.Actions {
+		s.apply(t, a)
+	}
+	for pod, n := range s.nodes {
+		if len(n.jobs) > 0 && n.jobs[0].Running() {
+			t.Errorf("%s still runs %+v", pod, n.jobs[0])
+		}
+	}
+	s.run(t, from, 50)
+	s.assertBalanced(t, from)
+}
+
+// A job that failed is started again, on what the servers then report, only once a while has
+// passed since it failed (a late failure cost a fork and a copy of the slots), and the progress
+// says why it failed.
+func TestAFailedJobIsRetriedAfterADelayAndItsFailureShown(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
+	s := atomicSim(t, from)
+	s.add(simPods(from.Nodes(), to.Nodes())...)
+	for step := 1; ; step++ {
+		if step > 20 {
+			t.Fatal("no job started after 20 steps")
+		}
+		plan := Form(to, s.members())
+		if atomic, _, _ := slotJobs(plan); atomic > 0 {
+			for _, a := range plan.Actions {
+				s.apply(t, a)
+			}
+			break
+		}
+		if plan.Waiting != "" && s.finishSyncs() {
+			continue
+		}
+		for _, a := range plan.Actions {
+			s.apply(t, a)
+		}
+		s.gossip()
+	}
+	s.endJobs(t, valkey.MigrationFailed)
+	for _, n := range s.nodes {
+		if len(n.jobs) > 0 {
+			n.jobs[0].Message = "the target is out of memory"
+		}
+	}
+	plan := Form(to, s.members())
+	if atomic, _, _ := slotJobs(plan); atomic > 0 || !strings.Contains(plan.Waiting+plan.Progress, "failed: the target is out of memory") {
+		t.Errorf("right after a failure: %d jobs started, waiting %q, progress %q", atomic, plan.Waiting, plan.Progress)
+	}
+	for _, n := range s.nodes {
+		if len(n.jobs) > 0 {
+			n.jobs[0].Updated = simNow.Add(-migrationRetryDelay)
+		}
+	}
+	if atomic, _, _ := slotJobs(Form(to, s.members())); atomic == 0 {
+		t.Errorf("a while after the failure no job is started again")
+	}
 }

@@ -25,8 +25,10 @@ type Action struct {
 	Stable []int
 	// Claim are slots that no other node serves, which On, importing them, is to own.
 	Claim *Claim
-	// Migrate moves slots from On to another primary.
+	// Migrate moves slots from On to another primary, key by key.
 	Migrate *Migration
+	// MigrateSlots moves slots from On to another primary in one atomic job (Valkey 9).
+	MigrateSlots *SlotJob
 }
 
 // Kind is what an action does. Switches over it list every kind (the exhaustive linter checks),
@@ -54,8 +56,12 @@ const (
 	KindStable
 	// KindClaim makes On own the Claim slots.
 	KindClaim
-	// KindMigrate moves the Migrate slots.
+	// KindMigrate moves the Migrate slots, key by key.
 	KindMigrate
+	// KindMigrateSlots starts the atomic slot migration job MigrateSlots on On, its source.
+	KindMigrateSlots
+	// KindCancelMigrations cancels the atomic slot migration jobs that On runs as a source.
+	KindCancelMigrations
 	// KindRestart deletes On's pod, which its StatefulSet then creates again from the current
 	// template.
 	KindRestart
@@ -84,6 +90,12 @@ type Migration struct {
 	Slots            []int
 	Import, Export   []int
 	Announce         []string
+}
+
+// SlotJob is an atomic slot migration of Slots from the action's On, the source, to the target.
+type SlotJob struct {
+	Target, TargetID string
+	Slots            []valkey.SlotRange
 }
 
 // Address is where a server listens.
@@ -118,6 +130,11 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s: CLUSTER SETSLOT %s NODE %s", a.On, slotList(a.Claim.Slots), a.Claim.ID)
 	case KindMigrate:
 		return fmt.Sprintf("%s: migrate slots %s to %s", a.On, slotList(a.Migrate.Slots), a.Migrate.Target)
+	case KindMigrateSlots:
+		return fmt.Sprintf("%s: CLUSTER MIGRATESLOTS SLOTSRANGE %s NODE %s (%s)", a.On,
+			valkey.FormatSlots(a.MigrateSlots.Slots), a.MigrateSlots.TargetID, a.MigrateSlots.Target)
+	case KindCancelMigrations:
+		return a.On + ": CLUSTER CANCELSLOTMIGRATIONS"
 	case KindRestart:
 		return "delete pod " + a.On
 	case KindUnfence:
@@ -130,15 +147,7 @@ func (a Action) String() string {
 
 // slotList writes slots, sorted, as ranges: "0-99,205".
 func slotList(slots []int) string {
-	marks := make([]bool, valkey.SlotCount)
-	for _, s := range slots {
-		marks[s] = true
-	}
-	var parts []string
-	for _, r := range rangesOf(marks, true) {
-		parts = append(parts, r.String())
-	}
-	return strings.Join(parts, ",")
+	return valkey.FormatSlots(rangesOfSlots(slots))
 }
 
 // Plan is the outcome of one look at the cluster: actions to take now, all independent of each
@@ -156,6 +165,8 @@ type Plan struct {
 	// Lost are departed primaries whose slots this step gives up, with their keys: no replica
 	// was left to take them over.
 	Lost []string
+	// Migrating: slots are moving, and the cluster is worth looking at again soon.
+	Migrating bool
 }
 
 // Formed reports whether the cluster needs nothing more.

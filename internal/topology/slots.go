@@ -148,7 +148,7 @@ func rebalance(want Want, members []Member) (Plan, bool) {
 		slots := bySlots[p][:min(len(bySlots[p]), share)]
 		actions = append(actions, migrate(members, p.from, p.to, slots, slots, slots))
 	}
-	return Plan{Actions: actions}, false
+	return Plan{Actions: actions, Migrating: true}, false
 }
 
 // migrate is the action that moves slots from one member to another.
@@ -183,8 +183,11 @@ func serves(n valkey.ClusterNode, slot int) bool {
 func describeMoves(actions []Action) string {
 	var parts []string
 	for _, a := range actions {
-		if a.Kind == KindMigrate {
+		switch a.Kind { //nolint:exhaustive // the kinds that move slots
+		case KindMigrate:
 			parts = append(parts, fmt.Sprintf("%d from %s to %s", len(a.Migrate.Slots), a.On, a.Migrate.Target))
+		case KindMigrateSlots:
+			parts = append(parts, fmt.Sprintf("%d from %s to %s", valkey.CountSlots(a.MigrateSlots.Slots), a.On, a.MigrateSlots.Target))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -205,8 +208,13 @@ func heldForSyncingReplicas(step func(Want, []Member) (Plan, bool)) func(Want, [
 		var held []string
 		for _, a := range plan.Actions {
 			involved := []string{a.On}
-			if a.Kind == KindMigrate {
+			switch a.Kind { //nolint:exhaustive // the kinds that involve a second primary, or none
+			case KindMigrate:
 				involved = append(involved, a.Migrate.Target)
+			case KindMigrateSlots:
+				involved = append(involved, a.MigrateSlots.Target)
+			case KindCancelMigrations:
+				involved = nil // leaves every slot where it is
 			}
 			var waitFor []string
 			for _, pod := range involved {

@@ -50,9 +50,12 @@ type ClusterNode struct {
 }
 
 // SlotsServed is the number of slots the node serves.
-func (n *ClusterNode) SlotsServed() int {
+func (n *ClusterNode) SlotsServed() int { return CountSlots(n.Slots) }
+
+// CountSlots is the number of slots in the ranges.
+func CountSlots(ranges []SlotRange) int {
 	total := 0
-	for _, r := range n.Slots {
+	for _, r := range ranges {
 		total += r.Len()
 	}
 	return total

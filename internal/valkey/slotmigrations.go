@@ -52,13 +52,7 @@ func (m SlotMigration) Running() bool {
 }
 
 // SlotsMoving is how many slots the job moves.
-func (m SlotMigration) SlotsMoving() int {
-	n := 0
-	for _, r := range m.Slots {
-		n += r.Len()
-	}
-	return n
-}
+func (m SlotMigration) SlotsMoving() int { return CountSlots(m.Slots) }
 
 // MigrateSlots makes this server, the source primary, start moving the slot ranges to the node
 // targetID as one atomic job. It returns once the job is accepted; SlotMigrations follows it.

@@ -1,0 +1,166 @@
+package topology
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"example.com/cache-operator/internal/valkey"
+)
+
+// migrationRetryDelay is how long after a failed atomic slot migration the same source is given
+// another: a job that fails late (the target out of memory, say) has cost a fork of the source
+// and a copy of its slots, which a retry at every pass would repeat without rest.
+const migrationRetryDelay = 10 * time.Second
+
+// migratesAtomically reports whether every member runs a release with atomic slot migration
+// (valkey.MigratesAtomically), and so moves slots with it. A cluster with one member on an earlier
+// release, as halfway through an upgrade, moves them key by key (rebalance): a job needs both its
+// primaries to know the commands, and a replica of an earlier release could not follow a primary
+// that took slots over with them.
+func migratesAtomically(members []Member) bool {
+	for i := range members {
+		if !valkey.MigratesAtomically(members[i].Version) {
+			return false
+		}
+	}
+	return len(members) > 0
+}
+
+// moveSlots moves slots towards the balance of balancingMoves: atomically where every member can
+// (migrateAtomically), key by key otherwise (rebalance).
+func moveSlots(want Want, members []Member) (Plan, bool) {
+	if migratesAtomically(members) {
+		return migrateAtomically(want, members)
+	}
+	return rebalance(want, members)
+}
+
+// migrateAtomically is rebalance with Valkey 9's atomic slot migration: each source that still
+// gives is given one job, all its slots to the first target it gives to, side by side with the
+// other sources' jobs. A job is the source's to run; the plan starts it and follows it in the
+// source's log (Member.Migrations), which is how it resumes after a crash of the operator: a
+// source with a job running gets no other, and a job that failed is started again on what the
+// servers then report (the slots a failed job held stay with its source; a source that failed
+// over has a new primary with an empty log). A running job whose target the spec no longer wants
+// is cancelled, and leaves its slots with the source.
+func migrateAtomically(want Want, members []Member) (Plan, bool) {
+	isTarget := map[*Member]bool{}
+	for _, t := range targets(want, members) {
+		isTarget[t] = true
+	}
+	byID := map[string]*Member{}
+	for i := range members {
+		if self, ok := members[i].self(); ok {
+			byID[self.ID] = &members[i]
+		}
+	}
+	var actions []Action
+	busy := map[*Member]bool{}
+	for i := range members {
+		m := &members[i]
+		job, ok := runningExport(m)
+		if !ok {
+			continue
+		}
+		busy[m] = true
+		if to := byID[job.TargetID]; to == nil || !isTarget[to] {
+			actions = append(actions, Action{Kind: KindCancelMigrations, On: m.Pod})
+		}
+	}
+	moves := balancingMoves(want, members)
+	if len(moves) == 0 && len(busy) == 0 {
+		return Plan{}, true
+	}
+	firstTarget := map[*Member]*Member{}
+	slots := map[*Member][]int{}
+	var sources []*Member
+	for _, mv := range moves {
+		if busy[mv.from] || retryingAfterFailure(mv.from) {
+			continue
+		}
+		if to, ok := firstTarget[mv.from]; ok && to != mv.to {
+			continue // a later job, once this source's current target has its share
+		}
+		if _, ok := firstTarget[mv.from]; !ok {
+			firstTarget[mv.from] = mv.to
+			sources = append(sources, mv.from)
+		}
+		slots[mv.from] = append(slots[mv.from], mv.slot)
+	}
+	for _, from := range sources {
+		to := firstTarget[from]
+		target, _ := to.self()
+		actions = append(actions, Action{Kind: KindMigrateSlots, On: from.Pod, MigrateSlots: &SlotJob{
+			Target: to.Pod, TargetID: target.ID, Slots: rangesOfSlots(slots[from]),
+		}})
+	}
+	plan := Plan{Actions: actions, Migrating: true}
+	if len(actions) == 0 {
+		plan.Waiting = "atomic slot migrations to finish: " + describeJobs(members)
+	}
+	return plan, false
+}
+
+// runningExport is the job the member's server runs as a source, if any.
+func runningExport(m *Member) (valkey.SlotMigration, bool) {
+	self, _ := m.self()
+	for _, job := range m.Migrations {
+		if job.Export && job.SourceID == self.ID && job.Running() {
+			return job, true
+		}
+	}
+	return valkey.SlotMigration{}, false
+}
+
+// lastExport is the newest job the member's server ran as a source, if any.
+func lastExport(m *Member) (valkey.SlotMigration, bool) {
+	self, _ := m.self()
+	for _, job := range m.Migrations { // newest first
+		if job.Export && job.SourceID == self.ID {
+			return job, true
+		}
+	}
+	return valkey.SlotMigration{}, false
+}
+
+// retryingAfterFailure reports whether the member's last job as a source failed less than
+// migrationRetryDelay before it was observed.
+func retryingAfterFailure(m *Member) bool {
+	job, ok := lastExport(m)
+	return ok && job.State == valkey.MigrationFailed && m.Observed.Sub(job.Updated) < migrationRetryDelay
+}
+
+// describeJobs sums up, for a message, the atomic slot migrations that run, and the last one of
+// each other source if it failed: "1024 slots from a-0 to a-3 (snapshotting)".
+func describeJobs(members []Member) string {
+	podOf := map[string]string{}
+	for i := range members {
+		if self, ok := members[i].self(); ok {
+			podOf[self.ID] = members[i].Pod
+		}
+	}
+	var parts []string
+	for i := range members {
+		m := &members[i]
+		job, ok := lastExport(m)
+		switch {
+		case !ok:
+		case job.Running():
+			parts = append(parts, fmt.Sprintf("%d slots from %s to %s (%s)", job.SlotsMoving(), m.Pod, podOf[job.TargetID], job.State))
+		case job.State == valkey.MigrationFailed:
+			parts = append(parts, fmt.Sprintf("the last migration of %d slots from %s to %s failed: %s",
+				job.SlotsMoving(), m.Pod, podOf[job.TargetID], job.Message))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// rangesOfSlots writes slots as ranges, sorted.
+func rangesOfSlots(slots []int) []valkey.SlotRange {
+	marks := make([]bool, valkey.SlotCount)
+	for _, s := range slots {
+		marks[s] = true
+	}
+	return rangesOf(marks, true)
+}
