@@ -75,6 +75,7 @@ func main() {
 		webhookCert                         conversionwebhook.Config
 		watchNamespaces                     string
 		maxConcurrentRollouts               int
+		atomicSlotMigration                 bool
 		rolloutProgressDeadline             time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
@@ -91,6 +92,7 @@ func main() {
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches, backups and schedules this operator manages; empty: every namespace. Operators scoped to namespaces apart, each with a Lease of its own, run side by side.")
 	flag.IntVar(&maxConcurrentRollouts, "max-concurrent-rollouts", 10, "How many Caches may roll a new pod template out (restart their pods) at once; the others wait their turn. 0 sets no limit.")
 	flag.DurationVar(&rolloutProgressDeadline, "rollout-progress-deadline", controller.DefaultRolloutProgressDeadline, "How long a Cache's rollout of a new pod template may go without one more pod running it before it is reported stalled (Progressing=False) and no longer counts against --max-concurrent-rollouts.")
+	flag.BoolVar(&atomicSlotMigration, "atomic-slot-migration", true, "Move a Cluster's slots with Valkey's atomic slot migration where every server of the Cache runs Valkey 9 or later; false moves them key by key, as on Valkey 8.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&images.ValkeyRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
 	flag.StringVar(&images.Exporter, "exporter-image", resources.DefaultExporterImage, "The metrics exporter's image (redis_exporter), which the pods of a Cache with spec.metrics.enabled run beside Valkey. A Cache's pods take a new one with their next change (docs/operations.md, Upgrading the operator).")
@@ -196,8 +198,9 @@ func main() {
 		Images:        images,
 		ClusterDomain: clusterDomain,
 
-		ClusterCheckInterval: clusterCheckInterval,
-		Rollouts:             &controller.RolloutGate{Limit: maxConcurrentRollouts, ProgressDeadline: rolloutProgressDeadline, Reader: mgr.GetClient()},
+		ClusterCheckInterval:  clusterCheckInterval,
+		KeyByKeySlotMigration: !atomicSlotMigration,
+		Rollouts:              &controller.RolloutGate{Limit: maxConcurrentRollouts, ProgressDeadline: rolloutProgressDeadline, Reader: mgr.GetClient()},
 	}
 	if catalogEndpoints != "" {
 		layout.Zone = strings.Trim(layout.Zone, ".")

@@ -50,6 +50,9 @@ type CacheReconciler struct {
 	// ClusterCheckInterval is how often the servers of a ready Cluster Cache are asked whether
 	// it is still ready.
 	ClusterCheckInterval time.Duration
+	// KeyByKeySlotMigration moves a Cluster's slots key by key even where every server could move
+	// them with atomic slot migration (Valkey 9).
+	KeyByKeySlotMigration bool
 	// Rollouts bounds how many Caches roll a new pod template out at once; nil bounds nothing.
 	Rollouts *RolloutGate
 

@@ -67,7 +67,8 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 			members[i].Outdated = members[i].pod.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision
 		}
 	}
-	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero()), Restored: restored}
+	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero()), Restored: restored,
+		KeyByKey: r.KeyByKeySlotMigration}
 	plan, health := topology.Next(want, topologyMembers(members))
 	// The planner cannot tell a cluster that has never been whole from one that heals; the
 	// stored status can: a cluster still forming stays ClusterForming until it is first ready.

@@ -28,10 +28,13 @@ func migratesAtomically(members []Member) bool {
 }
 
 // moveSlots moves slots towards the balance of balancingMoves: atomically where every member can
-// (migrateAtomically), key by key otherwise (rebalance).
+// and the operator lets it (migrateAtomically), key by key otherwise (rebalance). Jobs still
+// running are waited for, or cancelled, whatever the path: a key-by-key migration of a slot that
+// a job moves would be refused.
 func moveSlots(want Want, members []Member) (Plan, bool) {
-	if migratesAtomically(members) {
-		return migrateAtomically(want, members)
+	atomically := !want.KeyByKey && migratesAtomically(members)
+	if atomically || jobsRunning(members) {
+		return migrateAtomically(want, members, atomically)
 	}
 	return rebalance(want, members)
 }
@@ -43,8 +46,9 @@ func moveSlots(want Want, members []Member) (Plan, bool) {
 // source with a job running gets no other, and a job that failed is started again on what the
 // servers then report (the slots a failed job held stay with its source; a source that failed
 // over has a new primary with an empty log). A running job whose target the spec no longer wants
-// is cancelled, and leaves its slots with the source.
-func migrateAtomically(want Want, members []Member) (Plan, bool) {
+// is cancelled, and leaves its slots with the source. Unless start, it starts no job, and only
+// sees the running ones through.
+func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 	isTarget := map[*Member]bool{}
 	for _, t := range targets(want, members) {
 		isTarget[t] = true
@@ -71,6 +75,9 @@ func migrateAtomically(want Want, members []Member) (Plan, bool) {
 	moves := balancingMoves(want, members)
 	if len(moves) == 0 && len(busy) == 0 {
 		return Plan{}, true
+	}
+	if !start {
+		moves = nil
 	}
 	firstTarget := map[*Member]*Member{}
 	slots := map[*Member][]int{}
@@ -100,6 +107,16 @@ func migrateAtomically(want Want, members []Member) (Plan, bool) {
 		plan.Waiting = "atomic slot migrations to finish: " + describeJobs(members)
 	}
 	return plan, false
+}
+
+// jobsRunning reports whether a member's server runs an atomic slot migration job as a source.
+func jobsRunning(members []Member) bool {
+	for i := range members {
+		if _, ok := runningExport(&members[i]); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // runningExport is the job the member's server runs as a source, if any.

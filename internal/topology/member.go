@@ -55,6 +55,9 @@ type Want struct {
 	// Restored are, while a restore lasts, the slots each restored server (by pod) held in the
 	// backup: it is given them back before any slot is spread (claimRestored).
 	Restored map[string][]valkey.SlotRange
+	// KeyByKey keeps slots moving key by key even where every server could move them with atomic
+	// slot migration (the operator's --atomic-slot-migration=false).
+	KeyByKey bool
 }
 
 // Nodes is the number of servers the cluster is made of.
