@@ -119,30 +119,48 @@ func countMissing(t *testing.T, c valkeygo.Client) int {
 // Scale-out of a Cluster Cache 3 → 5 primaries holding 200,000 keys of 100 B, under a client
 // writing and reading all along, against valkey-cli --cluster rebalance
 // --cluster-use-empty-masters on plain servers of the same release with the same data and the
-// same replicas, in the same run, on the same machine; then the scale-in back to 3. With one
-// replica per shard, the shape users run, and without. It logs, per run: the operator's time
-// from the patch to Ready, valkey-cli's time, the client's requests, failures (valkey-go follows
-// MOVED and ASK itself, so every failure is an error other than a redirection) and longest
-// stretch of failures, and the keys lost.
+// same replicas, in the same run, on the same machine; then the scale-in back to 3. Ours moves
+// slots with atomic slot migration (the default on Valkey 9) and, with
+// --atomic-slot-migration=false, key by key; valkey-cli too, with and without
+// --cluster-use-atomic-slot-migration. With one replica per shard, the shape users run, and
+// without. It logs, per run: the operator's time from the patch to Ready, valkey-cli's time, the
+// client's requests, failures (valkey-go follows MOVED and ASK itself, so every failure is an
+// error other than a redirection) and longest stretch of failures, and the keys lost.
 func TestMeasureScaleOutAgainstValkeyCLI(t *testing.T) {
 	runs := measureRuns(t)
-	operator := startOperator(t, "a", "", clusterCheckInterval, "--zap-time-encoding=rfc3339nano")
 	for _, replicas := range []int32{1, 0} {
 		t.Run(fmt.Sprintf("%d replicas per shard", replicas), func(t *testing.T) {
 			for run := 1; run <= runs; run++ {
-				t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) { measureScaleOut(t, operator, replicas, run) })
+				t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
+					for _, atomic := range []bool{true, false} {
+						t.Run(migrationMode(atomic), func(t *testing.T) {
+							operator := startOperator(t, "a", "", clusterCheckInterval, "--zap-time-encoding=rfc3339nano",
+								fmt.Sprintf("--atomic-slot-migration=%t", atomic))
+							measureScaleOut(t, operator, replicas, run, atomic)
+						})
+					}
+				})
 			}
 		})
 	}
 }
 
+// migrationMode names how slots move.
+func migrationMode(atomic bool) string {
+	if atomic {
+		return "atomic"
+	}
+	return "key by key"
+}
+
 // firstMigrationStep is when the operator logged its first step that moves slots of the
-// namespace's Cache: the time before it went to the new pods' start and their joining the
-// cluster, which valkey-cli's timing leaves out.
+// namespace's Cache, key by key or atomically: the time before it went to the new pods' start
+// and their joining the cluster, which valkey-cli's timing leaves out.
 func firstMigrationStep(t *testing.T, operator *testenv.Operator, namespace string) time.Time {
 	t.Helper()
 	for line := range strings.Lines(operator.Logs(t)) {
-		if !strings.Contains(line, `"namespace":"`+namespace+`"`) || !strings.Contains(line, ": migrate slots ") {
+		if !strings.Contains(line, `"namespace":"`+namespace+`"`) ||
+			!strings.Contains(line, ": migrate slots ") && !strings.Contains(line, ": CLUSTER MIGRATESLOTS ") {
 			continue
 		}
 		var entry struct {
@@ -157,8 +175,8 @@ func firstMigrationStep(t *testing.T, operator *testenv.Operator, namespace stri
 	return time.Time{}
 }
 
-// measureScaleOut is one run of TestMeasureScaleOutAgainstValkeyCLI.
-func measureScaleOut(t *testing.T, operator *testenv.Operator, replicas int32, run int) {
+// measureScaleOut is one run of TestMeasureScaleOutAgainstValkeyCLI, in the mode given.
+func measureScaleOut(t *testing.T, operator *testenv.Operator, replicas int32, run int, atomic bool) {
 	ns := newNamespace(t)
 	key := newClusterCache(t, ns, "rebalance", 3, replicas)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
@@ -174,23 +192,24 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, replicas int32, r
 	in, _, inBegan, inDone := scaleUnderLoad(t, key, 3, 10*time.Minute)
 	inLost, inAcked := in.lost(t, c)
 	inMissing := countMissing(t, clusterClient(t, key))
-	t.Logf("run %d: operator 5 → 3: %s from the patch; client: %d requests, %d failed (%s), longest failing stretch %s; "+
+	mode := migrationMode(atomic)
+	t.Logf("run %d, %s: operator 5 → 3: %s from the patch; client: %d requests, %d failed (%s), longest failing stretch %s; "+
 		"%d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
-		run, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.errorKinds(), in.longestOutage.Round(time.Millisecond),
+		run, mode, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.errorKinds(), in.longestOutage.Round(time.Millisecond),
 		inLost, inAcked, inMissing, rebalanceKeys)
 
-	cli := valkeyCLIRebalance(t, int(replicas))
-	t.Logf("run %d: operator 3 → 5: %s from the patch, %s from its first migration step (%.2f × valkey-cli); valkey-cli rebalance: %s; "+
+	cli := valkeyCLIRebalance(t, int(replicas), atomic)
+	t.Logf("run %d, %s: operator 3 → 5: %s from the patch, %s from its first migration step (%.2f × valkey-cli); valkey-cli rebalance: %s; "+
 		"client: %d requests, %d failed (%s), longest failing stretch %s; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
-		run, took.Round(100*time.Millisecond), migrating.Round(100*time.Millisecond), migrating.Seconds()/cli.Seconds(), cli.Round(100*time.Millisecond),
+		run, mode, took.Round(100*time.Millisecond), migrating.Round(100*time.Millisecond), migrating.Seconds()/cli.Seconds(), cli.Round(100*time.Millisecond),
 		load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked, missing, rebalanceKeys)
 	deleteAllCaches(t, ns)
 }
 
 // valkeyCLIRebalance forms a cluster of 3 plain primaries, each with replicas replicas, with the
 // reference data, adds 2 empty primaries with as many replicas, and times valkey-cli --cluster
-// rebalance --cluster-use-empty-masters.
-func valkeyCLIRebalance(t *testing.T, replicas int) time.Duration {
+// rebalance --cluster-use-empty-masters, with --cluster-use-atomic-slot-migration if atomic.
+func valkeyCLIRebalance(t *testing.T, replicas int, atomic bool) time.Duration {
 	t.Helper()
 	perShard := 1 + replicas
 	ips := testenv.LoopbackIPs(5 * perShard)
@@ -233,8 +252,12 @@ func valkeyCLIRebalance(t *testing.T, replicas int) time.Duration {
 		waitPlainClusterKnows(t, ips[:i+1])
 	}
 	waitPlainReplicasInSync(t, ips)
+	rebalance := []string{"--cluster", "rebalance", addr(0), "--cluster-use-empty-masters"}
+	if atomic {
+		rebalance = append(rebalance, "--cluster-use-atomic-slot-migration")
+	}
 	began := time.Now()
-	cli("--cluster", "rebalance", addr(0), "--cluster-use-empty-masters")
+	cli(rebalance...)
 	took := time.Since(began)
 	if missing := countMissing(t, plain); missing > 0 {
 		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
