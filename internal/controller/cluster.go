@@ -208,26 +208,29 @@ func observeMember(ctx context.Context, m *topology.Member, auth valkey.Auth, na
 		m.Stranger = announced
 		return
 	}
-	nodes, err := server.ClusterNodes(ctx)
+	// The release first, and the log of atomic slot migration jobs before the slots' owners: a
+	// job that ends between the two reads is then seen ended with its slots moved, or still
+	// running, never ended with its slots not moved yet.
+	status, err := server.Status(ctx)
+	m.Version, m.LinkUp, m.ReplOffset, m.Observed = status.Version, status.LinkUp, status.Offset, status.Time
+	if err == nil && valkey.MigratesAtomically(m.Version) {
+		m.Migrations, err = server.SlotMigrations(ctx)
+	}
+	var nodes []valkey.ClusterNode
+	if err == nil {
+		nodes, err = server.ClusterNodes(ctx)
+	}
 	if err == nil {
 		m.State, err = server.ClusterState(ctx)
 	}
 	if err == nil {
-		var status valkey.Status
-		status, err = server.Status(ctx)
-		m.Version, m.LinkUp, m.ReplOffset = status.Version, status.LinkUp, status.Offset
-	}
-	if err == nil {
 		m.Fenced, err = server.Fenced(ctx)
-	}
-	if self, _ := valkey.Myself(nodes); err == nil && self.PrimaryID == "" && valkey.MigratesAtomically(m.Version) {
-		m.Migrations, err = server.SlotMigrations(ctx)
 	}
 	if err != nil {
 		logger.Info("Cannot read the Valkey server's cluster state", "error", err.Error())
 		return
 	}
-	m.Nodes, m.Observed = nodes, time.Now()
+	m.Nodes = nodes
 }
 
 // clusterReport is what a Cluster Cache's servers say, in the terms of its status.

@@ -114,7 +114,7 @@ func (r *CacheReconciler) command(ctx context.Context, server *valkey.Server, by
 	case topology.KindMigrate:
 		return migrate(ctx, server, byPod, a.Migrate, deadline, keyMoveBudget)
 	case topology.KindMigrateSlots:
-		return server.MigrateSlots(ctx, a.MigrateSlots.Slots, a.MigrateSlots.TargetID)
+		return migrateAtomically(ctx, server, byPod[a.MigrateSlots.Target], a.MigrateSlots)
 	case topology.KindCancelMigrations:
 		return server.CancelSlotMigrations(ctx)
 	case topology.KindUnfence:
@@ -183,6 +183,21 @@ func migrate(ctx context.Context, source *valkey.Server, byPod map[string]cluste
 		}
 	}
 	return nil
+}
+
+// migrateAtomically starts the atomic slot migration job on source, once the target may import
+// (valkey.Server.AllowImports: a target restarted since its last job lost that with the rest of
+// what the operator gave its users).
+func migrateAtomically(ctx context.Context, source *valkey.Server, target clusterMember, job *topology.SlotJob) error {
+	to, err := valkey.Connect(target.IP, target.Port, source.Auth())
+	if err != nil {
+		return err
+	}
+	defer to.Close()
+	if err := to.AllowImports(ctx); err != nil {
+		return err
+	}
+	return source.MigrateSlots(ctx, job.Slots, job.TargetID)
 }
 
 // slotsOpenAtOnce is how many slots a migration opens together: few enough that clients meet ASK

@@ -66,7 +66,11 @@ func podsStuck(pods []corev1.Pod) string {
 	}
 	slices.Sort(stuck)
 	why := fmt.Sprintf("%d pods cannot start: %s", len(stuck), strings.Join(stuck, "; "))
-	if strings.Contains(why, "Image") {
+	switch {
+	case !strings.Contains(why, "Image"):
+	case strings.Contains(why, "container "+resources.ReadinessContainerName+":"):
+		why += " (can the nodes pull the operator's image, --agent-image, which the readiness agent runs?)"
+	default:
 		why += " (is spec.version a Valkey release, and can the nodes pull its image?)"
 	}
 	return why

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/cache-operator/internal/resources"
 )
 
 // A pod whose container waits on an image the node cannot pull, or on a configuration it cannot
@@ -24,6 +26,10 @@ func TestPodsStuckNamesThePodsWhoseContainersCannotStart(t *testing.T) {
 	why := podsStuck([]corev1.Pod{waiting("orders-1", "valkey", "ImagePullBackOff", pull), waiting("orders-0", "valkey", "ContainerCreating", "")})
 	if !strings.HasPrefix(why, "1 pods cannot start: pod orders-1, container valkey: ImagePullBackOff: "+pull) || !strings.Contains(why, "spec.version") {
 		t.Errorf("a pod that cannot pull its image: %q", why)
+	}
+	agent := podsStuck([]corev1.Pod{waiting("orders-1", resources.ReadinessContainerName, "ErrImagePull", `pulling image "example.com/cache-operator:v0.1.0"`)})
+	if !strings.Contains(agent, "--agent-image") || strings.Contains(agent, "spec.version") {
+		t.Errorf("a pod that cannot pull the readiness agent's image: %q", agent)
 	}
 	init := waiting("orders-2", "", "", "")
 	init.Status.ContainerStatuses = nil

@@ -20,7 +20,9 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"example.com/cache-operator/internal/valkey"
@@ -120,6 +122,8 @@ type Agent struct {
 	mu      sync.Mutex
 	server  *valkey.Server
 	verdict string // the last answer, logged when it changes
+	// last is verdict, for a request that comes while a check runs.
+	last atomic.Pointer[string]
 }
 
 // NewAgent is the agent of the server that the options say, with the password given.
@@ -163,9 +167,14 @@ func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ready\n")
 }
 
-// Check reports why the server is not ready, or nil. It logs each change of its answer.
+// Check reports why the server is not ready, or nil. It logs each change of its answer. While
+// another check runs, it answers as the last one did rather than queue behind it: the agent's
+// port is open to the pod's network, and requests that each waited on a server that hangs would
+// pile up against the container's memory limit.
 func (a *Agent) Check(ctx context.Context) error {
-	a.mu.Lock()
+	if !a.mu.TryLock() {
+		return a.lastAnswer()
+	}
 	defer a.mu.Unlock()
 	err := a.check(ctx)
 	verdict := "ready"
@@ -174,9 +183,22 @@ func (a *Agent) Check(ctx context.Context) error {
 	}
 	if verdict != a.verdict {
 		fmt.Fprintln(os.Stderr, logPrefix, verdict)
-		a.verdict = verdict
 	}
+	a.last.Store(&verdict)
+	a.verdict = verdict
 	return err
+}
+
+// lastAnswer is the answer of the last check, or not ready if none has ended yet.
+func (a *Agent) lastAnswer() error {
+	verdict := a.last.Load()
+	switch {
+	case verdict == nil:
+		return errors.New("not checked yet")
+	case *verdict == "ready":
+		return nil
+	}
+	return errors.New(strings.TrimPrefix(*verdict, "not ready: "))
 }
 
 func (a *Agent) check(ctx context.Context) error {

@@ -49,6 +49,8 @@ func readinessContainer(cache *cachev2.Cache, image string) corev1.Container {
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
 		},
+		// Go's runtime collects before it nears the limit.
+		Env: []corev1.EnvVar{{Name: "GOMEMLIMIT", Value: "24MiB"}},
 		LivenessProbe: probe(corev1.ProbeHandler{
 			TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(ReadinessPortName)},
 		}, 10),
@@ -60,7 +62,7 @@ func readinessContainer(cache *cachev2.Cache, image string) corev1.Container {
 	}
 	if cache.Spec.Auth != nil {
 		options.User = OperatorUser
-		c.Env = []corev1.EnvVar{secretKey(readiness.EnvPassword, ACLSecretName(cache), OperatorUser, false)}
+		c.Env = append(c.Env, secretKey(readiness.EnvPassword, ACLSecretName(cache), OperatorUser, false))
 	}
 	c.Command = options.Command()
 	return c

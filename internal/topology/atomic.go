@@ -9,9 +9,16 @@ import (
 )
 
 // migrationRetryDelay is how long after a failed atomic slot migration the same source is given
-// another: a job that fails late (the target out of memory, say) has cost a fork of the source
-// and a copy of its slots, which a retry at every pass would repeat without rest.
-const migrationRetryDelay = 10 * time.Second
+// another, doubled for each failure in a row before it, up to migrationRetryDelayMax: a job that
+// fails late (the target out of memory, say) has cost a fork of the source and a copy of its
+// slots, which a retry at every pass would repeat without rest.
+const (
+	migrationRetryDelay    = 10 * time.Second
+	migrationRetryDelayMax = 5 * time.Minute
+)
+
+// failureShown is how long after it failed a source's last job is named in the progress.
+const failureShown = 10 * time.Minute
 
 // migratesAtomically reports whether every member runs a release with atomic slot migration
 // (valkey.MigratesAtomically), and so moves slots with it. A cluster with one member on an earlier
@@ -68,7 +75,10 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 			continue
 		}
 		busy[m] = true
-		if to := byID[job.TargetID]; to == nil || !isTarget[to] {
+		// Not once the source has paused its writes for the target to take over: a cancel then
+		// would let them go on while the target may take the slots over still.
+		handingOver := job.State == valkey.MigrationPaused || job.State == valkey.MigrationGranted
+		if to := byID[job.TargetID]; (to == nil || !isTarget[to]) && !handingOver {
 			actions = append(actions, Action{Kind: KindCancelMigrations, On: m.Pod})
 		}
 	}
@@ -104,7 +114,7 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 	}
 	plan := Plan{Actions: actions, Migrating: true}
 	if len(actions) == 0 {
-		plan.Waiting = "atomic slot migrations to finish: " + describeJobs(members)
+		plan.Waiting = "atomic slot migrations to end, or a failed one's retry: " + describeJobs(members)
 	}
 	return plan, false
 }
@@ -117,6 +127,18 @@ func jobsRunning(members []Member) bool {
 		}
 	}
 	return false
+}
+
+// importingAtomically are the node IDs of the targets of the atomic slot migration jobs running:
+// a target serves no slot of a job, and shows no mark of one, until the job ends.
+func importingAtomically(members []Member) map[string]bool {
+	importing := map[string]bool{}
+	for i := range members {
+		if job, ok := runningExport(&members[i]); ok {
+			importing[job.TargetID] = true
+		}
+	}
+	return importing
 }
 
 // runningExport is the job the member's server runs as a source, if any.
@@ -141,11 +163,29 @@ func lastExport(m *Member) (valkey.SlotMigration, bool) {
 	return valkey.SlotMigration{}, false
 }
 
-// retryingAfterFailure reports whether the member's last job as a source failed less than
-// migrationRetryDelay before it was observed.
+// retryingAfterFailure reports whether the member's last job as a source failed less than its
+// retry delay before it was observed: migrationRetryDelay, doubled for each failure before it in a
+// row, up to migrationRetryDelayMax.
 func retryingAfterFailure(m *Member) bool {
-	job, ok := lastExport(m)
-	return ok && job.State == valkey.MigrationFailed && m.Observed.Sub(job.Updated) < migrationRetryDelay
+	self, _ := m.self()
+	var failures []valkey.SlotMigration // the last ones, in a row, newest first
+	for _, job := range m.Migrations {
+		if !job.Export || job.SourceID != self.ID {
+			continue
+		}
+		if job.State != valkey.MigrationFailed {
+			break
+		}
+		failures = append(failures, job)
+	}
+	if len(failures) == 0 {
+		return false
+	}
+	delay := migrationRetryDelay
+	for range failures[1:] {
+		delay = min(2*delay, migrationRetryDelayMax)
+	}
+	return m.Observed.Sub(failures[0].Updated) < delay
 }
 
 // describeJobs sums up, for a message, the atomic slot migrations that run, and the last one of
@@ -165,9 +205,12 @@ func describeJobs(members []Member) string {
 		case !ok:
 		case job.Running():
 			parts = append(parts, fmt.Sprintf("%d slots from %s to %s (%s)", job.SlotsMoving(), m.Pod, podOf[job.TargetID], job.State))
-		case job.State == valkey.MigrationFailed:
-			parts = append(parts, fmt.Sprintf("the last migration of %d slots from %s to %s failed: %s",
-				job.SlotsMoving(), m.Pod, podOf[job.TargetID], job.Message))
+		case job.State == valkey.MigrationFailed && m.Observed.Sub(job.Updated) < failureShown:
+			failure := fmt.Sprintf("the last migration of %d slots from %s to %s failed", job.SlotsMoving(), m.Pod, podOf[job.TargetID])
+			if job.Message != "" {
+				failure += ": " + job.Message
+			}
+			parts = append(parts, failure)
 		}
 	}
 	return strings.Join(parts, "; ")

@@ -33,8 +33,9 @@ type Member struct {
 	// Stranger, when set, is what the server at the member's address says it is, which is not
 	// this member's pod: the address has gone to another pod, and Nodes are not read.
 	Stranger string
-	// Migrations are, for a primary on a release with atomic slot migration, the jobs its log
-	// lists (CLUSTER GETSLOTMIGRATIONS), newest first; Observed is when the member was read.
+	// Migrations are, on a release with atomic slot migration, the jobs the server's log lists
+	// (CLUSTER GETSLOTMIGRATIONS), newest first; Observed is when the member was read, by the
+	// server's clock, which the jobs' times are on.
 	Migrations []valkey.SlotMigration
 	Observed   time.Time
 	// HandoverSeen marks a pod on which the operator recorded (MarkHandover) that every member

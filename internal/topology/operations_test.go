@@ -1570,3 +1570,111 @@ func TestAFailedJobIsRetriedAfterADelayAndItsFailureShown(t *testing.T) {
 		t.Errorf("a while after the failure no job is started again")
 	}
 }
+
+// jobsStarted drives a scale-out on s until its first atomic jobs start, and returns them by
+// source pod.
+func (s *sim) jobsStarted(t *testing.T, to Want) map[string]valkey.SlotMigration {
+	t.Helper()
+	for step := 1; step <= 20; step++ {
+		plan := Form(to, s.members())
+		if plan.Waiting != "" && s.finishSyncs() {
+			continue
+		}
+		for _, a := range plan.Actions {
+			s.apply(t, a)
+		}
+		s.gossip()
+		if atomic, _, _ := slotJobs(plan); atomic > 0 {
+			jobs := map[string]valkey.SlotMigration{}
+			for pod, n := range s.nodes {
+				if len(n.jobs) > 0 && n.jobs[0].Running() {
+					jobs[pod] = n.jobs[0]
+				}
+			}
+			return jobs
+		}
+	}
+	t.Fatal("no atomic job started in 20 steps")
+	return nil
+}
+
+// The target of running jobs holds no slot of theirs until they end: an empty node that comes
+// meanwhile (a replica restarted in place, a new node with an earlier name) is not chosen over
+// it, and it is neither made a replica nor its jobs cancelled.
+func TestTheTargetOfRunningJobsStaysTheTarget(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 1}, Want{Shards: 4, ReplicasPerShard: 1}
+	s := atomicSim(t, from)
+	s.add(simPods(from.Nodes(), to.Nodes())...)
+	jobs := s.jobsStarted(t, to)
+	var target string
+	for _, job := range jobs {
+		target = s.byID(job.TargetID).pod
+	}
+	var replica string
+	for _, pod := range slices.Sorted(maps.Keys(s.nodes)) {
+		if n := s.nodes[pod]; n.primary != "" && pod < target {
+			replica = pod
+			break
+		}
+	}
+	s.restartInPlace(replica)
+	for step := 1; step <= 10; step++ {
+		plan := Form(to, s.members())
+		for _, a := range plan.Actions {
+			if a.On == target && a.Kind == KindReplicate || a.Kind == KindCancelMigrations {
+				t.Fatalf("step %d, with %s restarted in place while jobs run to %s: %s", step, replica, target, a)
+			}
+			s.apply(t, a)
+		}
+		s.gossip()
+		if plan.Waiting != "" && !s.finishSyncs() {
+			break
+		}
+	}
+	s.endJobs(t, valkey.MigrationSucceeded)
+	s.run(t, to, 50)
+	s.assertBalanced(t, to)
+}
+
+// A job whose source has paused its writes for the target to take over is not cancelled, even
+// when the spec no longer wants its target: the target may still take the slots over.
+func TestAJobHandingOverIsNotCancelled(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
+	s := atomicSim(t, from)
+	s.add(simPods(from.Nodes(), to.Nodes())...)
+	s.jobsStarted(t, to)
+	for _, n := range s.nodes {
+		if len(n.jobs) > 0 && n.jobs[0].Running() {
+			n.jobs[0].State = valkey.MigrationPaused
+		}
+	}
+	s.leave(from.Nodes())
+	if _, _, cancels := slotJobs(Form(from, s.members())); cancels > 0 {
+		t.Error("jobs handing over are cancelled")
+	}
+}
+
+// A source whose jobs failed time after time waits longer before each retry: 10 s after one
+// failure, 20 s after two in a row.
+func TestRetriesAfterFailuresInARowWaitLonger(t *testing.T) {
+	self := valkey.ClusterNode{ID: "id-a", Myself: true}
+	failed := valkey.SlotMigration{Export: true, SourceID: self.ID, State: valkey.MigrationFailed, Updated: simNow}
+	for _, tc := range []struct {
+		failures int
+		after    time.Duration
+		waits    bool
+	}{
+		{1, 9 * time.Second, true}, {1, 10 * time.Second, false},
+		{2, 19 * time.Second, true}, {2, 20 * time.Second, false},
+		{20, 4 * time.Minute, true}, {20, 5 * time.Minute, false},
+	} {
+		m := Member{Nodes: []valkey.ClusterNode{self}, Observed: simNow.Add(tc.after)}
+		for range tc.failures {
+			m.Migrations = append(m.Migrations, failed)
+		}
+		m.Migrations = append(m.Migrations, valkey.SlotMigration{Export: true, SourceID: self.ID, State: valkey.MigrationSucceeded})
+		if got := retryingAfterFailure(&m); got != tc.waits {
+			t.Errorf("%d failures, %s after the last: waiting %t, want %t", tc.failures, tc.after, got, tc.waits)
+		}
+	}
+}

@@ -103,6 +103,7 @@ func attachReplicas(want Want, members []Member) (Plan, bool) {
 	}
 	replicas := map[string][]string{}
 	var movable []*Member
+	importing := importingAtomically(members)
 	for _, m := range staying(members) {
 		self, _ := m.self()
 		switch {
@@ -110,7 +111,7 @@ func attachReplicas(want Want, members []Member) (Plan, bool) {
 		case isTarget[self.PrimaryID]:
 			replicas[self.PrimaryID] = append(replicas[self.PrimaryID], m.Pod)
 			shardNodes[self.PrimaryID] = append(shardNodes[self.PrimaryID], m.Node)
-		case self.SlotsServed() == 0 && len(self.Importing) == 0:
+		case self.SlotsServed() == 0 && len(self.Importing) == 0 && !importing[self.ID]:
 			movable = append(movable, m)
 		}
 	}

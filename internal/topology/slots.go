@@ -21,8 +21,10 @@ type slotMove struct {
 }
 
 // targets are the staying members that are to be the cluster's primaries: those that serve the
-// most slots already, and then empty ones that replicate nothing, in order of their pod names,
-// up to the number of shards wanted. A staying primary beyond that number is drained.
+// most slots already, and then empty ones that replicate nothing, those that an atomic slot
+// migration job moves slots to first (importingAtomically: they hold none until the job ends),
+// then in order of their pod names, up to the number of shards wanted. A staying primary beyond
+// that number is drained.
 func targets(want Want, members []Member) []*Member {
 	var primaries, empty []*Member
 	for _, m := range staying(members) {
@@ -34,6 +36,12 @@ func targets(want Want, members []Member) []*Member {
 			empty = append(empty, m)
 		}
 	}
+	importing := importingAtomically(members)
+	notImporting := func(m *Member) int {
+		self, _ := m.self()
+		return boolInt(!importing[self.ID])
+	}
+	slices.SortStableFunc(empty, func(a, b *Member) int { return cmp.Compare(notImporting(a), notImporting(b)) })
 	slices.SortStableFunc(primaries, func(a, b *Member) int { return cmp.Compare(slotsOf(b), slotsOf(a)) })
 	chosen := primaries[:min(len(primaries), want.Shards)]
 	return append(slices.Clip(chosen), empty[:min(len(empty), want.Shards-len(chosen))]...)

@@ -163,6 +163,9 @@ type Status struct {
 	Primary bool
 	LinkUp  bool
 	Offset  int64
+	// Time is the server's clock when it answered (server_time_usec): what the times it reports
+	// (SlotMigrations) compare with.
+	Time time.Time
 }
 
 // Status reads INFO server and replication of this server.
@@ -172,11 +175,13 @@ func (s *Server) Status(ctx context.Context) (Status, error) {
 		return Status{}, s.wrap("INFO server replication", err)
 	}
 	offset, _ := strconv.ParseInt(InfoField(reply, "slave_repl_offset"), 10, 64)
+	usec, _ := strconv.ParseInt(InfoField(reply, "server_time_usec"), 10, 64)
 	return Status{
 		Version: versionOf(reply),
 		Primary: InfoField(reply, "role") == "master",
 		LinkUp:  InfoField(reply, "master_link_status") == "up",
 		Offset:  offset,
+		Time:    time.UnixMicro(usec),
 	}, nil
 }
 
@@ -187,36 +192,30 @@ func (s *Server) Ping(ctx context.Context) error {
 }
 
 // Fenced reports whether this server refuses to serve a replica's resynchronisation (PSYNC), as a
-// Cluster node does from its start until the operator lifts the fence; or, on a release with
-// atomic slot migration, with auth, whether it would refuse to import slots (importRules).
+// Cluster node does from its start until the operator lifts the fence.
 func (s *Server) Fenced(ctx context.Context) (bool, error) {
 	reply, err := s.do(ctx, s.client.B().AclDryrun().Username(s.fenceUser()).Command("PSYNC").Arg("?", "-1").Build()).ToString()
-	if err != nil {
-		return false, s.wrap("ACL DRYRUN", err)
-	}
-	if reply != "OK" || s.fenceUser() == "default" {
-		return reply != "OK", nil
-	}
-	reply, err = s.do(ctx, s.client.B().AclDryrun().Username(s.fenceUser()).Command("CLUSTER").Arg("SYNCSLOTS", "ESTABLISH").Build()).ToString()
-	if err != nil && strings.Contains(err.Error(), "not found") {
-		return false, nil // a release without atomic slot migration
-	}
 	if err != nil {
 		return false, s.wrap("ACL DRYRUN", err)
 	}
 	return reply != "OK", nil
 }
 
-// Unfence lets replicas resynchronise from this server, and, on a release with atomic slot
-// migration, with auth, lets it import slots (importRules).
+// Unfence lets replicas resynchronise from this server.
 func (s *Server) Unfence(ctx context.Context) error {
-	user := s.fenceUser()
-	if err := s.do(ctx, s.client.B().AclSetuser().Username(user).Rule("+sync", "+psync").Build()).Error(); err != nil || user == "default" {
-		return s.wrap("ACL SETUSER", err)
+	return s.wrap("ACL SETUSER", s.do(ctx, s.client.B().AclSetuser().Username(s.fenceUser()).Rule("+sync", "+psync").Build()).Error())
+}
+
+// AllowImports lets this server, with auth, import slots by atomic slot migration (importRules).
+// A server without auth, whose replicas authenticate as the default user, or of a release
+// without atomic slot migration, has nothing to be given.
+func (s *Server) AllowImports(ctx context.Context) error {
+	if s.fenceUser() == "default" {
+		return nil
 	}
-	err := s.do(ctx, s.client.B().AclSetuser().Username(user).Rule(importRules...).Build()).Error()
+	err := s.do(ctx, s.client.B().AclSetuser().Username(s.fenceUser()).Rule(importRules...).Build()).Error()
 	if err != nil && strings.Contains(err.Error(), "Unknown command") {
-		return nil // a release without atomic slot migration
+		return nil
 	}
 	return s.wrap("ACL SETUSER", err)
 }
@@ -225,8 +224,9 @@ func (s *Server) Unfence(ctx context.Context) error {
 // slots with atomic slot migration (Valkey 9): a source authenticates to the target as the user
 // its replicas use (masteruser), and the target runs the slots' keys it is sent as that user.
 // The default user, which the replication user is without auth, has them from the start. They
-// are given with the fence's lifting rather than in the ACL file, which a server of any release
-// loads, and which an earlier release refuses whole for a command it does not know.
+// are given to a target just before a job moves slots to it, rather than in the ACL file, which
+// a server of any release loads, and which an earlier release refuses whole for a command it does
+// not know; and only to the nodes that import, since they let the user write every key.
 var importRules = []string{"+cluster|syncslots", "+select", "+@write", "~*"}
 
 // fenceUser is the user replicas connect as, whose rights the fence takes away.

@@ -39,11 +39,14 @@ type SlotMigration struct {
 	Updated time.Time
 }
 
-// Slot migration job states that end a job.
+// Slot migration job states: those that end a job, and those of an export whose source has
+// paused its writes for the target to take the slots over.
 const (
 	MigrationSucceeded = "success"
 	MigrationFailed    = "failed"
 	MigrationCancelled = "cancelled"
+	MigrationPaused    = "failover-paused"
+	MigrationGranted   = "failover-granted"
 )
 
 // Running reports whether the job has not ended.
@@ -98,6 +101,7 @@ func (s *Server) SlotMigrations(ctx context.Context) ([]SlotMigration, error) {
 	return jobs, nil
 }
 
+// parseSlotMigration reads one job of CLUSTER GETSLOTMIGRATIONS's reply, a map of its fields.
 func parseSlotMigration(fields map[string]valkeygo.ValkeyMessage) (SlotMigration, error) {
 	text := func(name string) string {
 		field := fields[name]

@@ -120,7 +120,7 @@ func TestAtomicSlotMigrationThroughItsFailures(t *testing.T) {
 				return false, err.Error()
 			}
 			_, why := settled(c)
-			return strings.Contains(why, "atomic slot migrations to finish"), why
+			return strings.Contains(why, "atomic slot migrations to end"), why
 		})
 		if after := exportsRunning(t, key); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Errorf("the jobs running changed under the new operator:\nbefore %v\nafter  %v", before, after)
