@@ -1489,25 +1489,7 @@ func TestAScaleOutTakenBackCancelsItsRunningJobs(t *testing.T) {
 	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
 	s := atomicSim(t, from)
 	s.add(simPods(from.Nodes(), to.Nodes())...)
-	for step := 1; ; step++ {
-		if step > 20 {
-			t.Fatal("no job started after 20 steps")
-		}
-		plan := Form(to, s.members())
-		if atomic, _, _ := slotJobs(plan); atomic > 0 {
-			for _, a := range plan.Actions {
-				s.apply(t, a)
-			}
-			break
-		}
-		if plan.Waiting != "" && s.finishSyncs() {
-			continue
-		}
-		for _, a := range plan.Actions {
-			s.apply(t, a)
-		}
-		s.gossip()
-	}
+	s.jobsStarted(t, to)
 	s.leave(from.Nodes())
 	plan := Form(from, s.members())
 	if _, _, cancels := slotJobs(plan); cancels == 0 {
@@ -1532,25 +1514,7 @@ func TestAFailedJobIsRetriedAfterADelayAndItsFailureShown(t *testing.T) {
 	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
 	s := atomicSim(t, from)
 	s.add(simPods(from.Nodes(), to.Nodes())...)
-	for step := 1; ; step++ {
-		if step > 20 {
-			t.Fatal("no job started after 20 steps")
-		}
-		plan := Form(to, s.members())
-		if atomic, _, _ := slotJobs(plan); atomic > 0 {
-			for _, a := range plan.Actions {
-				s.apply(t, a)
-			}
-			break
-		}
-		if plan.Waiting != "" && s.finishSyncs() {
-			continue
-		}
-		for _, a := range plan.Actions {
-			s.apply(t, a)
-		}
-		s.gossip()
-	}
+	s.jobsStarted(t, to)
 	s.endJobs(t, valkey.MigrationFailed)
 	for _, n := range s.nodes {
 		if len(n.jobs) > 0 {
