@@ -6,8 +6,8 @@
 // Why an agent rather than an exec probe: an exec probe starts runc, a shell and valkey-cli (twice
 // on a Cluster primary) inside the container at every period, and each start costs tens of
 // milliseconds of CPU. On a node of many cache pods that adds up: in the e2e tier on two cores it
-// was the largest consumer of all, more than the API server (docs/benchmark.md, "A pod's idle
-// cost"). The kubelet runs an HTTP probe itself, with no process started.
+// was the largest consumer of all, 920 of 3,988 core-seconds, more than the API server. The
+// kubelet runs an HTTP probe itself, with no process started.
 package readiness
 
 import (
