@@ -267,7 +267,7 @@ func TestAClusterWithAuthScalesAtomically(t *testing.T) {
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	password := string(appSecret(t, ns, "secure-auth").Data[resources.AppPasswordKey])
 	const keys = 2000
-	app := clusterClientAs(t, key, cachev2.AppUser, password)
+	app := appClusterClient(t, key, password)
 	for i := range keys {
 		if err := app.Do(context.Background(), app.B().Set().Key(fmt.Sprint("key-", i)).Value(fmt.Sprint(i)).Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -275,7 +275,7 @@ func TestAClusterWithAuthScalesAtomically(t *testing.T) {
 	}
 	readAll := func() {
 		t.Helper()
-		app := clusterClientAs(t, key, cachev2.AppUser, password)
+		app := appClusterClient(t, key, password)
 		for i := range keys {
 			if got, err := app.Do(context.Background(), app.B().Get().Key(fmt.Sprint("key-", i)).Build()).ToString(); err != nil || got != fmt.Sprint(i) {
 				t.Fatalf("GET key-%d = %q, %v", i, got, err)

@@ -151,7 +151,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 			}
 		}
 	}
-	app := clusterClientAs(t, key, cachev2.AppUser, oldPassword)
+	app := appClusterClient(t, key, oldPassword)
 	for i := range 100 {
 		if err := app.Do(context.Background(), app.B().Set().Key(fmt.Sprint("key-", i)).Value("v").Build()).Error(); err != nil {
 			t.Fatalf("SET as the application user: %v", err)
@@ -245,7 +245,7 @@ func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 			t.Errorf("the replacement %s took the previous password: %s", pod.Name, said)
 		}
 	}
-	app = clusterClientAs(t, key, cachev2.AppUser, newPassword)
+	app = appClusterClient(t, key, newPassword)
 	for i := range 100 {
 		if got, err := app.Do(context.Background(), app.B().Get().Key(fmt.Sprint("key-", i)).Build()).ToString(); err != nil || got != "v" {
 			t.Fatalf("GET key-%d with the new password: %q, %v", i, got, err)
@@ -333,8 +333,8 @@ func clusterClientWithPassword(t *testing.T, key client.ObjectKey, user string, 
 	return c
 }
 
-// clusterClientAs is clusterClient authenticating as the user given.
-func clusterClientAs(t *testing.T, key client.ObjectKey, user, password string) valkeygo.Client {
+// appClusterClient is clusterClient authenticating as the application user.
+func appClusterClient(t *testing.T, key client.ObjectKey, password string) valkeygo.Client {
 	t.Helper()
-	return clusterClientWithPassword(t, key, user, func() *string { return &password })
+	return clusterClientWithPassword(t, key, cachev2.AppUser, func() *string { return &password })
 }

@@ -60,7 +60,7 @@ func TestEachPodsExporterServesWhatTheCacheAlertsRead(t *testing.T) {
 	key := client.ObjectKeyFromObject(c)
 	c = waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 
-	app := clusterClientAs(t, key, cachev2.AppUser, string(appSecret(t, ns, "watched-auth").Data[resources.AppPasswordKey]))
+	app := appClusterClient(t, key, string(appSecret(t, ns, "watched-auth").Data[resources.AppPasswordKey]))
 	ctx := context.Background()
 	if err := app.Do(ctx, app.B().Set().Key("k").Value("v").Build()).Error(); err != nil {
 		t.Fatal(err)
