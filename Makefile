@@ -19,8 +19,9 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 # CoreDNS, promtool, valkey-server) and e2e (the operator on local kwokctl clusters of real nodes).
 # `make test` asks for every tool it runs at once, golangci-lint's included, so that a fresh
 # machine builds them side by side (hack/toolchain.sh), and lints after. The end-to-end tier took
-# 31 min on two cores (2026-12-06, one run; 37-40 min in the runs before SETSLOTs went out at
-# once): its timeout leaves room for a slower machine inside CI's 90.
+# 31-32 min on two cores (2026-12-06, a run each before and after the readiness agent; 37-40 min
+# in the runs before SETSLOTs went out at once): its timeout leaves room for a slower machine
+# inside CI's 90.
 .PHONY: test
 test: ## Run every test tier: unit, integration and end to end. CI runs this.
 	hack/toolchain.sh etcd kubernetes kwok promtool helm versitygw cert-manager-crds golangci-lint $(REAL_NODE_TOOLS)
