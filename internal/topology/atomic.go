@@ -47,8 +47,9 @@ func moveSlots(want Want, members []Member) (Plan, bool) {
 }
 
 // migrateAtomically is rebalance with Valkey 9's atomic slot migration: each source that still
-// gives is given one job, all its slots to the first target it gives to, side by side with the
-// other sources' jobs. A job is the source's to run; the plan starts it and follows it in the
+// gives is given one job per target it gives to, with all the slots that target gets from it, all
+// at once, side by side with the other sources' jobs (a source runs its own side by side too, each
+// with its own slots). A job is the source's to run; the plan starts it and follows it in the
 // source's log (Member.Migrations), which is how it resumes after a crash of the operator: a
 // source with a job running gets no other, and a job that failed is started again on what the
 // servers then report (the slots a failed job held stay with its source; a source that failed
@@ -70,15 +71,18 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 	busy := map[*Member]bool{}
 	for i := range members {
 		m := &members[i]
-		job, ok := runningExport(m)
-		if !ok {
-			continue
+		unwanted, handingOver := false, false
+		for _, job := range runningExports(m) {
+			busy[m] = true
+			to := byID[job.TargetID]
+			unwanted = unwanted || to == nil || !isTarget[to]
+			// Not once the source has paused its writes for the target to take over: a cancel
+			// then would let them go on while the target may take the slots over still.
+			handingOver = handingOver || job.State == valkey.MigrationPaused || job.State == valkey.MigrationGranted
 		}
-		busy[m] = true
-		// Not once the source has paused its writes for the target to take over: a cancel then
-		// would let them go on while the target may take the slots over still.
-		handingOver := job.State == valkey.MigrationPaused || job.State == valkey.MigrationGranted
-		if to := byID[job.TargetID]; (to == nil || !isTarget[to]) && !handingOver {
+		if unwanted && !handingOver {
+			// CANCELSLOTMIGRATIONS cancels every job of the source: those towards a target still
+			// wanted start again, on what the servers then report.
 			actions = append(actions, Action{Kind: KindCancelMigrations, On: m.Pod})
 		}
 	}
@@ -89,27 +93,23 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 	if !start {
 		moves = nil
 	}
-	firstTarget := map[*Member]*Member{}
-	slots := map[*Member][]int{}
-	var sources []*Member
+	type pair struct{ from, to *Member }
+	slots := map[pair][]int{}
+	var pairs []pair
 	for _, mv := range moves {
 		if busy[mv.from] || retryingAfterFailure(mv.from) {
 			continue
 		}
-		if to, ok := firstTarget[mv.from]; ok && to != mv.to {
-			continue // a later job, once this source's current target has its share
+		p := pair{mv.from, mv.to}
+		if _, ok := slots[p]; !ok {
+			pairs = append(pairs, p)
 		}
-		if _, ok := firstTarget[mv.from]; !ok {
-			firstTarget[mv.from] = mv.to
-			sources = append(sources, mv.from)
-		}
-		slots[mv.from] = append(slots[mv.from], mv.slot)
+		slots[p] = append(slots[p], mv.slot)
 	}
-	for _, from := range sources {
-		to := firstTarget[from]
-		target, _ := to.self()
-		actions = append(actions, Action{Kind: KindMigrateSlots, On: from.Pod, MigrateSlots: &SlotJob{
-			Target: to.Pod, TargetID: target.ID, Slots: rangesOfSlots(slots[from]),
+	for _, p := range pairs {
+		target, _ := p.to.self()
+		actions = append(actions, Action{Kind: KindMigrateSlots, On: p.from.Pod, MigrateSlots: &SlotJob{
+			Target: p.to.Pod, TargetID: target.ID, Slots: rangesOfSlots(slots[p]),
 		}})
 	}
 	plan := Plan{Actions: actions, Migrating: true}
@@ -122,7 +122,7 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 // jobsRunning reports whether a member's server runs an atomic slot migration job as a source.
 func jobsRunning(members []Member) bool {
 	for i := range members {
-		if _, ok := runningExport(&members[i]); ok {
+		if len(runningExports(&members[i])) > 0 {
 			return true
 		}
 	}
@@ -134,22 +134,23 @@ func jobsRunning(members []Member) bool {
 func importingAtomically(members []Member) map[string]bool {
 	importing := map[string]bool{}
 	for i := range members {
-		if job, ok := runningExport(&members[i]); ok {
+		for _, job := range runningExports(&members[i]) {
 			importing[job.TargetID] = true
 		}
 	}
 	return importing
 }
 
-// runningExport is the job the member's server runs as a source, if any.
-func runningExport(m *Member) (valkey.SlotMigration, bool) {
+// runningExports are the jobs the member's server runs as a source.
+func runningExports(m *Member) []valkey.SlotMigration {
 	self, _ := m.self()
+	var running []valkey.SlotMigration
 	for _, job := range m.Migrations {
 		if job.Export && job.SourceID == self.ID && job.Running() {
-			return job, true
+			running = append(running, job)
 		}
 	}
-	return valkey.SlotMigration{}, false
+	return running
 }
 
 // lastExport is the newest job the member's server ran as a source, if any.
@@ -189,7 +190,7 @@ func retryingAfterFailure(m *Member) bool {
 }
 
 // describeJobs sums up, for a message, the atomic slot migrations that run, and the last one of
-// each other source if it failed: "1024 slots from a-0 to a-3 (snapshotting)".
+// each other source if it failed lately: "1024 slots from a-0 to a-3 (snapshotting)".
 func describeJobs(members []Member) string {
 	podOf := map[string]string{}
 	for i := range members {
@@ -200,12 +201,11 @@ func describeJobs(members []Member) string {
 	var parts []string
 	for i := range members {
 		m := &members[i]
-		job, ok := lastExport(m)
-		switch {
-		case !ok:
-		case job.Running():
+		running := runningExports(m)
+		for _, job := range running {
 			parts = append(parts, fmt.Sprintf("%d slots from %s to %s (%s)", job.SlotsMoving(), m.Pod, podOf[job.TargetID], job.State))
-		case job.State == valkey.MigrationFailed && m.Observed.Sub(job.Updated) < failureShown:
+		}
+		if job, ok := lastExport(m); ok && len(running) == 0 && job.State == valkey.MigrationFailed && m.Observed.Sub(job.Updated) < failureShown {
 			failure := fmt.Sprintf("the last migration of %d slots from %s to %s failed", job.SlotsMoving(), m.Pod, podOf[job.TargetID])
 			if job.Message != "" {
 				failure += ": " + job.Message
