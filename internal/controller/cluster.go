@@ -208,12 +208,12 @@ func observeMember(ctx context.Context, m *topology.Member, auth valkey.Auth, na
 		m.Stranger = announced
 		return
 	}
-	// The release first, and the log of atomic slot migration jobs before the slots' owners: a
-	// job that ends between the two reads is then seen ended with its slots moved, or still
-	// running, never ended with its slots not moved yet.
+	// The release first, and a primary's log of atomic slot migration jobs (only a source has
+	// them) before the slots' owners: a job that ends between the two reads is then seen running,
+	// or ended with its slots moved, never ended with its slots not moved yet.
 	status, err := server.Status(ctx)
 	m.Version, m.LinkUp, m.ReplOffset, m.Observed = status.Version, status.LinkUp, status.Offset, status.Time
-	if err == nil && valkey.MigratesAtomically(m.Version) {
+	if err == nil && status.Primary && valkey.MigratesAtomically(m.Version) {
 		m.Migrations, err = server.SlotMigrations(ctx)
 	}
 	var nodes []valkey.ClusterNode

@@ -53,10 +53,14 @@ func (r *CacheReconciler) checkPods(ctx context.Context, cache *cachev2.Cache, s
 // reports it; "" if none.
 func podsStuck(pods []corev1.Pod) string {
 	var stuck []string
+	agentImage, valkeyImage := false, false // an image that cannot be pulled
 	for _, pod := range pods {
 		for _, c := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
 			if w := c.State.Waiting; w != nil && resources.CannotStart(w.Reason) {
 				stuck = append(stuck, fmt.Sprintf("pod %s, container %s: %s: %s", pod.Name, c.Name, w.Reason, w.Message))
+				image, agent := strings.Contains(w.Reason, "Image"), c.Name == resources.ReadinessContainerName || c.Name == resources.RestoreContainerName
+				agentImage = agentImage || image && agent
+				valkeyImage = valkeyImage || image && !agent
 				break
 			}
 		}
@@ -66,12 +70,11 @@ func podsStuck(pods []corev1.Pod) string {
 	}
 	slices.Sort(stuck)
 	why := fmt.Sprintf("%d pods cannot start: %s", len(stuck), strings.Join(stuck, "; "))
-	switch {
-	case !strings.Contains(why, "Image"):
-	case strings.Contains(why, "container "+resources.ReadinessContainerName+":"):
-		why += " (can the nodes pull the operator's image, --agent-image, which the readiness agent runs?)"
-	default:
+	if valkeyImage {
 		why += " (is spec.version a Valkey release, and can the nodes pull its image?)"
+	}
+	if agentImage {
+		why += " (can the nodes pull the operator's image, --agent-image, which the readiness agent and the restore step run?)"
 	}
 	return why
 }

@@ -27,9 +27,14 @@ func TestPodsStuckNamesThePodsWhoseContainersCannotStart(t *testing.T) {
 	if !strings.HasPrefix(why, "1 pods cannot start: pod orders-1, container valkey: ImagePullBackOff: "+pull) || !strings.Contains(why, "spec.version") {
 		t.Errorf("a pod that cannot pull its image: %q", why)
 	}
-	agent := podsStuck([]corev1.Pod{waiting("orders-1", resources.ReadinessContainerName, "ErrImagePull", `pulling image "example.com/cache-operator:v0.1.0"`)})
-	if !strings.Contains(agent, "--agent-image") || strings.Contains(agent, "spec.version") {
-		t.Errorf("a pod that cannot pull the readiness agent's image: %q", agent)
+	for _, container := range []string{resources.ReadinessContainerName, resources.RestoreContainerName} {
+		agent := waiting("orders-1", container, "ErrImagePull", `pulling image "example.com/cache-operator:v0.1.0"`)
+		if container == resources.RestoreContainerName {
+			agent.Status.InitContainerStatuses, agent.Status.ContainerStatuses = agent.Status.ContainerStatuses, nil
+		}
+		if why := podsStuck([]corev1.Pod{agent}); !strings.Contains(why, "--agent-image") || strings.Contains(why, "spec.version") {
+			t.Errorf("a pod whose %s container cannot pull the operator's image: %q", container, why)
+		}
 	}
 	init := waiting("orders-2", "", "", "")
 	init.Status.ContainerStatuses = nil

@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,11 +118,22 @@ type Agent struct {
 	// host is where the server is, without a socket: the pod's own loopback address.
 	host string
 
-	mu      sync.Mutex
-	server  *valkey.Server
-	verdict string // the last answer, logged when it changes
-	// last is verdict, for a request that comes while a check runs.
-	last atomic.Pointer[string]
+	mu     sync.Mutex
+	server *valkey.Server
+	// last is the last check's answer, logged when it changes, and given to a request that comes
+	// while a check runs.
+	last atomic.Pointer[answer]
+}
+
+// answer is what a check found: why the server is not ready, or nil.
+type answer struct{ notReady error }
+
+// String is the answer as the agent logs it.
+func (a *answer) String() string {
+	if a.notReady == nil {
+		return "ready"
+	}
+	return "not ready: " + a.notReady.Error()
 }
 
 // NewAgent is the agent of the server that the options say, with the password given.
@@ -176,29 +186,19 @@ func (a *Agent) Check(ctx context.Context) error {
 		return a.lastAnswer()
 	}
 	defer a.mu.Unlock()
-	err := a.check(ctx)
-	verdict := "ready"
-	if err != nil {
-		verdict = "not ready: " + err.Error()
+	now := &answer{a.check(ctx)}
+	if before := a.last.Swap(now); before == nil || before.String() != now.String() {
+		fmt.Fprintln(os.Stderr, logPrefix, now)
 	}
-	if verdict != a.verdict {
-		fmt.Fprintln(os.Stderr, logPrefix, verdict)
-	}
-	a.last.Store(&verdict)
-	a.verdict = verdict
-	return err
+	return now.notReady
 }
 
 // lastAnswer is the answer of the last check, or not ready if none has ended yet.
 func (a *Agent) lastAnswer() error {
-	verdict := a.last.Load()
-	switch {
-	case verdict == nil:
-		return errors.New("not checked yet")
-	case *verdict == "ready":
-		return nil
+	if last := a.last.Load(); last != nil {
+		return last.notReady
 	}
-	return errors.New(strings.TrimPrefix(*verdict, "not ready: "))
+	return errors.New("not checked yet")
 }
 
 func (a *Agent) check(ctx context.Context) error {
@@ -276,10 +276,8 @@ func ClusterNodeReady(ctx context.Context, s *valkey.Server) error {
 	if err != nil {
 		return err
 	}
-	for _, n := range nodes {
-		if n.Myself && n.SlotsServed() > 0 {
-			return nil
-		}
+	if self, _ := valkey.Myself(nodes); self.SlotsServed() > 0 {
+		return nil
 	}
 	return errors.New("a primary that serves no slot")
 }

@@ -61,12 +61,7 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 	for _, t := range targets(want, members) {
 		isTarget[t] = true
 	}
-	byID := map[string]*Member{}
-	for i := range members {
-		if self, ok := members[i].self(); ok {
-			byID[self.ID] = &members[i]
-		}
-	}
+	byID := membersByID(members)
 	var actions []Action
 	busy := map[*Member]bool{}
 	for i := range members {
@@ -192,21 +187,22 @@ func retryingAfterFailure(m *Member) bool {
 // describeJobs sums up, for a message, the atomic slot migrations that run, and the last one of
 // each other source if it failed lately: "1024 slots from a-0 to a-3 (snapshotting)".
 func describeJobs(members []Member) string {
-	podOf := map[string]string{}
-	for i := range members {
-		if self, ok := members[i].self(); ok {
-			podOf[self.ID] = members[i].Pod
+	byID := membersByID(members)
+	podOf := func(id string) string {
+		if m := byID[id]; m != nil {
+			return m.Pod
 		}
+		return id
 	}
 	var parts []string
 	for i := range members {
 		m := &members[i]
 		running := runningExports(m)
 		for _, job := range running {
-			parts = append(parts, fmt.Sprintf("%d slots from %s to %s (%s)", job.SlotsMoving(), m.Pod, podOf[job.TargetID], job.State))
+			parts = append(parts, fmt.Sprintf("%d slots from %s to %s (%s)", job.SlotsMoving(), m.Pod, podOf(job.TargetID), job.State))
 		}
 		if job, ok := lastExport(m); ok && len(running) == 0 && job.State == valkey.MigrationFailed && m.Observed.Sub(job.Updated) < failureShown {
-			failure := fmt.Sprintf("the last migration of %d slots from %s to %s failed", job.SlotsMoving(), m.Pod, podOf[job.TargetID])
+			failure := fmt.Sprintf("the last migration of %d slots from %s to %s failed", job.SlotsMoving(), m.Pod, podOf(job.TargetID))
 			if job.Message != "" {
 				failure += ": " + job.Message
 			}

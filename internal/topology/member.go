@@ -33,8 +33,8 @@ type Member struct {
 	// Stranger, when set, is what the server at the member's address says it is, which is not
 	// this member's pod: the address has gone to another pod, and Nodes are not read.
 	Stranger string
-	// Migrations are, on a release with atomic slot migration, the jobs the server's log lists
-	// (CLUSTER GETSLOTMIGRATIONS), newest first; Observed is when the member was read, by the
+	// Migrations are, for a primary on a release with atomic slot migration, the jobs its log
+	// lists (CLUSTER GETSLOTMIGRATIONS), newest first; Observed is when the member was read, by the
 	// server's clock, which the jobs' times are on.
 	Migrations []valkey.SlotMigration
 	Observed   time.Time
@@ -63,6 +63,17 @@ type Want struct {
 
 // Nodes is the number of servers the cluster is made of.
 func (w Want) Nodes() int { return w.Shards * (1 + w.ReplicasPerShard) }
+
+// membersByID are the members that could be asked, by the node ID each server gives itself.
+func membersByID(members []Member) map[string]*Member {
+	byID := map[string]*Member{}
+	for i := range members {
+		if self, ok := members[i].self(); ok {
+			byID[self.ID] = &members[i]
+		}
+	}
+	return byID
+}
 
 // memberIDs are the node IDs of the members that could be asked, each the ID its server gives
 // itself.

@@ -20,12 +20,10 @@ import (
 //   - a slot that a member migrates to a node that is not a member, or that it no longer serves
 //     while nobody imports it, is made stable again.
 func closeOpenSlots(_ Want, members []Member) (Plan, bool) {
-	byID := map[string]*Member{}
+	byID := membersByID(members)
 	server := map[int]*Member{}
 	claimed := make([]bool, valkey.SlotCount) // by any node, in any member's view
 	for i := range members {
-		self, _ := members[i].self()
-		byID[self.ID] = &members[i]
 		for _, s := range slotsServed(&members[i]) {
 			if server[s] == nil {
 				server[s] = &members[i]

@@ -1494,10 +1494,7 @@ func TestAScaleMovesSlotsAtomicallyWhenEveryServerCan(t *testing.T) {
 // pods leave) cancels them: their slots stay with the sources, and the cluster ends balanced on
 // the shards it had.
 func TestAScaleOutTakenBackCancelsItsRunningJobs(t *testing.T) {
-	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
-	s := atomicSim(t, from)
-	s.add(simPods(from.Nodes(), to.Nodes())...)
-	s.jobsStarted(t, to)
+	s, from, _ := scalingOutAtomically(t)
 	s.leave(from.Nodes())
 	plan := Form(from, s.members())
 	if _, _, cancels := slotJobs(plan); cancels == 0 {
@@ -1519,10 +1516,7 @@ func TestAScaleOutTakenBackCancelsItsRunningJobs(t *testing.T) {
 // passed since it failed (a late failure cost a fork and a copy of the slots), and the progress
 // says why it failed.
 func TestAFailedJobIsRetriedAfterADelayAndItsFailureShown(t *testing.T) {
-	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
-	s := atomicSim(t, from)
-	s.add(simPods(from.Nodes(), to.Nodes())...)
-	s.jobsStarted(t, to)
+	s, _, to := scalingOutAtomically(t)
 	s.endJobs(t, valkey.MigrationFailed)
 	for _, n := range s.nodes {
 		if len(n.jobs) > 0 {
@@ -1541,6 +1535,17 @@ func TestAFailedJobIsRetriedAfterADelayAndItsFailureShown(t *testing.T) {
 	if atomic, _, _ := slotJobs(Form(to, s.members())); atomic == 0 {
 		t.Errorf("a while after the failure no job is started again")
 	}
+}
+
+// scalingOutAtomically is a formed 3-shard cluster on Valkey 9 scaling out to 4 shards, with its
+// atomic jobs started.
+func scalingOutAtomically(t *testing.T) (s *sim, from, to Want) {
+	t.Helper()
+	from, to = Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
+	s = atomicSim(t, from)
+	s.add(simPods(from.Nodes(), to.Nodes())...)
+	s.jobsStarted(t, to)
+	return s, from, to
 }
 
 // jobsStarted drives a scale-out on s until its first atomic jobs start, and returns them by
@@ -1611,10 +1616,7 @@ func TestTheTargetOfRunningJobsStaysTheTarget(t *testing.T) {
 // A job whose source has paused its writes for the target to take over is not cancelled, even
 // when the spec no longer wants its target: the target may still take the slots over.
 func TestAJobHandingOverIsNotCancelled(t *testing.T) {
-	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
-	s := atomicSim(t, from)
-	s.add(simPods(from.Nodes(), to.Nodes())...)
-	s.jobsStarted(t, to)
+	s, from, _ := scalingOutAtomically(t)
 	for _, n := range s.nodes {
 		if len(n.jobs) > 0 && n.jobs[0].Running() {
 			n.jobs[0].State = valkey.MigrationPaused

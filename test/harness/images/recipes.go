@@ -5,8 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 
 	"example.com/cache-operator/internal/readiness"
 	"example.com/cache-operator/internal/resources"
@@ -54,17 +52,16 @@ func Operator(repo, bin, tag string) (Image, error) {
 		return Image{}, err
 	}
 	programs := Layer{Comment: "the operator (go build ./cmd) and its readiness agent (./cmd/readiness)"}
-	for pkg, path := range map[string]string{"./cmd": "/cache-operator", "./cmd/readiness": readiness.Program} {
-		if _, err := os.Stat(filepath.Join(repo, pkg)); errors.Is(err, fs.ErrNotExist) {
+	for _, p := range []struct{ pkg, path string }{{"./cmd", "/cache-operator"}, {"./cmd/readiness", readiness.Program}} {
+		if _, err := os.Stat(filepath.Join(repo, p.pkg)); errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		program, err := goBuild(repo, pkg)
+		program, err := goBuild(repo, p.pkg)
 		if err != nil {
 			return Image{}, err
 		}
-		programs.Entries = append(programs.Entries, File(path, 0o755, program))
+		programs.Entries = append(programs.Entries, File(p.path, 0o755, program))
 	}
-	slices.SortFunc(programs.Entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
 	if tag == "" {
 		tag = DefaultOperatorTag
 	}
