@@ -3,15 +3,12 @@
 package readiness
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -133,13 +130,7 @@ func TestAProbeOfAServerThatHangsIsAnsweredNotReady(t *testing.T) {
 			if err := server.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			// kill(2) returns before the signal stops the server: it could still answer the
-			// probe's PING on a busy machine.
-			testenv.WaitFor(t, 10*time.Second, "the server stopped", func() (bool, string) {
-				stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", server.Pid))
-				fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-				return err == nil && len(fields) > 0 && fields[0] == "T", fmt.Sprint(fields, err)
-			})
+			testenv.WaitStopped(t, server)
 			defer func() { _ = server.Signal(syscall.SIGCONT) }()
 			answered := make(chan error, 1)
 			go func() { answered <- probe(a) }()

@@ -103,6 +103,7 @@ func TestAnAtomicSlotMigrationMovesItsSlotsOrCancelsWhole(t *testing.T) {
 	if err := stopped.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	testenv.WaitStopped(t, stopped)
 	t.Cleanup(func() { _ = stopped.Signal(syscall.SIGCONT) })
 	if err := source.MigrateSlots(ctx, []valkey.SlotRange{{Start: 15000, End: 15999}}, thirdSelf.ID); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,4 +230,15 @@ func StartClusterNode(t testing.TB, ip string, auth valkeyadmin.Auth, args ...st
 	}
 	self, _ := valkeyadmin.Myself(nodes)
 	return s, self.ID, process
+}
+
+// WaitStopped waits until the process is stopped (SIGSTOP): kill(2) returns before the signal
+// takes the process off the CPU, and on a busy machine it may still answer a request first.
+func WaitStopped(t testing.TB, process *os.Process) {
+	t.Helper()
+	WaitFor(t, 10*time.Second, fmt.Sprintf("process %d stopped", process.Pid), func() (bool, string) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", process.Pid))
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		return err == nil && len(fields) > 0 && fields[0] == "T", fmt.Sprint(fields, err)
+	})
 }
