@@ -112,6 +112,11 @@ func settled(c *cachev2.Cache) (bool, string) {
 		c.Name, c.Generation, c.Status.ObservedGeneration, ready.Status, ready.Message)
 }
 
+// startTimeout bounds the start or the removal of a Cache's few pods: seconds on a quiet
+// machine, but beside three other tests on two cores a pod once waited more than a minute for
+// the kubelet to start its containers.
+const startTimeout = 3 * time.Minute
+
 // waitSettled waits until every Cache of the namespace is Ready for its current generation.
 func waitSettled(t *testing.T, namespace string, timeout time.Duration) {
 	t.Helper()

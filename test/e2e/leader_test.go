@@ -64,7 +64,7 @@ func TestLeaderElectionWithTwoReplicas(t *testing.T) {
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
 	newCache(t, ns, "orders-cache")
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 
 	// Only the leader reconciles.
 	if reconciles(t, a) == 0 {

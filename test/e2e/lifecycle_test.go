@@ -174,7 +174,7 @@ func TestDeletionRemovesChildrenRecordsAndFinalizer(t *testing.T) {
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
 	c := newCache(t, ns, "orders-cache")
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 	etcdClient := etcd.Client(t)
 	defer etcdClient.Close() //nolint:errcheck
 	dir := catalogDir(key)
@@ -186,7 +186,7 @@ func TestDeletionRemovesChildrenRecordsAndFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	testenv.WaitFor(t, time.Minute, "the Cache, its children and its pods to be gone", func() (bool, string) {
+	testenv.WaitFor(t, startTimeout, "the Cache, its children and its pods to be gone", func() (bool, string) {
 		_, err := getCache(t, key)
 		sets, svcs := children(t, ns)
 		var pods corev1.PodList
@@ -235,7 +235,7 @@ func TestAnOperatorScopedToItsNamespacesLeavesOthersAlone(t *testing.T) {
 	}
 
 	newCache(t, ns, "orders-cache")
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 	testenv.WaitFor(t, time.Minute, "the records of the Cache gone from the operator's namespace swept", func() (bool, string) {
 		got := testenv.KeyValues(t, etcd.Client(t), e2eLayout.Dir(goneInside))
 		return len(got) == 0, fmt.Sprintf("%d records", len(got))

@@ -92,7 +92,7 @@ func TestMain(m *testing.M) {
 // leave the two cores about 40 % idle over the whole tier, but six failed five tests in one tier
 // on two cores (pods not ready or not gone within their minute, a server not answering a
 // connection within its timeout): the servers and the kubelets still share the cores.
-const besideAtOnce = 3
+const besideAtOnce = 4
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))

@@ -35,12 +35,14 @@ import (
 
 // measureRuns, when set (CACHE_OPERATOR_MEASURE=N), runs the measurements below N times. They
 // are the benchmark of the Cluster operations on real servers (docs/benchmark.md), not tests:
-// without it they are skipped, and `make test` spends no time on them.
+// without it they are skipped, and `make test` spends no time on them. Their waits look every
+// 50 ms, so that a figure is when its condition first held.
 func measureRuns(t *testing.T) int {
 	runs, err := strconv.Atoi(os.Getenv("CACHE_OPERATOR_MEASURE"))
 	if err != nil || runs < 1 {
 		t.Skip("a measurement: CACHE_OPERATOR_MEASURE=N runs it N times")
 	}
+	testenv.PollClosely(t)
 	return runs
 }
 

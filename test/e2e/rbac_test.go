@@ -45,7 +45,7 @@ func TestMissingPermissionSurfaces(t *testing.T) {
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
 	newCache(t, ns, "orders-cache")
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 
 	for i, rule := range role.Rules {
 		if slices.Contains(rule.APIGroups, "apps") && slices.Contains(rule.Resources, "statefulsets") {

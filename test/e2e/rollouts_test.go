@@ -57,7 +57,7 @@ func TestAChangeToManyCachesRollsOutAFewAtATime(t *testing.T) {
 		}
 		return done == caches, fmt.Sprintf("%d of %d rolled out", done, caches)
 	})
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 	t.Logf("at most %d StatefulSets rolling out at once; %d Caches seen queued", most(), len(queued()))
 	if most() > limit {
 		t.Errorf("%d StatefulSets rolled out at once, with a limit of %d", most(), limit)

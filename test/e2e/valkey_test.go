@@ -156,7 +156,7 @@ func TestSpecChangeRestartsEveryNodeOnceHighestOrdinalFirst(t *testing.T) {
 			ns := newNamespace(t)
 			key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
 			newCacheOf(t, ns, key.Name, change.from)
-			waitSettled(t, ns, time.Minute)
+			waitSettled(t, ns, startTimeout)
 			before := runIDs(t, key)
 			history := watchReady(t, key)
 			deleted := watchPodDeletions(t, ns)
@@ -230,7 +230,7 @@ func TestCrashedNodeRestartsInPlaceEmpty(t *testing.T) {
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
 	c := newCache(t, ns, key.Name)
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 	crashed := cachePods(t, key)[1]
 	v := node(t, &crashed)
 	if err := v.Do(context.Background(), v.B().Set().Key("lost").Value("with the node").Build()).Error(); err != nil {
@@ -256,7 +256,7 @@ func TestCrashedNodeRestartsInPlaceEmpty(t *testing.T) {
 	if last := serverStatus(&restarted).LastTerminationState.Terminated; last == nil || last.ExitCode != 137 {
 		t.Errorf("the container's last state is %+v, want terminated with exit code 137 (SIGKILL)", last)
 	}
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 	v = node(t, &restarted)
 	if err := v.Do(context.Background(), v.B().Get().Key("lost").Build()).Error(); !valkey.IsValkeyNil(err) {
 		t.Errorf("the restarted server of %s has the crashed server's key (GET: %v)", crashed.Name, err)
@@ -272,7 +272,7 @@ func TestDeletedPodsServerIsKilledAfterItsGracePeriod(t *testing.T) {
 	ns := newNamespace(t)
 	key := client.ObjectKey{Namespace: ns, Name: "orders-cache"}
 	newCache(t, ns, key.Name)
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 	hung := cachePods(t, key)[2]
 	if err := signalServer(ns, hung.Name, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -294,6 +294,6 @@ func TestDeletedPodsServerIsKilledAfterItsGracePeriod(t *testing.T) {
 	// The Cache's Ready condition of before the deletion can still be there (the generation is the
 	// same): the replacement pod, which assertNodesServe talks to, must be Ready itself.
 	waitPodsReplaced(t, key, map[string]bool{string(hung.UID): true}, 3)
-	waitSettled(t, ns, time.Minute)
+	waitSettled(t, ns, startTimeout)
 	assertNodesServe(t, key, resource.MustParse("64Mi"))
 }
