@@ -48,6 +48,32 @@ func TestMaxMemoryLeavesHeadroom(t *testing.T) {
 	}
 }
 
+// A replica loads a full sync from the network, never through a file on the data volume, on
+// every release that can (8.0 only into an empty server), and the data volume is bounded and
+// requested for the RDBs that may still land there.
+func TestAReplicaLoadsAFullSyncWithoutAFileAndTheDataVolumeIsBudgeted(t *testing.T) {
+	for version, want := range map[string]string{"8.0.1": "on-empty-db", "8.1.1": "flush-before-load", "9.1.2": "flush-before-load"} {
+		cache := testCache()
+		cache.Spec.Version = version
+		sts := StatefulSet(cache, DefaultImages)
+		c := sts.Spec.Template.Spec.Containers[0]
+		if i := slices.Index(c.Args, "--repl-diskless-load"); i < 0 || c.Args[i+1] != want {
+			t.Errorf("%s: args %q, want --repl-diskless-load %s", version, c.Args, want)
+		}
+		if got := c.Resources.Requests[corev1.ResourceEphemeralStorage]; got.Cmp(cache.Spec.Memory) != 0 {
+			t.Errorf("%s: ephemeral storage request %s, want the memory's, %s", version, got.String(), cache.Spec.Memory.String())
+		}
+		for _, v := range sts.Spec.Template.Spec.Volumes {
+			if v.Name != dataVolume {
+				continue
+			}
+			if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.String() != "512Mi" {
+				t.Errorf("%s: data volume %+v, want an emptyDir of at most 512Mi, twice the memory", version, v.VolumeSource)
+			}
+		}
+	}
+}
+
 func TestStatefulSetRunsValkeyFromTheSpec(t *testing.T) {
 	cache := testCache()
 	sts := StatefulSet(cache, Images{ValkeyRepository: "mirror.example/valkey", Exporter: DefaultExporterImage})

@@ -17,6 +17,7 @@ import (
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
 	"example.com/cache-operator/internal/readiness"
+	"example.com/cache-operator/internal/valkey"
 )
 
 const (
@@ -80,7 +81,7 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 					SecurityContext:           podSecurityContext(),
 					TopologySpreadConstraints: spreadOut(cache),
 					Containers:                []corev1.Container{valkeyContainer(cache, images.ValkeyRepository), readinessContainer(cache, images.Agent)},
-					Volumes:                   []corev1.Volume{dataVolumeSource()},
+					Volumes:                   []corev1.Volume{dataVolumeSource(cache.Spec.Memory)},
 				},
 			},
 		},
@@ -229,16 +230,20 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 		Args: slices.Concat([]string{"valkey-server"}, listening(cache), []string{
 			"--maxmemory", strconv.FormatInt(MaxMemory(memory), 10),
 		}, valkeyConfigArgs(cache.Spec.Config), []string{
-			// A cache keeps nothing on disk: no snapshots, no append-only file, and so no
-			// fork that would need memory beyond the limit.
+			// A cache keeps nothing on disk: no snapshots, no append-only file. The server
+			// still forks for a backup's snapshot and for a replica's full sync, both streamed
+			// over the network (repl-diskless-sync, on by default); the child's copy-on-write
+			// pages count against the memory limit, within the quarter kept beyond maxmemory.
 			"--save", "",
 			"--appendonly", "no",
+			"--repl-diskless-load", disklessLoad(cache.Spec.Version),
 		}),
 		Ports: []corev1.ContainerPort{{Name: PortName, ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
-				corev1.ResourceMemory: memory,
-				corev1.ResourceCPU:    cpuRequest,
+				corev1.ResourceMemory:           memory,
+				corev1.ResourceCPU:              cpuRequest,
+				corev1.ResourceEphemeralStorage: memory,
 			},
 			Limits: corev1.ResourceList{corev1.ResourceMemory: memory},
 		},
@@ -512,10 +517,32 @@ func spreadOut(cache *cachev2.Cache) []corev1.TopologySpreadConstraint {
 	}
 }
 
-// dataVolumeSource is Valkey's working directory: the root filesystem is read-only.
-func dataVolumeSource() corev1.Volume {
+// dataVolumeSource is Valkey's working directory, on the node's disk: the root filesystem is
+// read-only. What lands there is an RDB of the node's data, which is at most about its memory
+// (maxmemory, three quarters of it, and the encoding overhead an RDB sheds): the restore's, which
+// the server loads at its first start and keeps until a restart, and on 8.0, which cannot load a
+// full sync into a server holding data without a file (disklessLoad), the sync's, kept after the
+// load, beside the next sync's while it arrives. So the volume is limited to twice the memory
+// (past it the kubelet evicts the pod rather than let it fill the node's disk), and the Valkey
+// container requests the memory's size of the node's disk (ephemeral storage): a node short of
+// disk evicts first the pods that use more than they request, which a cache pod then does not.
+func dataVolumeSource(memory resource.Quantity) corev1.Volume {
 	return corev1.Volume{
-		Name:         dataVolume,
-		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+		Name: dataVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			SizeLimit: resource.NewQuantity(2*memory.Value(), resource.BinarySI),
+		}},
 	}
+}
+
+// disklessLoad is how a replica loads a full sync: straight from the network into memory, never
+// through a file on the data volume. Since 8.1 (flush-before-load) it empties itself first, as a
+// cache loses nothing by it: the data was going anyway, and keeping it while the new data loads
+// (swapdb) would need twice the memory. 8.0 loads that way only into an empty server
+// (on-empty-db), as when it has just started; otherwise it writes the sync to a file first.
+func disklessLoad(version string) string {
+	if valkey.OlderVersion(version, "8.1.0") {
+		return "on-empty-db"
+	}
+	return "flush-before-load"
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,9 @@ import (
 // (eviction on) and a client writing new keys steadily, a backup takes its snapshot from one
 // replica while the other, restarted empty, takes a full resync from the primary: the backup
 // completes, the replica rejoins, and the kernel kills no server, at the smallest memory the API
-// allows and at a larger one. Each subtest logs each server's peak memory against its limit.
+// allows and at a larger one. The resynced replica loaded the sync with no file on its data
+// volume. Each subtest logs each server's peak memory against its limit, and each fork's
+// copy-on-write against the headroom beyond maxmemory.
 func TestASnapshotAndAFullResyncUnderEvictionStayInsideTheMemoryLimit(t *testing.T) {
 	runBeside(t, 2)
 	startOperator(t, "a", "", clusterCheckInterval)
@@ -75,6 +78,21 @@ func TestASnapshotAndAFullResyncUnderEvictionStayInsideTheMemoryLimit(t *testing
 			waitNewReplicaOn(t, key, resynced.Pod, resynced.ID, 3)
 			written, failed := steady.stop()
 			t.Logf("%d keys written at %d/s meanwhile, %d writes failed (%s)", written, steadyWrites, failed.n, failed.kinds())
+			// The forks' copy-on-write: the snapshot's, on its source, and the full sync's, on the
+			// primary, each against the headroom beyond maxmemory.
+			headroom := float64(limit.Value()-resources.MaxMemory(limit)) / (1 << 20)
+			for what, pod := range map[string]*corev1.Pod{"the backup's snapshot": podNamed(t, key, source), "the full resync": primary} {
+				cow, _ := strconv.ParseFloat(testenv.ValkeyInfo(t, node(t, pod), "persistence", "rdb_last_cow_size"), 64)
+				t.Logf("%s forked on %s: %.1f MiB copied on write, of %.1f MiB headroom", what, pod.Name, cow/(1<<20), headroom)
+			}
+			// The resync went straight into the replica's memory: no RDB on its data volume.
+			files, err := cluster.KubectlOutput(context.Background(), "exec", "--namespace", ns, resynced.Pod, "-c", resources.ContainerName, "--", "ls", "-A", "/data")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(files, ".rdb") {
+				t.Errorf("%s's data volume after its full resync holds %q, want no RDB", resynced.Pod, files)
+			}
 		})
 	}
 }

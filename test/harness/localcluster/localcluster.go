@@ -159,11 +159,14 @@ func (c *Cluster) Running(ctx context.Context) bool {
 }
 
 // nodeAllocatable is what each simulated node offers: what `kwokctl scale node` gives its
-// nodes, so that pods spread over nodes as they did before the nodes were made here.
+// nodes, so that pods spread over nodes as they did before the nodes were made here, and a disk
+// (ephemeral storage), which those lack and a real node has: a cache pod requests its memory's
+// worth, and would otherwise fit on none.
 var nodeAllocatable = corev1.ResourceList{
-	corev1.ResourceCPU:    resource.MustParse("32"),
-	corev1.ResourceMemory: resource.MustParse("256Gi"),
-	corev1.ResourcePods:   resource.MustParse("110"),
+	corev1.ResourceCPU:              resource.MustParse("32"),
+	corev1.ResourceMemory:           resource.MustParse("256Gi"),
+	corev1.ResourcePods:             resource.MustParse("110"),
+	corev1.ResourceEphemeralStorage: resource.MustParse("1Ti"),
 }
 
 // Zones are the zones of the simulated nodes (topology.kubernetes.io/zone): kwok-node-i is in
