@@ -1,7 +1,9 @@
-// Package readiness is the operator binary's readiness mode: a small agent, run as a container
-// beside each Valkey server of a Cache, that answers the kubelet's HTTP readiness probe with what
-// its server reports. It keeps one connection to the server, through the pod's own network or its
-// Unix socket, and asks it on each probe.
+// Package readiness is the readiness agent (cmd/readiness, a program of the operator's image): a
+// small agent, run as a container beside each Valkey server of a Cache, that answers the kubelet's
+// HTTP readiness probe with what its server reports. It keeps one connection to the server,
+// through the pod's own network or its Unix socket, and asks it on each probe. Connecting is
+// bounded as every connection of package valkey is (valkey.Timeout to dial, as much to
+// authenticate), so a check that must connect first still ends about when CheckTimeout does.
 //
 // Why an agent rather than an exec probe: an exec probe starts runc, a shell and valkey-cli (twice
 // on a Cluster primary) inside the container at every period, and each start costs tens of
