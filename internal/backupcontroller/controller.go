@@ -13,6 +13,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -154,8 +155,8 @@ func ptrNow() *metav1.Time {
 // backups that wait for it.
 const cacheNameField = "spec.cacheName"
 
-// SetupWithManager registers the controller: it watches the backups, their Jobs and the Caches
-// they wait for.
+// SetupWithManager registers the controller: it watches the backups, their Jobs, and the Caches
+// and credentials they wait for.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, maxConcurrentReconciles int) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &cachev1alpha1.CacheBackup{}, cacheNameField, func(o client.Object) []string {
 		return []string{o.(*cachev1alpha1.CacheBackup).Spec.CacheName}
@@ -171,6 +172,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, max
 		For(&cachev1alpha1.CacheBackup{}).
 		Owns(&batchv1.Job{}).
 		Watches(&cachev2.Cache{}, handler.EnqueueRequestsFromMapFunc(r.backupsOf)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.backupsOfCredentials)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Complete(r)
 }
@@ -183,10 +185,26 @@ func (r *Reconciler) backupsOf(ctx context.Context, obj client.Object) []reconci
 	if from := cache.Spec.RestoreFrom; from != nil {
 		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: cache.Namespace, Name: from.Backup}})
 	}
-	var backups cachev1alpha1.CacheBackupList
-	if err := r.List(ctx, &backups, client.InNamespace(cache.Namespace), client.MatchingFields{cacheNameField: cache.Name}); err != nil {
-		return requests
+	return append(requests, r.unfinishedBackups(ctx, cache.Namespace, cache.Name)...)
+}
+
+// backupsOfCredentials are the unfinished backups of the Cache whose credentials the Secret
+// holds: one may wait for the Cache's nodes to be given the backup user (backupUserPending).
+func (r *Reconciler) backupsOfCredentials(ctx context.Context, obj client.Object) []reconcile.Request {
+	cache, ok := obj.GetLabels()[cachev2.LabelCredentialsOf]
+	if !ok {
+		return nil
 	}
+	return r.unfinishedBackups(ctx, obj.GetNamespace(), cache)
+}
+
+// unfinishedBackups are the backups of the Cache that have not ended.
+func (r *Reconciler) unfinishedBackups(ctx context.Context, namespace, cache string) []reconcile.Request {
+	var backups cachev1alpha1.CacheBackupList
+	if err := r.List(ctx, &backups, client.InNamespace(namespace), client.MatchingFields{cacheNameField: cache}); err != nil {
+		return nil
+	}
+	var requests []reconcile.Request
 	for _, b := range backups.Items {
 		if !b.Status.Phase.Finished() {
 			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})

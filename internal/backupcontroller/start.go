@@ -47,6 +47,10 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 		setPhase(b, status, cachev1alpha1.BackupPending, cachev1alpha1.ReasonCacheNotReady, message+"; the backup starts once it is")
 		return nil
 	}
+	if waiting, err := r.backupUserPending(ctx, cache); err != nil || waiting != "" {
+		setPhase(b, status, cachev1alpha1.BackupPending, cachev1alpha1.ReasonCacheNotReady, waiting+"; the backup starts once they have")
+		return err
+	}
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return err
@@ -70,6 +74,29 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 	}
 	recordRunning(b, status, plan)
 	return nil
+}
+
+// backupUserPending says why the servers of a Cache with auth may not let the backup agent in as
+// the backup user yet, or "": its Job speaks as that user, whose password the Cache's ACL Secret
+// must hold, and which every node running when the Secret was last written must have been given
+// (resources.ACL.GivenToNodes). A Cache made by a release without that user gets it at its next
+// pass after the upgrade.
+func (r *Reconciler) backupUserPending(ctx context.Context, cache *cachev2.Cache) (string, error) {
+	if cache.Spec.Auth == nil {
+		return "", nil
+	}
+	secret := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: cache.Namespace, Name: resources.ACLSecretName(cache)}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		secret = nil
+	case err != nil:
+		return "", err
+	}
+	if !resources.ReadACL(secret).GivenToNodes(cache, resources.BackupUser) {
+		return fmt.Sprintf("the Cache's nodes have not all been given the user %s yet", resources.BackupUser), nil
+	}
+	return "", nil
 }
 
 // startImport starts the Job that reads an imported backup's manifest, and records it Running.

@@ -1,15 +1,22 @@
 package backupcontroller
 
 import (
+	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/resources"
 )
 
 func pod(name, ip string, ready bool) corev1.Pod {
@@ -53,5 +60,68 @@ func TestSourcesPreferAReadyReplicaOfEachShard(t *testing.T) {
 	shards, err = sources(standalone, []corev1.Pod{pod("c-1", "127.64.0.2", true), pod("c-0", "127.64.0.1", true)})
 	if want := []string{"shard-0=c-0@127.64.0.1:6379", "shard-1=c-1@127.64.0.2:6379"}; err != nil || !slices.Equal(sourcePods(shards), want) {
 		t.Errorf("the Standalone Cache's sources are %v, %v; want %v", sourcePods(shards), err, want)
+	}
+}
+
+// A backup of a Cache with auth speaks as the backup user, and so waits, Pending, until the
+// Cache's ACL Secret holds that user's password and every node has been given it: a Cache made by
+// a release without that user gets it at its first pass after the upgrade, and a backup made
+// before then would be refused by its servers.
+func TestABackupOfACacheWithAuthWaitsUntilItsNodesKnowTheBackupUser(t *testing.T) {
+	ctx := context.Background()
+	w := newBackupWorld(t, cachev1alpha1.CacheBackupStatus{})
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", Generation: 1},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: "9.1.2", Auth: &cachev2.Auth{}}}
+	cache.Status.Conditions = []metav1.Condition{{Type: cachev2.ConditionReady, Status: metav1.ConditionTrue, Reason: cachev2.ReasonAllReplicasReady,
+		ObservedGeneration: cache.Generation, LastTransitionTime: metav1.Now()}}
+	server := pod("orders-0", "127.64.0.1", true)
+	server.Namespace, server.Labels = "shop", resources.SelectorLabels(cache)
+	for _, obj := range []client.Object{cache, &server} {
+		if err := w.c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acl, _ := resources.NextACL(cache, resources.ACL{}, "the-application-password", time.Now())
+	earlier := resources.ACL{Passwords: maps.Clone(acl.Passwords), AppHashes: acl.AppHashes, Applied: "an-earlier-release's"}
+	delete(earlier.Passwords, resources.BackupUser)
+	secret := resources.ACLSecret(cache, earlier)
+	if err := w.c.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+
+	w.pass() // the finalizer of the backup's objects
+	for _, step := range []struct {
+		acl     resources.ACL
+		pending bool
+	}{
+		{earlier, true},
+		{resources.ACL{Passwords: acl.Passwords, AppHashes: acl.AppHashes, Applied: "not-given-yet"}, true},
+		{resources.ACL{Passwords: acl.Passwords, AppHashes: acl.AppHashes, Applied: acl.Digest(cache)}, false},
+	} {
+		secret.Data, secret.Annotations = resources.ACLSecret(cache, step.acl).Data, resources.ACLSecret(cache, step.acl).Annotations
+		if err := w.c.Update(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		w.pass()
+		b := w.backup()
+		complete := meta.FindStatusCondition(b.Status.Conditions, cachev1alpha1.ConditionComplete)
+		if pending := b.Status.Phase == cachev1alpha1.BackupPending; pending != step.pending ||
+			pending && (complete == nil || !strings.Contains(complete.Message, resources.BackupUser)) {
+			t.Fatalf("with the ACL Secret applied %q: phase %s, %+v; want pending %t, naming the user %s", step.acl.Applied, b.Status.Phase, complete, step.pending, resources.BackupUser)
+		}
+	}
+	job := w.job(resources.BackupJobName(w.b))
+	if job == nil {
+		t.Fatal("no Job")
+	}
+	env := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			env[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	if env[backup.EnvValkeyUser] != resources.BackupUser || env[backup.EnvValkeyPassword] != "orders-acl/"+resources.BackupUser {
+		t.Errorf("the Job's environment %v: want it to speak as %s, with that user's password only", env, resources.BackupUser)
 	}
 }

@@ -52,15 +52,14 @@ func BackupLabels(b *cachev1alpha1.CacheBackup) map[string]string {
 // credentials from the user's Secret, and has no access to the API server: it reaches the Cache's
 // servers and the bucket, nothing else. It runs once: a backup that fails is retried as a new
 // CacheBackup, which takes a new, whole snapshot. The plan's result file is set here. For a Cache
-// with auth, the pod also reads the operator user's password from the Cache's ACL Secret, and for
+// with auth, the pod also reads the backup user's password from the Cache's ACL Secret, and for
 // one with TLS the CA's certificate from its TLS Secret.
 func BackupJob(b *cachev1alpha1.CacheBackup, cache *cachev2.Cache, plan backup.Plan, agentImage string) *batchv1.Job {
 	plan.ResultFile = terminationMessagePath
 	env := bucketCredentials(b)
 	if cache.Spec.Auth != nil {
-		// The agent speaks to the servers as the operator's user.
-		env = append(env, corev1.EnvVar{Name: backup.EnvValkeyUser, Value: OperatorUser},
-			secretKey(backup.EnvValkeyPassword, ACLSecretName(cache), OperatorUser, false))
+		env = append(env, corev1.EnvVar{Name: backup.EnvValkeyUser, Value: BackupUser},
+			secretKey(backup.EnvValkeyPassword, ACLSecretName(cache), BackupUser, false))
 	}
 	if cache.Spec.TLS != nil {
 		env = append(env, secretKey(backup.EnvValkeyCA, cache.TLSSecretName(), TLSCAKey, false),

@@ -28,17 +28,25 @@ import (
 // needs. Their passwords are made once, with the Cache, and kept in its ACL Secret.
 const (
 	// OperatorUser is the operator's: it forms and heals a Cluster, sets the users' passwords,
-	// and takes backups; a pod's probes and preStop hook speak to their own server as it.
+	// and checks a restore. Its password is in no pod.
 	OperatorUser = "operator"
 	// ReplicationUser is the one a replica authenticates as to its primary (masteruser). A
 	// Cluster node starts with it fenced (ReplicationFence).
 	ReplicationUser = "replication"
 	// ExporterUser is the metrics exporter's: it reads what the server reports, nothing else.
 	ExporterUser = "exporter"
+	// NodeUser is what a pod's own containers speak to their server as: the readiness agent's
+	// checks, and a Cluster node's preStop hook, which asks a replica to take over. An
+	// administrator's valkey-cli in the container speaks as it too (REDISCLI_AUTH), and may also
+	// read the cluster's state as the runbooks do.
+	NodeUser = "node"
+	// BackupUser is the backup agent's: it reads where each shard is and what it holds, and
+	// takes its snapshot (SYNC, which is the whole dataset: a backup's very purpose).
+	BackupUser = "backup"
 )
 
 // internalUsers are the users whose passwords the ACL Secret holds, under their names.
-var internalUsers = []string{OperatorUser, ReplicationUser, ExporterUser}
+var internalUsers = []string{OperatorUser, ReplicationUser, ExporterUser, NodeUser, BackupUser}
 
 // userRules are each user's rights; the application user's are appRights. The exporter may run what
 // redis_exporter reads by default, and nothing that shows a key, a value or a setting: not
@@ -46,11 +54,18 @@ var internalUsers = []string{OperatorUser, ReplicationUser, ExporterUser}
 // SYNC, which is the whole dataset), not SLOWLOG GET (commands with their arguments), not CLIENT
 // LIST; without them the exporter leaves out the config and slow-log details it would export
 // (redis_config_*, redis_slowlog_last_id), and reads maxmemory from INFO.
+//
+// The node and backup users read no key and change no setting: each has the commands of
+// readiness.ClusterNodeReady and handOverScript, or of the backup agent (package backup), and no
+// more, so that a pod, or a backup's Job, holds no password that could.
 var userRules = map[string]string{
 	OperatorUser:    "~* &* +@all",
 	ReplicationUser: "+psync +sync +replconf +ping",
 	ExporterUser: "+info +ping +client|setname +slowlog|len +latency|latest +latency|histogram +cluster|info " +
 		"+select +dbsize",
+	NodeUser: "+ping +info +role +cluster|nodes +cluster|myid +cluster|replicas +cluster|failover " +
+		"+cluster|info +cluster|shards +cluster|getslotmigrations",
+	BackupUser: "+ping +info +cluster|nodes +sync +replconf",
 }
 
 // appRights are the application user's rights: what a cache's client needs, every key and
@@ -203,6 +218,12 @@ func NextACL(cache *cachev2.Cache, acl ACL, appPassword string, now time.Time) (
 		return next, next.PreviousUntil
 	}
 	return next, time.Time{}
+}
+
+// GivenToNodes reports whether the ACL holds the user's password and every node running when it
+// was written has been given every user in it.
+func (a ACL) GivenToNodes(cache *cachev2.Cache, user string) bool {
+	return a.Passwords[user] != "" && a.Applied == a.Digest(cache)
 }
 
 // Equal reports whether two ACLs store the same.

@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,8 +111,8 @@ func TestAppPasswordRefusesWhatCannotBeUsed(t *testing.T) {
 
 // TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates: the server loads the ACL file from
 // the ACL Secret at each start, a Cluster node's replicas authenticate as the replication user,
-// and the readiness agent and the preStop hook speak as the operator's user. A Cache without
-// auth builds the containers it always did.
+// and the readiness agent and the preStop hook speak as the node user: no pod holds the
+// operator's password. A Cache without auth builds the containers it always did.
 func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 	plain := StatefulSet(testCache(), DefaultImages).Spec.Template.Spec.Containers[0]
 	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
@@ -127,20 +128,25 @@ func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 		}
 		secrets := secretVariables(c)
 		// valkey-cli's password is for the preStop hook, which a Standalone node has not.
-		if secrets[envACL] != "orders-cache-acl/"+ACLFileKey || (secrets[envCLIAuth] == "orders-cache-acl/"+OperatorUser) != (mode == cachev2.ModeCluster) {
+		if secrets[envACL] != "orders-cache-acl/"+ACLFileKey || (secrets[envCLIAuth] == "orders-cache-acl/"+NodeUser) != (mode == cachev2.ModeCluster) {
 			t.Errorf("%s: variables from Secrets %v", mode, secrets)
 		}
 		agent := container(&template, ReadinessContainerName)
 		options, err := readiness.ParseArgs(agent.Command[1:])
-		if err != nil || options.User != OperatorUser || secretVariables(*agent)[readiness.EnvPassword] != "orders-cache-acl/"+OperatorUser {
-			t.Errorf("%s: the readiness agent runs %q (%v) with %v, want it to authenticate as %s", mode, agent.Command, err, agent.Env, OperatorUser)
+		if err != nil || options.User != NodeUser || secretVariables(*agent)[readiness.EnvPassword] != "orders-cache-acl/"+NodeUser {
+			t.Errorf("%s: the readiness agent runs %q (%v) with %v, want it to authenticate as %s", mode, agent.Command, err, agent.Env, NodeUser)
+		}
+		for _, c := range template.Spec.Containers {
+			if v := secretVariables(c); slices.Contains(slices.Collect(maps.Values(v)), "orders-cache-acl/"+OperatorUser) {
+				t.Errorf("%s: container %s holds the operator's password: %v", mode, c.Name, v)
+			}
 		}
 		if mode == cachev2.ModeCluster {
 			if !strings.Contains(args, "--masteruser "+ReplicationUser+" --masterauth $("+envReplicationPassword+")") {
 				t.Errorf("args %q, want replicas to authenticate as %s", args, ReplicationUser)
 			}
-			if hook := strings.Join(c.Lifecycle.PreStop.Exec.Command, " "); !strings.Contains(hook, `cli="valkey-cli --user `+OperatorUser+` -p `+strconv.Itoa(Port)+`"`) {
-				t.Errorf("preStop hook %q does not speak as the operator's user", hook)
+			if hook := strings.Join(c.Lifecycle.PreStop.Exec.Command, " "); !strings.Contains(hook, `cli="valkey-cli --user `+NodeUser+` -p `+strconv.Itoa(Port)+`"`) {
+				t.Errorf("preStop hook %q does not speak as the node user", hook)
 			}
 		}
 	}

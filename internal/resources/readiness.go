@@ -36,7 +36,7 @@ func readinessProbe() *corev1.Probe {
 
 // readinessContainer is the readiness agent beside the Cache's server, from the operator's own
 // image. It reaches its server as the pod's other containers do: at 127.0.0.1, or with TLS through
-// the server's Unix socket, which needs no certificate; with auth, as the operator's user. It
+// the server's Unix socket, which needs no certificate; with auth, as the node user. It
 // lives as long as the server: stopped with the pod, it answers until its server is gone.
 func readinessContainer(cache *cachev2.Cache, image string) corev1.Container {
 	options := readiness.Options{Cluster: cache.Spec.Mode == cachev2.ModeCluster, ServerPort: Port}
@@ -61,8 +61,8 @@ func readinessContainer(cache *cachev2.Cache, image string) corev1.Container {
 		c.VolumeMounts = []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath, ReadOnly: true}}
 	}
 	if cache.Spec.Auth != nil {
-		options.User = OperatorUser
-		c.Env = append(c.Env, secretKey(readiness.EnvPassword, ACLSecretName(cache), OperatorUser, false))
+		options.User = NodeUser
+		c.Env = append(c.Env, secretKey(readiness.EnvPassword, ACLSecretName(cache), NodeUser, false))
 	}
 	c.Command = options.Command()
 	return c

@@ -53,7 +53,7 @@ func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T
 		}
 		if mode == cachev2.ModeCluster {
 			hook := strings.Join(valkey.Lifecycle.PreStop.Exec.Command, " ")
-			if !strings.Contains(hook, `peer="valkey-cli --user operator --tls --cacert /tls/ca.crt --cert /tls/tls.crt --key /tls/tls.key"`) ||
+			if !strings.Contains(hook, `peer="valkey-cli --user node --tls --cacert /tls/ca.crt --cert /tls/tls.crt --key /tls/tls.key"`) ||
 				!strings.Contains(hook, `$peer -h "$host" -p 6379 CLUSTER FAILOVER`) {
 				t.Errorf("preStop hook %q does not ask the replica over TLS", hook)
 			}

@@ -279,7 +279,7 @@ const (
 	envACL = "VALKEY_ACL"
 	// envReplicationPassword holds the replication user's password (masterauth).
 	envReplicationPassword = "VALKEY_REPLICATION_PASSWORD"
-	// envCLIAuth is the password valkey-cli authenticates with: the operator user's, for a
+	// envCLIAuth is the password valkey-cli authenticates with: the node user's, for a
 	// Cluster node's preStop hook.
 	envCLIAuth = "REDISCLI_AUTH"
 
@@ -288,13 +288,13 @@ const (
 
 // authenticated makes the container's server require credentials: it loads the ACL file of the
 // Cache's ACL Secret, and a replica authenticates to its primary as the replication user. A
-// Cluster node's preStop hook speaks as the operator's user (cliOf).
+// Cluster node's preStop hook speaks as the node user (cliOf).
 func authenticated(c *corev1.Container, cache *cachev2.Cache) {
 	secret := ACLSecretName(cache)
 	c.Env = append(c.Env, secretKey(envACL, secret, ACLFileKey, false))
 	c.Args = append(c.Args, "--aclfile", aclFile)
 	if cache.Spec.Mode == cachev2.ModeCluster {
-		c.Env = append(c.Env, secretKey(envCLIAuth, secret, OperatorUser, false), secretKey(envReplicationPassword, secret, ReplicationUser, false))
+		c.Env = append(c.Env, secretKey(envCLIAuth, secret, NodeUser, false), secretKey(envReplicationPassword, secret, ReplicationUser, false))
 		c.Args = append(c.Args, "--masteruser", ReplicationUser, "--masterauth", "$("+envReplicationPassword+")")
 	}
 	c.Command = writingACL(c.Command)
@@ -304,13 +304,13 @@ func authenticated(c *corev1.Container, cache *cachev2.Cache) {
 // server; peer, to another node, or empty to call it as local with another host and port.
 type nodeCLI struct{ local, peer string }
 
-// cliOf is how valkey-cli is called in a Cache's pods: as the operator's user with auth, with
-// the password in envCLIAuth; with TLS, to the pod's own server through its Unix socket, which
+// cliOf is how valkey-cli is called in a Cache's pods: as the node user with auth, with the
+// password in envCLIAuth; with TLS, to the pod's own server through its Unix socket, which
 // needs no certificate, and to another node over TLS, with the node's certificate.
 func cliOf(cache *cachev2.Cache) nodeCLI {
 	cli := "valkey-cli"
 	if cache.Spec.Auth != nil {
-		cli += " --user " + OperatorUser
+		cli += " --user " + NodeUser
 	}
 	if cache.Spec.TLS == nil {
 		return nodeCLI{local: cli + " -p " + strconv.Itoa(Port)}

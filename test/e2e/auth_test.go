@@ -118,7 +118,7 @@ func waitOneDisruptionAllowed(t *testing.T, key client.ObjectKey) {
 // for the grace period only; a session authenticated with the old one stays up throughout, and
 // a client that moves to the new one when the Cache says so has no request refused. A
 // primary's pod evicted after the rotation, as a node drain does, hands its shard over as the
-// operator's user, and its replacement loads the users as they are now; meanwhile the Cache's
+// node user, and its replacement loads the users as they are now; meanwhile the Cache's
 // PodDisruptionBudget refuses to evict another of its pods, until every one is back and in sync.
 func TestAClusterWithAuthRefusesStrangersAndRotatesItsPassword(t *testing.T) {
 	runBeside(t, 1)

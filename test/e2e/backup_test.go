@@ -315,11 +315,11 @@ func TestABackupHoldsEveryShardOfTheCache(t *testing.T) {
 	})
 }
 
-// TestABackupOfACacheWithAuthIsTakenAndRestoredAsTheOperatorsUser: the backup's Job speaks to a
-// server that refuses clients without credentials as the operator's user, and a Cache with auth
-// restored from it is checked against the backup the same way; the application reads every key
-// back with the restored Cache's own password.
-func TestABackupOfACacheWithAuthIsTakenAndRestoredAsTheOperatorsUser(t *testing.T) {
+// TestABackupOfACacheWithAuthIsTakenAsTheBackupUserAndRestored: the backup's Job speaks to a
+// server that refuses clients without credentials as the backup user, which may read no key one
+// by one; a Cache with auth restored from it is checked against the backup by the operator, as
+// its own user; the application reads every key back with the restored Cache's own password.
+func TestABackupOfACacheWithAuthIsTakenAsTheBackupUserAndRestored(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "")
 	ctx := context.Background()
