@@ -46,9 +46,14 @@ test-e2e: ## Run the end-to-end tests.
 	go test -tags e2e ./test/e2e -count=1 -timeout 60m
 
 .PHONY: manifests
-manifests: ## Generate the CRD and the RBAC role from the kubebuilder markers (also into the Helm chart).
-	$(CONTROLLER_GEN) rbac:roleName=cache-operator-manager crd paths=./... \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+manifests: ## Generate the CRD and the RBAC roles from the kubebuilder markers (also into the Helm chart).
+	$(CONTROLLER_GEN) crd paths=./... output:crd:artifacts:config=config/crd/bases
+	# What the controllers need in the namespaces they manage, and what the operator needs in any
+	# case (cmd/main.go says which is which).
+	$(CONTROLLER_GEN) rbac:roleName=cache-operator-manager paths="{./internal/controller/...,./internal/backupcontroller/...,./internal/schedulecontroller/...}" \
+		output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=cache-operator-global paths="{./cmd/...,./internal/conversionwebhook/...}" \
+		output:rbac:stdout >config/rbac/global_role.yaml
 	hack/helm-manifests.sh
 
 .PHONY: generate
@@ -86,7 +91,7 @@ verify: ## Regenerate everything and fail if that changed anything, if code is u
 	if [[ -n $$harness ]]; then echo "the operator's binary links test code: $$harness" >&2; exit 1; fi
 
 # A checksum over every generated file, names included, so that an added or removed one counts.
-GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/templates/crd.yaml charts/cache-operator/templates/crd-cachebackup.yaml charts/cache-operator/templates/crd-cachebackupschedule.yaml charts/cache-operator/templates/manager-role.yaml go.mod go.sum -type f | sort | xargs sha256sum | sha256sum
+GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/templates/crd.yaml charts/cache-operator/templates/crd-cachebackup.yaml charts/cache-operator/templates/crd-cachebackupschedule.yaml charts/cache-operator/templates/manager-role.yaml charts/cache-operator/templates/global-role.yaml go.mod go.sum -type f | sort | xargs sha256sum | sha256sum
 
 .PHONY: local-cluster-down
 local-cluster-down: ## Delete the local cluster that make run started.

@@ -268,10 +268,18 @@ func main() {
 	}
 }
 
-// The secure metrics endpoint asks the API server who a scraper is and whether it may read
-// /metrics.
+// What the operator needs whatever namespaces it manages (the role cache-operator-global, which
+// `make manifests` generates from this package's markers and package conversionwebhook's; the
+// rest is cache-operator-manager, which an operator scoped to some namespaces is granted in those
+// only):
+//   - the secure metrics endpoint asks the API server who a scraper is and whether it may read
+//     /metrics;
+//   - the backups' admission webhook, which answers for every namespace, reads the backup's
+//     Cache wherever it is (backupcontroller.SetupAdmission).
+//
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=cache.example.com,resources=caches,verbs=get
 
 // metricsOptions serves metrics, securely unless told otherwise: over TLS, HTTP/1.1 only (HTTP/2
 // has had denial-of-service flaws, and a scrape needs none of it), and only to clients that the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Renders the generated CRD and RBAC role into the Helm chart, with the chart's namespace in
+# Renders the generated CRD and RBAC roles into the Helm chart, with the chart's namespace in
 # place of the kustomize install's. The CRD is a template, not a file under crds/, because its
 # conversion webhook names the release's namespace and because `helm upgrade` never updates
 # what is under crds/; the keep policy stops `helm uninstall` from deleting it, and every Cache
@@ -33,5 +33,5 @@ for kind in cachebackup cachebackupschedule; do
 	} >$chart/templates/crd-$kind.yaml
 done
 
-sed "$release_namespace" config/rbac/role.yaml \
-	>$chart/templates/manager-role.yaml
+sed "$release_namespace" config/rbac/role.yaml >$chart/templates/manager-role.yaml
+sed "$release_namespace" config/rbac/global_role.yaml >$chart/templates/global-role.yaml

@@ -132,19 +132,29 @@ spec: {mode: Standalone, shards: 1, version: "`+valkeyVersion+`", memory: 64Mi}
 	}
 }
 
-// The operator, installed by its Helm chart from its image as a user installs it, runs a Valkey
-// Cluster whose pods are containers on real nodes, in a namespace that enforces the restricted
-// Pod Security Standard: every node of it serves, `kubectl exec` and `kubectl logs` reach its
-// containers, which run as a user other than root, and a client in the cluster reaches the
-// Cache by its Service's DNS name.
+// The operator, installed by its Helm chart from its image as a user installs it, to manage one
+// namespace (watchNamespaces), runs a Valkey Cluster whose pods are containers on real nodes, in
+// that namespace, which enforces the restricted Pod Security Standard: every node of it serves,
+// `kubectl exec` and `kubectl logs` reach its containers, which run as a user other than root,
+// and a client in the cluster reaches the Cache by its Service's DNS name. Its ServiceAccount may
+// read Secrets in that namespace and in its own only.
 func helmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
 	ctx := context.Background()
 	c := installCluster
 	kubectl := func(args ...string) string { return realKubectl(t, args...) }
-	installByHelm(t, c)
-
 	const ns = "shop"
-	newRealNamespace(t, ns)
+	// Before the install, which grants the operator its role there; removed before the operator
+	// is, which its Caches' finalizers wait for (cleanups run last first).
+	kubectl("create", "namespace", ns)
+	installByHelm(t, c, "--set", "watchNamespaces={"+ns+"}")
+	deleteRealNamespaceAtEnd(t, ns)
+	for namespace, want := range map[string]string{ns: "yes", localcluster.OperatorNamespace: "yes", "default": "no", "kube-system": "no"} {
+		got, _ := c.KubectlOutput(ctx, "auth", "can-i", "list", "secrets", "--namespace", namespace,
+			"--as", "system:serviceaccount:"+localcluster.OperatorNamespace+":cache-operator")
+		if strings.TrimSpace(got) != want {
+			t.Errorf("may the operator list the Secrets of %s? %q, want %s", namespace, got, want)
+		}
+	}
 	kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
 	if err := c.Apply(ctx, fmt.Sprintf(`apiVersion: cache.example.com/v2
 kind: Cache
@@ -278,10 +288,10 @@ spec: {replicas: 1, version: "`+valkeyVersion+`", memory: 64Mi}
 
 // installByHelm installs the operator in installCluster with its Helm chart, from its image, until
 // the test ends.
-func installByHelm(t *testing.T, c *localcluster.Cluster) {
+func installByHelm(t *testing.T, c *localcluster.Cluster, values ...string) {
 	t.Helper()
-	helm(t, c, "install", "cache-operator", filepath.Join(testenv.Root(), "charts", "cache-operator"),
-		"--namespace", localcluster.OperatorNamespace, "--create-namespace", "--wait", "--timeout", "5m")
+	helm(t, c, append([]string{"install", "cache-operator", filepath.Join(testenv.Root(), "charts", "cache-operator"),
+		"--namespace", localcluster.OperatorNamespace, "--create-namespace", "--wait", "--timeout", "5m"}, values...)...)
 	t.Cleanup(func() {
 		helm(t, c, "uninstall", "cache-operator", "--namespace", localcluster.OperatorNamespace, "--wait")
 	})
@@ -291,6 +301,12 @@ func installByHelm(t *testing.T, c *localcluster.Cluster) {
 func newRealNamespace(t *testing.T, name string) {
 	t.Helper()
 	realKubectl(t, "create", "namespace", name)
+	deleteRealNamespaceAtEnd(t, name)
+}
+
+// deleteRealNamespaceAtEnd deletes a namespace of installCluster, with its Caches, when the test
+// ends.
+func deleteRealNamespaceAtEnd(t *testing.T, name string) {
 	t.Cleanup(func() {
 		_ = installCluster.Kubectl(context.Background(), "delete", "namespace", name, "--wait=true", "--timeout=2m")
 	})
