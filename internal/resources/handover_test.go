@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	cachev2 "example.com/cache-operator/api/v2"
 )
 
 // standInCLI is a valkey-cli for the preStop hook to run: a primary with one replica in sync,
@@ -58,5 +60,20 @@ func TestHandOverAsksTheReplicaAtTheAddressValkeyPrints(t *testing.T) {
 				t.Errorf("no replica was asked to take over: %v", err)
 			}
 		})
+	}
+}
+
+// A Cluster primary whose pod goes of itself hands its shard over: since Valkey 9.0 the server
+// does on SIGTERM, with no hook; before that the preStop hook does.
+func TestAClusterNodeHandsOverOnShutdownNativelySince9(t *testing.T) {
+	for version, native := range map[string]bool{"8.0.1": false, "8.1.1": false, "9.0.0": true, "9.1.2": true} {
+		cache := testCache()
+		cache.Spec.Mode, cache.Spec.Version = cachev2.ModeCluster, version
+		c := StatefulSet(cache, DefaultImages).Spec.Template.Spec.Containers[0]
+		flag := strings.Contains(strings.Join(c.Args, " "), "--shutdown-on-sigterm failover")
+		hook := c.Lifecycle != nil && c.Lifecycle.PreStop != nil
+		if flag != native || hook == native {
+			t.Errorf("Valkey %s: --shutdown-on-sigterm failover %t, preStop hook %t; want the server to hand over %t", version, flag, hook, native)
+		}
 	}
 }

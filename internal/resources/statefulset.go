@@ -256,7 +256,7 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 	}
 	switch {
 	case cache.Spec.Mode == cachev2.ModeCluster:
-		clusterNode(&c, cache.Spec.Auth != nil, cli)
+		clusterNode(&c, cache.Spec.Version, cache.Spec.Auth != nil, cli)
 	case cache.Spec.RestoreFrom != nil:
 		c.Command = startRestored
 	}
@@ -340,7 +340,11 @@ func writingACL(command []string) []string {
 //
 // Every start of the container is a new, empty node (see startFresh), and it starts fenced: it
 // refuses to serve a replica's SYNC until the operator lifts the fence (FenceRule).
-func clusterNode(c *corev1.Container, auth bool, cli nodeCLI) {
+//
+// A primary whose pod goes of itself hands its shard over to a replica first: since 9.0 the server
+// does on SIGTERM (valkey.FailsOverOnShutdown), before that the pod's preStop hook does
+// (handOverScript).
+func clusterNode(c *corev1.Container, version string, auth bool, cli nodeCLI) {
 	c.Command = startFresh
 	c.Args = append(c.Args,
 		"--cluster-enabled", "yes",
@@ -365,12 +369,19 @@ func clusterNode(c *corev1.Container, auth bool, cli nodeCLI) {
 	}
 	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
+	if valkey.FailsOverOnShutdown(version) {
+		// It waits for a replica to catch up at most shutdown-timeout (10 s), well within the
+		// pod's grace period (30 s).
+		c.Args = append(c.Args, "--shutdown-on-sigterm", "failover")
+		return
+	}
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOverScript(cli)}}}
 }
 
-// handOverScript is a Cluster node's preStop hook. A pod that goes of itself (deleted, evicted by a
-// node drain) would otherwise take its shard's primary with it: clients then fail until the
-// other nodes find it gone and its replica is elected, a few seconds. So a primary with a
+// handOverScript is the preStop hook of a Cluster node of a release before 9.0, which cannot hand
+// over on SIGTERM itself. A pod that goes of itself (deleted, evicted by a node drain) would
+// otherwise take its shard's primary with it: clients then fail until the other nodes find it
+// gone and its replica is elected, a few seconds. So a primary with a
 // replica in sync first asks a connected replica, at the address the cluster announces, to take
 // over (CLUSTER FAILOVER: the primary holds its clients while the replica catches up, then the
 // replica serves, and no acknowledged write is lost), and waits, at most 10 s, until it is a

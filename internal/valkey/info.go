@@ -37,6 +37,13 @@ func RDBFormat(version string) int {
 	return 80
 }
 
+// FailsOverOnShutdown reports whether a Cluster primary of the Valkey release, stopped by SIGTERM,
+// can hand its shard over to a replica itself (shutdown-on-sigterm failover, which came with 9.0):
+// it pauses its writes, waits for a replica to catch up, tells it to take over, then exits.
+func FailsOverOnShutdown(version string) bool {
+	return version != "" && !OlderVersion(version, "9.0.0")
+}
+
 // OlderVersion reports whether MAJOR.MINOR.PATCH version a is older than b.
 func OlderVersion(a, b string) bool {
 	parse := func(v string) []int {
