@@ -371,18 +371,26 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 	}
 }
 
-// A primary of a 3 × 1 Cluster Cache lost under a client writing and reading all along, two
-// ways: its server killed (SIGKILL) and restarted in place as a new node, and its pod deleted.
-// It logs, per run, the time until the Cache is Ready again, the client's failures and longest
-// failing stretch, and the keys lost.
+// A primary of a 3 × 1 Cluster Cache lost under a client writing and reading all along, three
+// ways: its server killed (SIGKILL) and restarted in place as a new node, and its pod deleted,
+// on the newest release, whose server hands its shard over on SIGTERM, and on the newest 8.x,
+// whose pod's preStop hook does. It logs, per run, the time until the Cache is Ready again, the
+// client's failures and longest failing stretch, and the keys lost.
 func TestMeasurePrimaryLoss(t *testing.T) {
 	runs := measureRuns(t)
 	startOperator(t, "a", "", clusterCheckInterval)
-	for _, how := range []string{"server killed", "pod deleted"} {
+	older := valkeys[len(valkeys)-2].Version
+	for _, loss := range []struct{ how, version string }{
+		{"server killed", valkeyVersion}, {"pod deleted", valkeyVersion}, {"pod deleted", older},
+	} {
+		how := loss.how
+		if loss.version != valkeyVersion {
+			how += " on " + loss.version
+		}
 		for run := 1; run <= runs; run++ {
 			t.Run(fmt.Sprintf("%s, run %d", how, run), func(t *testing.T) {
 				ns := newNamespace(t)
-				key := newClusterCache(t, ns, "loss", 3, 1)
+				key := newClusterCacheOf(t, ns, "loss", 3, 1, loss.version)
 				c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 				primaryPod, primary := podOfRole(t, c, cachev2.RolePrimary)
 				load := &upgradeLoad{}
@@ -395,7 +403,7 @@ func TestMeasurePrimaryLoss(t *testing.T) {
 				}
 				wg.Go(func() { load.run(ctx, vc) })
 				began := time.Now()
-				if how == "server killed" {
+				if loss.how == "server killed" {
 					if err := crashServer(ns, primaryPod.Name); err != nil {
 						t.Fatal(err)
 					}
