@@ -57,14 +57,16 @@ var internalUsers = []string{OperatorUser, ReplicationUser, ExporterUser, NodeUs
 //
 // The node and backup users read no key and change no setting: each has the commands of
 // readiness.ClusterNodeReady and handOverScript, or of the backup agent (package backup), and no
-// more, so that a pod, or a backup's Job, holds no password that could.
+// more, so that a pod, or a backup's Job, holds no password that could. Every rule in the ACL
+// file must name a command of every release the Cache may run: Valkey 8 refuses to start on one
+// it does not know (such as 9's CLUSTER GETSLOTMIGRATIONS).
 var userRules = map[string]string{
 	OperatorUser:    "~* &* +@all",
 	ReplicationUser: "+psync +sync +replconf +ping",
 	ExporterUser: "+info +ping +client|setname +slowlog|len +latency|latest +latency|histogram +cluster|info " +
 		"+select +dbsize",
 	NodeUser: "+ping +info +role +cluster|nodes +cluster|myid +cluster|replicas +cluster|failover " +
-		"+cluster|info +cluster|shards +cluster|getslotmigrations",
+		"+cluster|info +cluster|shards",
 	BackupUser: "+ping +info +cluster|nodes +sync +replconf",
 }
 

@@ -242,9 +242,9 @@ func TestANodeWithAuthAllowedToImportImportsSlotsAtomically(t *testing.T) {
 // The node user runs what the readiness agent and a Cluster node's preStop hook send, the backup
 // user what the backup agent sends, SYNC included, and neither reads a key, a setting or a user,
 // or writes: a pod or a backup's Job holds no password that could. Each connects as package
-// valkey does, and asks what its program asks. On a real server.
+// valkey does, and asks what its program asks. Every release loads the ACL file (Valkey 8 refuses
+// a file that names a command it does not know). On real servers of each release.
 func TestTheNodeAndBackupUsersRunWhatTheirProgramsSendAndNoMore(t *testing.T) {
-	ip := testenv.LoopbackIPs(25)[24]
 	cache := testCache()
 	cache.Spec.Auth = &cachev2.Auth{}
 	acl, _ := NextACL(cache, ACL{}, "the-application-password", time.Now())
@@ -252,56 +252,61 @@ func TestTheNodeAndBackupUsersRunWhatTheirProgramsSendAndNoMore(t *testing.T) {
 	if err := os.WriteFile(file, []byte(acl.File(cache)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	testenv.StartValkey(t, ip, Port, "--aclfile", file)
-	operator, err := valkeygo.NewClient(valkeygo.ClientOption{
-		InitAddress: []string{net.JoinHostPort(ip, strconv.Itoa(Port))}, Username: OperatorUser, Password: acl.Passwords[OperatorUser],
-		ForceSingleClient: true, DisableCache: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer operator.Close()
-	for _, user := range []string{NodeUser, BackupUser} {
-		s, err := valkey.Connect(ip, Port, valkey.Auth{User: user, Password: acl.Passwords[user]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if err := s.Ping(t.Context()); err != nil {
-			t.Errorf("PING as %s: %v", user, err)
-		}
-		if _, err := s.Status(t.Context()); err != nil {
-			t.Errorf("INFO as %s: %v", user, err)
-		}
-	}
-	for _, c := range []struct {
-		user    string
-		cmd     []string
-		allowed bool
-	}{
-		{NodeUser, []string{"ROLE"}, true},
-		{NodeUser, []string{"INFO", "replication"}, true},
-		{NodeUser, []string{"CLUSTER", "NODES"}, true},
-		{NodeUser, []string{"CLUSTER", "MYID"}, true},
-		{NodeUser, []string{"CLUSTER", "REPLICAS", "a-node"}, true},
-		{NodeUser, []string{"CLUSTER", "FAILOVER"}, true},
-		{NodeUser, []string{"CLUSTER", "INFO"}, true},
-		{NodeUser, []string{"CLUSTER", "GETSLOTMIGRATIONS"}, true},
-		{NodeUser, []string{"CLUSTER", "CANCELSLOTMIGRATIONS"}, false},
-		{BackupUser, []string{"INFO", "keyspace"}, true},
-		{BackupUser, []string{"CLUSTER", "NODES"}, true},
-		{BackupUser, []string{"REPLCONF", "rdb-only", "1"}, true},
-		{BackupUser, []string{"SYNC"}, true},
-		{BackupUser, []string{"CLUSTER", "FAILOVER"}, false},
-		{BackupUser, []string{"PSYNC", "?", "-1"}, false},
-	} {
-		checkRight(t, operator, c.user, c.cmd, c.allowed)
-	}
-	for _, user := range []string{NodeUser, BackupUser} {
-		for _, cmd := range [][]string{{"GET", "a-key"}, {"SET", "a-key", "v"}, {"SCAN", "0"}, {"CONFIG", "GET", "masterauth"},
-			{"CONFIG", "SET", "maxmemory", "1"}, {"ACL", "LIST"}, {"CLIENT", "LIST"}, {"FLUSHALL"}, {"SHUTDOWN"}, {"DEBUG", "SLEEP", "0"}} {
-			checkRight(t, operator, user, cmd, false)
-		}
+	releases := testenv.ValkeyReleases(t)
+	ips := testenv.LoopbackIPs(24 + len(releases))[24:]
+	for i, release := range releases {
+		t.Run(release.Version, func(t *testing.T) {
+			testenv.StartValkeyRelease(t, release, ips[i], Port, "--cluster-enabled", "yes", "--aclfile", file)
+			operator, err := valkeygo.NewClient(valkeygo.ClientOption{
+				InitAddress: []string{net.JoinHostPort(ips[i], strconv.Itoa(Port))}, Username: OperatorUser, Password: acl.Passwords[OperatorUser],
+				ForceSingleClient: true, DisableCache: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer operator.Close()
+			for _, user := range []string{NodeUser, BackupUser} {
+				s, err := valkey.Connect(ips[i], Port, valkey.Auth{User: user, Password: acl.Passwords[user]})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if _, err := s.Status(t.Context()); err != nil {
+					t.Errorf("INFO as %s: %v", user, err)
+				}
+				if _, err := s.ClusterNodes(t.Context()); err != nil {
+					t.Errorf("CLUSTER NODES as %s: %v", user, err)
+				}
+			}
+			for _, c := range []struct {
+				user    string
+				cmd     []string
+				allowed bool
+			}{
+				{NodeUser, []string{"PING"}, true},
+				{NodeUser, []string{"ROLE"}, true},
+				{NodeUser, []string{"INFO", "replication"}, true},
+				{NodeUser, []string{"CLUSTER", "MYID"}, true},
+				{NodeUser, []string{"CLUSTER", "REPLICAS", "a-node"}, true},
+				{NodeUser, []string{"CLUSTER", "FAILOVER"}, true},
+				{NodeUser, []string{"CLUSTER", "INFO"}, true},
+				{NodeUser, []string{"CLUSTER", "RESET"}, false},
+				{BackupUser, []string{"PING"}, true},
+				{BackupUser, []string{"INFO", "keyspace"}, true},
+				{BackupUser, []string{"REPLCONF", "rdb-only", "1"}, true},
+				{BackupUser, []string{"SYNC"}, true},
+				{BackupUser, []string{"CLUSTER", "FAILOVER"}, false},
+				{BackupUser, []string{"PSYNC", "?", "-1"}, false},
+			} {
+				checkRight(t, operator, c.user, c.cmd, c.allowed)
+			}
+			for _, user := range []string{NodeUser, BackupUser} {
+				for _, cmd := range [][]string{{"GET", "a-key"}, {"SET", "a-key", "v"}, {"SCAN", "0"}, {"CONFIG", "GET", "masterauth"},
+					{"CONFIG", "SET", "maxmemory", "1"}, {"ACL", "LIST"}, {"CLIENT", "LIST"}, {"FLUSHALL"}, {"SHUTDOWN"}, {"DEBUG", "SLEEP", "0"}} {
+					checkRight(t, operator, user, cmd, false)
+				}
+			}
+		})
 	}
 }
 
