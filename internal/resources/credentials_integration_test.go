@@ -97,13 +97,7 @@ func TestTheExportersUserReadsNoKeyAndNoSecret(t *testing.T) {
 // the sessions already open. On a real server.
 func TestTheApplicationUserRunsWhatACacheClientNeedsAndWhatIsGranted(t *testing.T) {
 	ip := testenv.LoopbackIPs(17)[16]
-	cache := testCache()
-	cache.Spec.Auth = &cachev2.Auth{}
-	acl, _ := NextACL(cache, ACL{}, "the-application-password", time.Now())
-	file := filepath.Join(t.TempDir(), ACLFileKey)
-	if err := os.WriteFile(file, []byte(acl.File(cache)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cache, acl, file := aclFileOf(t, cachev2.ModeStandalone)
 	testenv.StartValkey(t, ip, Port, "--aclfile", file)
 	app, err := valkeygo.NewClient(valkeygo.ClientOption{
 		InitAddress: []string{net.JoinHostPort(ip, strconv.Itoa(Port))}, Username: cachev2.AppUser, Password: "the-application-password",
@@ -160,14 +154,7 @@ func TestTheApplicationUserRunsWhatACacheClientNeedsAndWhatIsGranted(t *testing.
 // and the newest release.
 func TestANodeWithAuthAllowedToImportImportsSlotsAtomically(t *testing.T) {
 	ctx := t.Context()
-	cache := testCache()
-	cache.Spec.Mode = cachev2.ModeCluster
-	cache.Spec.Auth = &cachev2.Auth{}
-	acl, _ := NextACL(cache, ACL{}, "the-application-password", time.Now())
-	file := filepath.Join(t.TempDir(), ACLFileKey)
-	if err := os.WriteFile(file, []byte(acl.File(cache)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, acl, file := aclFileOf(t, cachev2.ModeCluster)
 	auth := valkey.Auth{User: OperatorUser, Password: acl.Passwords[OperatorUser], ReplicationUser: ReplicationUser}
 	args := []string{"--cluster-enabled", "yes", "--aclfile", file, "--masteruser", ReplicationUser, "--masterauth", acl.Passwords[ReplicationUser]}
 	releases := testenv.ValkeyReleases(t)
@@ -245,13 +232,7 @@ func TestANodeWithAuthAllowedToImportImportsSlotsAtomically(t *testing.T) {
 // valkey does, and asks what its program asks. Every release loads the ACL file (Valkey 8 refuses
 // a file that names a command it does not know). On real servers of each release.
 func TestTheNodeAndBackupUsersRunWhatTheirProgramsSendAndNoMore(t *testing.T) {
-	cache := testCache()
-	cache.Spec.Auth = &cachev2.Auth{}
-	acl, _ := NextACL(cache, ACL{}, "the-application-password", time.Now())
-	file := filepath.Join(t.TempDir(), ACLFileKey)
-	if err := os.WriteFile(file, []byte(acl.File(cache)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, acl, file := aclFileOf(t, cachev2.ModeCluster)
 	releases := testenv.ValkeyReleases(t)
 	ips := testenv.LoopbackIPs(24 + len(releases))[24:]
 	for i, release := range releases {
@@ -321,4 +302,19 @@ func checkRight(t *testing.T, as valkeygo.Client, user string, cmd []string, all
 	if (reply == "OK") != allowed {
 		t.Errorf("%s may run %s: %q; want allowed %t", user, strings.Join(cmd, " "), reply, allowed)
 	}
+}
+
+// aclFileOf is a new Cache with auth in the mode given, its first ACL (the application password
+// "the-application-password"), and that ACL's file, written for a server to load.
+func aclFileOf(t *testing.T, mode cachev2.Mode) (*cachev2.Cache, ACL, string) {
+	t.Helper()
+	cache := testCache()
+	cache.Spec.Mode = mode
+	cache.Spec.Auth = &cachev2.Auth{}
+	acl, _ := NextACL(cache, ACL{}, "the-application-password", time.Now())
+	file := filepath.Join(t.TempDir(), ACLFileKey)
+	if err := os.WriteFile(file, []byte(acl.File(cache)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cache, acl, file
 }
