@@ -80,8 +80,9 @@ type CacheSpec struct {
 	Version string `json:"version"`
 
 	// Memory is the memory of each cache node: the container's memory request and limit. Valkey
-	// may use three quarters of it for data (maxmemory) and evicts the least recently used keys
-	// beyond that; the rest is headroom for connections and buffers. At least 64Mi, at most 64Gi.
+	// may use three quarters of it, less 8Mi for the server itself, for data (maxmemory: 186Mi of
+	// 256Mi) and evicts the least recently used keys beyond that; the rest is headroom for forks,
+	// connections and buffers. At least 64Mi, at most 64Gi.
 	// +kubebuilder:default="256Mi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0",message="memory must be at least 64Mi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Gi')) <= 0",message="memory must be at most 64Gi"

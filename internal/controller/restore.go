@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -158,8 +157,7 @@ func unfit(cache *cachev2.Cache, b *cachev1alpha1.CacheBackup) string {
 	maxMemory := resources.MaxMemory(cache.Spec.Memory)
 	for _, s := range b.Status.Shards {
 		if s.Memory > maxMemory {
-			// MaxMemory is three quarters of spec.memory, in whole MiB here.
-			need := resource.NewQuantity((s.Memory*4/3+1<<20-1)>>20<<20, resource.BinarySI)
+			need := resources.MemoryFor(s.Memory)
 			return fmt.Sprintf("CacheBackup %s's %s took %d bytes on its server, more than this Cache's nodes may hold (maxmemory %d of spec.memory %s): they would evict keys as they load it; create the Cache with spec.memory of at least %s",
 				b.Name, s.Name, s.Memory, maxMemory, cache.Spec.Memory.String(), need.String())
 		}

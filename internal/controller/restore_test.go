@@ -101,10 +101,10 @@ func TestARestoreIntoLessMemoryThanTheDataTookIsRefused(t *testing.T) {
 		}
 		return b
 	}
-	if why := unfit(cache, backup(10<<20, 60<<20)); !strings.Contains(why, "shard-1") || !strings.Contains(why, "at least 80Mi") {
-		t.Errorf("a shard of 60 MiB into nodes of 64Mi (maxmemory 48 MiB): %q, want it refused, asking for 80Mi", why)
+	if why := unfit(cache, backup(10<<20, 60<<20)); !strings.Contains(why, "shard-1") || !strings.Contains(why, "at least 88Mi") {
+		t.Errorf("a shard of 60 MiB into nodes of 64Mi (maxmemory 42 MiB): %q, want it refused, asking for 88Mi", why)
 	}
-	if why := unfit(cache, backup(40<<20, 48<<20)); why != "" {
+	if why := unfit(cache, backup(40<<20, 42<<20)); why != "" {
 		t.Errorf("shards that fit: %q", why)
 	}
 	if why := unfit(cache, backup(0, 0)); why != "" {

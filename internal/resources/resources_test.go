@@ -32,18 +32,27 @@ func testCache() *cachev2.Cache {
 	}
 }
 
+// Valkey may use for data three quarters of the memory the server itself leaves, and MemoryFor
+// is the smallest memory that holds a given amount of data.
 func TestMaxMemoryLeavesHeadroom(t *testing.T) {
 	for _, tc := range []struct {
 		limit string
 		want  int64
 	}{
-		{"64Mi", 48 << 20},
-		{"256Mi", 192 << 20},
-		{"1Gi", 768 << 20},
-		{"64Gi", 48 << 30},
+		{"64Mi", 42 << 20},
+		{"256Mi", 186 << 20},
+		{"1Gi", 762 << 20},
+		{"64Gi", 48<<30 - 6<<20},
 	} {
-		if got := MaxMemory(resource.MustParse(tc.limit)); got != tc.want {
+		limit := resource.MustParse(tc.limit)
+		if got := MaxMemory(limit); got != tc.want {
 			t.Errorf("MaxMemory(%s) = %d, want %d", tc.limit, got, tc.want)
+		}
+		if got := MemoryFor(tc.want); got.Cmp(limit) != 0 {
+			t.Errorf("MemoryFor(%d) = %s, want %s", tc.want, got.String(), tc.limit)
+		}
+		if got := MemoryFor(tc.want + 1); got.Cmp(limit) <= 0 || MaxMemory(got) <= tc.want {
+			t.Errorf("MemoryFor(%d) = %s, whose MaxMemory %d does not hold it", tc.want+1, got.String(), MaxMemory(got))
 		}
 	}
 }
@@ -103,7 +112,7 @@ func TestStatefulSetRunsValkeyFromTheSpec(t *testing.T) {
 		t.Errorf("image = %q, want mirror.example/valkey:8.1.1", c.Image)
 	}
 	wantArgs := map[string]string{
-		"--maxmemory":        strconv.Itoa(192 << 20),
+		"--maxmemory":        strconv.Itoa(186 << 20),
 		"--maxmemory-policy": "allkeys-lru",
 		"--port":             "6379",
 	}

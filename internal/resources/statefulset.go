@@ -52,11 +52,25 @@ const (
 )
 
 // MaxMemory is the memory Valkey may use for data on a node with the given memory limit: three
-// quarters of it, leaving the rest for client buffers, replication backlog and allocator
-// fragmentation, so the kernel's OOM killer never gets there before eviction does.
+// quarters of what is left once the server's own serverBaseline is set aside. The last quarter is
+// for what grows beside the data: the pages a fork's child copies as writes land (a backup's
+// snapshot, a replica's full sync), the writes buffered for a syncing replica, client buffers and
+// allocator fragmentation, so the kernel's OOM killer never gets there before eviction does.
+// Three quarters of the whole limit left too little at the smallest: a 64Mi node, filled and
+// evicting under 1 MiB/s of writes while it forked for a full sync, peaked at 62.9 MiB.
 func MaxMemory(limit resource.Quantity) int64 {
-	return limit.Value() / 4 * 3
+	return max(limit.Value()-serverBaseline, 0) / 4 * 3
 }
+
+// MemoryFor is the smallest memory limit, in whole MiB, whose MaxMemory holds bytes of data.
+func MemoryFor(bytes int64) resource.Quantity {
+	limit := bytes*4/3 + serverBaseline
+	return *resource.NewQuantity((limit+1<<20-1)>>20<<20, resource.BinarySI)
+}
+
+// serverBaseline is what a Valkey server takes with no data: its own code, heap and the
+// replication backlog (1 MiB), about 8 MiB.
+const serverBaseline = 8 << 20
 
 // Image is the Valkey image for a version, from the given repository.
 func Image(repository, version string) string {
