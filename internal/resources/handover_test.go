@@ -63,17 +63,17 @@ func TestHandOverAsksTheReplicaAtTheAddressValkeyPrints(t *testing.T) {
 	}
 }
 
-// A Cluster primary whose pod goes of itself hands its shard over: since Valkey 9.0 the server
-// does on SIGTERM, with no hook; before that the preStop hook does.
-func TestAClusterNodeHandsOverOnShutdownNativelySince9(t *testing.T) {
+// A Cluster primary whose pod goes of itself hands its shard over in its preStop hook, and since
+// Valkey 9.0 the server hands over on SIGTERM too, should the hook not have.
+func TestAClusterNodeHandsOverInItsHookAndSince9OnSIGTERMToo(t *testing.T) {
 	for version, native := range map[string]bool{"8.0.1": false, "8.1.1": false, "9.0.0": true, "9.1.2": true} {
 		cache := testCache()
 		cache.Spec.Mode, cache.Spec.Version = cachev2.ModeCluster, version
 		c := StatefulSet(cache, DefaultImages).Spec.Template.Spec.Containers[0]
 		flag := strings.Contains(strings.Join(c.Args, " "), "--shutdown-on-sigterm failover")
 		hook := c.Lifecycle != nil && c.Lifecycle.PreStop != nil
-		if flag != native || hook == native {
-			t.Errorf("Valkey %s: --shutdown-on-sigterm failover %t, preStop hook %t; want the server to hand over %t", version, flag, hook, native)
+		if flag != native || !hook {
+			t.Errorf("Valkey %s: --shutdown-on-sigterm failover %t, preStop hook %t; want the hook, and the flag %t", version, flag, hook, native)
 		}
 	}
 }
