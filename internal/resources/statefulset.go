@@ -358,11 +358,11 @@ func writingACL(command []string) []string {
 // A primary whose pod goes of itself hands its shard over to a replica first, in its preStop hook
 // (handOverScript), and stays up as its replica until the hook ends: clients are redirected to the
 // new primary by the old one (MOVED) rather than find it gone. Since 9.0 the server can hand over
-// on SIGTERM too (valkey.FailsOverOnShutdown), which it does for a primary the hook could not
+// on SIGTERM too (valkey.FailsOverOnShutdown), which it then does for a primary the hook could not
 // hand over: it pauses its writes, waits for a replica to catch up, tells it to take over and
-// exits, and clients meet a closed connection once. Alone, on 9.1.2, a deleted primary's pod cost
-// a client a median of 1 failed request and up to 11, with failing stretches up to 452 ms, where
-// the hook on 8.1.1 cost at most 1, for 1 ms (5 runs each, docs/benchmark.md).
+// exits. Alone it is no better for clients (docs/benchmark.md: 5 pod deletions each on 9.1.2, a
+// median of 1 failed request either way), and 8.x needs the hook anyway: one way on every
+// release, with the server's as the second chance.
 func clusterNode(c *corev1.Container, version string, auth bool, cli nodeCLI) {
 	c.Command = startFresh
 	c.Args = append(c.Args,
