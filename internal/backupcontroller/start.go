@@ -47,9 +47,11 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 		setPhase(b, status, cachev1alpha1.BackupPending, cachev1alpha1.ReasonCacheNotReady, message+"; the backup starts once it is")
 		return nil
 	}
-	if waiting, err := r.backupUserPending(ctx, cache); err != nil || waiting != "" {
-		setPhase(b, status, cachev1alpha1.BackupPending, cachev1alpha1.ReasonCacheNotReady, waiting+"; the backup starts once they have")
+	if waiting, err := r.backupUserPending(ctx, cache); err != nil {
 		return err
+	} else if waiting != "" {
+		setPhase(b, status, cachev1alpha1.BackupPending, cachev1alpha1.ReasonCacheNotReady, waiting+"; the backup starts once they have")
+		return nil
 	}
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
