@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -112,9 +113,11 @@ func TestStatefulSetRunsValkeyFromTheSpec(t *testing.T) {
 		t.Errorf("image = %q, want mirror.example/valkey:8.1.1", c.Image)
 	}
 	wantArgs := map[string]string{
-		"--maxmemory":        strconv.Itoa(186 << 20),
-		"--maxmemory-policy": "allkeys-lru",
-		"--port":             "6379",
+		"--maxmemory":                  strconv.Itoa(186 << 20),
+		"--maxmemory-policy":           "allkeys-lru",
+		"--port":                       "6379",
+		"--repl-backlog-size":          strconv.Itoa(248 << 20 / 16),
+		"--client-output-buffer-limit": fmt.Sprintf("replica %d 0 0", 248<<20/8),
 	}
 	for flag, want := range wantArgs {
 		i := slices.Index(c.Args, flag)

@@ -53,9 +53,9 @@ const (
 
 // MaxMemory is the memory Valkey may use for data on a node with the given memory limit: three
 // quarters of what is left once the server's own serverBaseline is set aside. The last quarter is
-// for what grows beside the data: the pages a fork's child copies as writes land (a backup's
-// snapshot, a replica's full sync), the writes buffered for a syncing replica, client buffers and
-// allocator fragmentation, so the kernel's OOM killer never gets there before eviction does.
+// for what grows beside the data: a replica's lag beyond the backlog (ReplicationBacklog), the pages a fork's
+// child copies as writes land (a backup's snapshot, a replica's full sync) and allocator
+// fragmentation, so the kernel's OOM killer never gets there before eviction does.
 // Three quarters of the whole limit left too little at the smallest: a 64Mi node, filled and
 // evicting under 1 MiB/s of writes while it forked for a full sync, peaked at 62.9 MiB.
 func MaxMemory(limit resource.Quantity) int64 {
@@ -68,8 +68,23 @@ func MemoryFor(bytes int64) resource.Quantity {
 	return *resource.NewQuantity((limit+1<<20-1)>>20<<20, resource.BinarySI)
 }
 
-// serverBaseline is what a Valkey server takes with no data: its own code, heap and the
-// replication backlog (1 MiB), about 8 MiB.
+// ReplicationBacklog is how much of its replication stream a server with the given memory limit
+// keeps for a replica that reconnects to resume from without a full resync: a sixteenth of what
+// is left once serverBaseline is set aside. A primary keeps one buffer of the stream, shared by
+// the backlog and by the writes each replica has yet to receive. Valkey counts the backlog within
+// maxmemory, but what a replica lags beyond it outside, where eviction never trims it; so a
+// replica may lag by twice the backlog before the primary drops it (it then resyncs), and what
+// is uncounted stays within a sixteenth, a quarter of the quarter beyond maxmemory, leaving the
+// rest for a fork's copies. Valkey's defaults, a backlog of 10 MiB and a replica dropped only
+// 256 MiB behind (or 64 MiB behind for a minute), took a sixth of a 64Mi node's data, and let a
+// filled 256Mi primary, flooded with writes while its replicas fell behind on a busy node, grow
+// into the OOM killer.
+func ReplicationBacklog(limit resource.Quantity) int64 {
+	return max(limit.Value()-serverBaseline, 0) / 16
+}
+
+// serverBaseline is what a Valkey server takes besides its data and its replication stream: its
+// own code and heap, and its clients' buffers, a few MiB.
 const serverBaseline = 8 << 20
 
 // Image is the Valkey image for a version, from the given repository.
@@ -243,6 +258,9 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 		Image: Image(imageRepository, cache.Spec.Version),
 		Args: slices.Concat([]string{"valkey-server"}, listening(cache), []string{
 			"--maxmemory", strconv.FormatInt(MaxMemory(memory), 10),
+			"--repl-backlog-size", strconv.FormatInt(ReplicationBacklog(memory), 10),
+			// A hard limit only: a replica behind by more is dropped at once, however briefly.
+			"--client-output-buffer-limit", fmt.Sprintf("replica %d 0 0", 2*ReplicationBacklog(memory)),
 		}, valkeyConfigArgs(cache.Spec.Config), []string{
 			// A cache keeps nothing on disk: no snapshots, no append-only file. The server
 			// still forks for a backup's snapshot and for a replica's full sync, both streamed
