@@ -57,13 +57,13 @@ func TestASnapshotAndAFullResyncUnderEvictionStayInsideTheMemoryLimit(t *testing
 			var resynced cachev2.ClusterNode
 			t.Cleanup(func() { reportMemory(t, key, resynced.Pod, limit) })
 
-			fill := startFilling(t, key, 0)
+			fill := startFilling(t, key, 0, 2)
 			testenv.WaitFor(t, 2*time.Minute, "the primary evicting", func() (bool, string) {
 				evicted := testenv.ValkeyInfo(t, node(t, primary), "stats", "evicted_keys")
 				return evicted != "0", fmt.Sprintf("%d keys written, evicted_keys:%s", fill.written.Load(), evicted)
 			})
 			fill.stop()
-			steady := startFilling(t, key, steadyWrites)
+			steady := startFilling(t, key, steadyWrites, 0)
 
 			backup := newBackup(t, ns, "under-load", key.Name, store.location)
 			source := waitBackup(t, backup, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0].Source
@@ -221,15 +221,23 @@ func (f writeFailures) kinds() string {
 
 // startFilling starts filling the Cache with perSecond writes a second, or as many as it takes
 // if 0, then in pipelines of fillBatch (a 256Mi Cache takes some 160,000 keys to fill, and one
-// write per round trip took more than two minutes on a busy machine); the test stops it
-// (filling.stop) or its end does.
-func startFilling(t *testing.T, key client.ObjectKey, perSecond int) *filling {
+// write per round trip took more than two minutes on a busy machine), each followed by a WAIT for
+// inSync replicas: a fill that outran the replicas of a busy machine would have them dropped and
+// resynced in full while it floods, which is not what a test filling a Cache means to show. The
+// test stops it (filling.stop) or its end does.
+func startFilling(t *testing.T, key client.ObjectKey, perSecond int, inSync int64) *filling {
 	t.Helper()
 	c := clusterClient(t, key)
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &filling{cancel: cancel}
 	value := strings.Repeat("v", 1024)
 	var next atomic.Int64
+	// A pipeline with a WAIT goes whole to one node over one connection, whose writes WAIT then
+	// waits for, only if its keys share a slot: a hash tag.
+	keyFormat := "fill-%d"
+	if perSecond == 0 && inSync > 0 {
+		keyFormat = "{fill}-%d"
+	}
 	// Each write takes a turn, which a ticker hands out at the rate asked for.
 	turns := make(chan struct{})
 	if perSecond > 0 {
@@ -265,14 +273,17 @@ func startFilling(t *testing.T, key client.ObjectKey, perSecond int) *filling {
 				if perSecond == 0 {
 					batch = fillBatch
 				}
-				cmds := make(valkeygo.Commands, batch)
-				for i := range cmds {
-					cmds[i] = c.B().Set().Key(fmt.Sprintf("fill-%d", next.Add(1))).Value(value).Build()
+				cmds := make(valkeygo.Commands, 0, batch+1)
+				for range batch {
+					cmds = append(cmds, c.B().Set().Key(fmt.Sprintf(keyFormat, next.Add(1))).Value(value).Build())
+				}
+				if perSecond == 0 && inSync > 0 {
+					cmds = append(cmds, c.B().Wait().Numreplicas(inSync).Timeout(2000).Build())
 				}
 				opCtx, done := context.WithTimeout(ctx, 5*time.Second)
 				results := c.DoMulti(opCtx, cmds...)
 				done()
-				for _, res := range results {
+				for _, res := range results[:batch] {
 					switch err := res.Error(); {
 					case ctx.Err() != nil:
 					case err != nil:
