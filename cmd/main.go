@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -131,6 +133,10 @@ func main() {
 	log := ctrl.Log.WithName("setup")
 	if _, set := os.LookupEnv("GOGC"); !set {
 		gcpacing.Default.Keep() // a GOGC in the environment is the user's to choose
+	}
+	if limit, ok := softMemoryLimit(os.LookupEnv); ok {
+		debug.SetMemoryLimit(limit)
+		log.Info("Set the Go runtime's memory limit", "bytes", limit)
 	}
 
 	if webhookCert.Secret.Namespace == "" {
@@ -320,6 +326,25 @@ func namespaceList(flagValue string) ([]string, error) {
 }
 
 // podNamespaceFile holds, in a pod, the pod's namespace.
+// envMemoryLimit is the container's memory limit in bytes, which the installs pass from the
+// pod's resources (resourceFieldRef limits.memory).
+const envMemoryLimit = "CONTAINER_MEMORY_LIMIT"
+
+// softMemoryLimit is the Go runtime's memory limit for the operator: its share of the container's
+// limit (gcpacing.SoftLimit), unless the environment sets GOMEMLIMIT, which is the user's to
+// choose, or says no limit.
+func softMemoryLimit(lookupEnv func(string) (string, bool)) (int64, bool) {
+	if _, set := lookupEnv("GOMEMLIMIT"); set {
+		return 0, false
+	}
+	value, _ := lookupEnv(envMemoryLimit)
+	limit, err := strconv.ParseInt(value, 10, 64)
+	if err != nil || limit <= 0 {
+		return 0, false
+	}
+	return gcpacing.SoftLimit(limit), true
+}
+
 const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 func fail(log logr.Logger, err error, msg string) {

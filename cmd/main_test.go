@@ -23,3 +23,24 @@ func TestNamespaceListIsTheNamespacesEachOnceAndRefusesWhatIsNoName(t *testing.T
 		}
 	}
 }
+
+// The runtime's memory limit is three quarters of the container's, which the installs pass,
+// unless GOMEMLIMIT is set; with no limit passed, or one that is no number, there is none.
+func TestTheSoftMemoryLimitIsAShareOfTheContainersUnlessGOMEMLIMITIsSet(t *testing.T) {
+	for _, tc := range []struct {
+		env    map[string]string
+		want   int64
+		wantOK bool
+	}{
+		{map[string]string{envMemoryLimit: "268435456"}, 192 << 20, true},
+		{map[string]string{envMemoryLimit: "268435456", "GOMEMLIMIT": "100MiB"}, 0, false},
+		{map[string]string{}, 0, false},
+		{map[string]string{envMemoryLimit: "256Mi"}, 0, false},
+		{map[string]string{envMemoryLimit: "0"}, 0, false},
+	} {
+		got, ok := softMemoryLimit(func(name string) (string, bool) { v, set := tc.env[name]; return v, set })
+		if got != tc.want || ok != tc.wantOK {
+			t.Errorf("environment %v: soft limit %d, %t; want %d, %t", tc.env, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}

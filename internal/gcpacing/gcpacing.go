@@ -68,3 +68,12 @@ func liveHeap() uint64 {
 	}
 	return sample[0].Value.Uint64()
 }
+
+// SoftLimit is the Go runtime's memory limit (GOMEMLIMIT) for a process whose container may use
+// containerLimit bytes: three quarters of it. The runtime collects garbage harder as what it
+// counts nears that, well before the kernel would kill the process at the container's limit; the
+// rest is for what the runtime does not count, the binary's pages above all (48 MiB of the
+// operator's RSS), and for the heap's overshoot while a collection runs.
+func SoftLimit(containerLimit int64) int64 {
+	return containerLimit / 4 * 3
+}

@@ -12,6 +12,7 @@ import (
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/backup"
+	"example.com/cache-operator/internal/gcpacing"
 )
 
 const (
@@ -98,11 +99,11 @@ func placeJob(b *cachev1alpha1.CacheBackup, name, command string, place backup.P
 }
 
 // agentJob is a Job of a backup that runs one agent container once, with no access to the API
-// server, within the deadline (seconds). The Go runtime is told three quarters of the
-// container's memory limit as its own (GOMEMLIMIT), so that it collects garbage harder near
-// the limit rather than let the heap double past it.
+// server, within the deadline (seconds). The Go runtime is told its share of the container's
+// memory limit (GOMEMLIMIT, gcpacing.SoftLimit), so that it collects garbage harder near the
+// limit rather than let the heap double past it.
 func agentJob(b *cachev1alpha1.CacheBackup, name string, deadline int64, agent corev1.Container) *batchv1.Job {
-	agent.Env = append(agent.Env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(agent.Resources.Limits.Memory().Value()*3/4, 10)})
+	agent.Env = append(agent.Env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(gcpacing.SoftLimit(agent.Resources.Limits.Memory().Value()), 10)})
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.Namespace, Labels: BackupLabels(b)},
 		Spec: batchv1.JobSpec{

@@ -155,6 +155,11 @@ func helmInstalledOperatorRunsACacheInRealContainers(t *testing.T) {
 			t.Errorf("may the operator list the Secrets of %s? %q, want %s", namespace, got, want)
 		}
 	}
+	// Three quarters of the chart's default memory limit, 256Mi.
+	if logs := kubectl("logs", "--namespace", localcluster.OperatorNamespace, "deployment/cache-operator"); !strings.Contains(logs,
+		`"msg":"Set the Go runtime's memory limit","bytes":201326592`) {
+		t.Errorf("the operator's log does not say it set the Go runtime's memory limit to 192 MiB:\n%s", logs)
+	}
 	kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
 	if err := c.Apply(ctx, fmt.Sprintf(`apiVersion: cache.example.com/v2
 kind: Cache
