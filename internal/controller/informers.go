@@ -27,7 +27,8 @@ import (
 //   - only the pods of Cluster Caches, whose addresses the reconciler needs to reach their
 //     servers, with little more than those addresses;
 //   - only the Jobs of backups and the ConfigMaps of restores (they carry the managed-by label
-//     too), and only the Secrets of Caches' credentials (cachev2.LabelCredentialsOf).
+//     too), and only the Secrets of Caches' credentials (cachev2.LabelCredentialsOf), without
+//     what the operator does not read of them (resources.StripSecret).
 //
 // A child whose label someone removed is invisible to the informer; its next create fails with
 // AlreadyExists, not as a duplicate, and the reconciler then reads it around the informer and
@@ -104,15 +105,25 @@ func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
 }
 
 // secretsCached are the Secrets the informer caches: those of Caches' credentials, the operator's
-// and those users name for it (cachev2.LabelCredentialsOf), in every namespace or only those
-// watched, and every Secret of the operator's own namespace, if given.
+// and those users name for it (cachev2.LabelCredentialsOf), stripped (resources.StripSecret), in
+// every namespace or only those watched, and every Secret of the operator's own namespace, if
+// given, whole but for their managed fields.
 func secretsCached(operatorNamespace string, watched []string) cache.ByObject {
 	credentials := labels.NewSelector()
 	if exists, err := labels.NewRequirement(cachev2.LabelCredentialsOf, selection.Exists, nil); err == nil {
 		credentials = credentials.Add(*exists)
 	}
+	stripManagedFields := cache.TransformStripManagedFields()
+	transform := func(in any) (any, error) {
+		if secret, ok := in.(*corev1.Secret); ok {
+			if _, credential := secret.Labels[cachev2.LabelCredentialsOf]; credential {
+				return resources.StripSecret(secret), nil
+			}
+		}
+		return stripManagedFields(in)
+	}
 	if operatorNamespace == "" && len(watched) == 0 {
-		return cache.ByObject{Label: credentials}
+		return cache.ByObject{Label: credentials, Transform: transform}
 	}
 	namespaces := map[string]cache.Config{}
 	if len(watched) == 0 {
@@ -125,5 +136,5 @@ func secretsCached(operatorNamespace string, watched []string) cache.ByObject {
 		// An empty selector rather than none, which would take the default above.
 		namespaces[operatorNamespace] = cache.Config{LabelSelector: labels.Everything(), FieldSelector: fields.Everything()}
 	}
-	return cache.ByObject{Namespaces: namespaces}
+	return cache.ByObject{Namespaces: namespaces, Transform: transform}
 }

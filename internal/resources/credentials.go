@@ -118,6 +118,27 @@ const MinPasswordLength = 16
 // ACLSecretName is the name of the Secret that holds a Cache's ACL.
 func ACLSecretName(cache *cachev2.Cache) string { return cache.Name + "-acl" }
 
+// StripSecret is what the operator's informer keeps of a Secret of a Cache's credentials (one
+// that carries LabelCredentialsOf), which it keeps one of per credential and Cache, some 4 KiB of
+// data each for a Cache with auth and TLS: the data but for the ACL file, which the operator
+// writes and never reads, and of the annotations only its own, which ReadACL reads. A user's
+// Secret applied with kubectl holds its whole self again in an annotation. Every update of such
+// a Secret starts from a fresh read of the whole stored object.
+func StripSecret(secret *corev1.Secret) *corev1.Secret {
+	stripped := &corev1.Secret{TypeMeta: secret.TypeMeta, ObjectMeta: CachedMeta(secret.ObjectMeta), Type: secret.Type,
+		Immutable: secret.Immutable, Data: maps.Clone(secret.Data)}
+	delete(stripped.Data, ACLFileKey)
+	for _, key := range []string{AnnotationPreviousPasswordsUntil, AnnotationACLApplied} {
+		if value, ok := secret.Annotations[key]; ok {
+			if stripped.Annotations == nil {
+				stripped.Annotations = map[string]string{}
+			}
+			stripped.Annotations[key] = value
+		}
+	}
+	return stripped
+}
+
 // credentialLabels are the labels of the Secrets the operator makes for a Cache's credentials:
 // the operator's informer caches the Secrets that carry LabelCredentialsOf, and only those.
 func credentialLabels(cache *cachev2.Cache) map[string]string {

@@ -178,3 +178,34 @@ func TestTheApplicationUsersGrantsComeBeforeTheAdministrativeCommandsGo(t *testi
 		t.Errorf("rights %q: want the default's exclusions, then the grants, then -@admin last", rules)
 	}
 }
+
+// The informer's copy of an ACL Secret reads as the same ACL, without the ACL file nobody reads
+// from it or anyone's annotations but the operator's; the other credentials keep all their data.
+func TestAStrippedSecretKeepsWhatTheOperatorReads(t *testing.T) {
+	cache := authCache(cachev2.ModeCluster, time.Hour)
+	acl, _ := NextACL(cache, ReadACL(nil), "first", time.Now())
+	acl, _ = NextACL(cache, acl, "second", time.Now())
+	acl.Applied = acl.Digest(cache)
+	stored := ACLSecret(cache, acl)
+	stored.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = `{"data":{"operator":"…"}}`
+	stored.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	stripped := StripSecret(stored.DeepCopy())
+	if got := ReadACL(stripped); !got.Equal(acl) {
+		t.Errorf("the stripped ACL Secret reads %+v, want %+v", got, acl)
+	}
+	if _, ok := stripped.Data[ACLFileKey]; ok {
+		t.Errorf("the stripped ACL Secret keeps the ACL file")
+	}
+	if want := 2; len(stripped.Annotations) != want || stripped.ManagedFields != nil {
+		t.Errorf("the stripped ACL Secret keeps annotations %v and managed fields %v, want only the operator's %d annotations",
+			stripped.Annotations, stripped.ManagedFields, want)
+	}
+	if _, ok := stored.Data[ACLFileKey]; !ok {
+		t.Errorf("stripping changed the Secret it was given")
+	}
+	for _, secret := range []*corev1.Secret{AppSecret(cache), TLSSecret(cache, map[string][]byte{TLSCertKey: []byte("c"), TLSKeyKey: []byte("k"), TLSCAKey: []byte("a")})} {
+		if stripped := StripSecret(secret); !maps.EqualFunc(stripped.Data, secret.Data, slices.Equal) || stripped.Type != secret.Type {
+			t.Errorf("Secret %s stripped holds %s %q, want all of %s %q", secret.Name, stripped.Type, stripped.Data, secret.Type, secret.Data)
+		}
+	}
+}
