@@ -676,7 +676,7 @@ func TestMeasureBackupAndRestore(t *testing.T) {
 			store := newBackupStore(t, namespace)
 			key := newClusterCache(t, namespace, "sessions", 3, 1)
 			cache := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
-			loadKeys100B(t, clusterClient(t, key))
+			smallData.load(t, clusterClient(t, key))
 
 			ctx, stop := context.WithCancel(context.Background())
 			peak := samplePeakMemory(ctx, operator, namespace, "bench-backup")
@@ -684,15 +684,15 @@ func TestMeasureBackupAndRestore(t *testing.T) {
 			b := waitBackup(t, newBackup(t, namespace, "bench", key.Name, store.location), cachev1alpha1.BackupCompleted, 5*time.Minute)
 			backups = append(backups, time.Since(start))
 			stop()
-			if b.Status.Keys != rebalanceKeys {
-				t.Fatalf("the backup holds %d keys, want %d", b.Status.Keys, rebalanceKeys)
+			if b.Status.Keys != int64(smallData.keys) {
+				t.Fatalf("the backup holds %d keys, want %d", b.Status.Keys, smallData.keys)
 			}
 
 			recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec = cache.Spec })
 			start = time.Now()
 			restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 5*time.Minute)
 			restores = append(restores, time.Since(start))
-			assertRestored(t, restored, rebalanceKeys)
+			assertRestored(t, restored, smallData.keys)
 			operatorMiB, agentMiB := peak.read()
 			t.Logf("run %d: backup of %d keys (%d bytes) %s; restore to Ready %s; peak memory: operator %.0f MiB, backup agent %.0f MiB", run, b.Status.Keys, b.Status.Bytes,
 				backups[len(backups)-1].Round(100*time.Millisecond), restores[len(restores)-1].Round(100*time.Millisecond), operatorMiB, agentMiB)

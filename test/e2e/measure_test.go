@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -46,22 +47,72 @@ func measureRuns(t *testing.T) int {
 	return runs
 }
 
-// rebalanceKeys and rebalanceValue are the reference data of the rebalancing measurement:
-// 200,000 keys of 100 bytes.
-const rebalanceKeys = 200_000
+// dataSet is data a measurement loads into a Cache: keys bench-0 … bench-(keys-1) of size bytes
+// each, all "v", or random (a stream that no compression shrinks, the same in every run), with
+// the spec.memory that holds them over 3 shards.
+type dataSet struct {
+	keys, size int
+	random     bool
+	memory     string
+}
 
-var rebalanceValue = strings.Repeat("v", 100)
+var (
+	// smallData is the reference data of the rebalancing and backup measurements.
+	smallData = dataSet{keys: 200_000, size: 100, memory: "64Mi"}
+	// largeData is the largest data set that loads, moves, copies and restores here in a few
+	// minutes a run: 1 GB.
+	largeData = dataSet{keys: 1_000_000, size: 1000, random: true, memory: "1Gi"}
+)
 
-// loadKeys100B writes the reference data, bench-0 … bench-199999, 100 bytes each, through the
-// cluster client.
-func loadKeys100B(t *testing.T, c valkeygo.Client) {
+func (d dataSet) String() string {
+	kind := "bytes"
+	if !d.random {
+		kind = "B"
+	}
+	return fmt.Sprintf("%s keys of %s %s", thousands(d.keys), thousands(d.size), kind)
+}
+
+// thousands writes n with a comma between each group of three digits.
+func thousands(n int) string {
+	digits := strconv.Itoa(n)
+	for i := len(digits) - 3; i > 0; i -= 3 {
+		digits = digits[:i] + "," + digits[i:]
+	}
+	return digits
+}
+
+// dataChunk is how many keys of a data set go to the Cache in one pipeline.
+const dataChunk = 5_000
+
+// chunks yields the data set's keys, a chunk at a time: the index of the first, and their values.
+func (d dataSet) chunks() iter.Seq2[int, []string] {
+	return func(yield func(int, []string) bool) {
+		random := rand.New(rand.NewChaCha8([32]byte{7}))
+		buf := []byte(strings.Repeat("v", d.size*dataChunk))
+		for from := 0; from < d.keys; from += dataChunk {
+			if d.random {
+				for i := range buf {
+					buf[i] = byte(random.Uint32())
+				}
+			}
+			values := make([]string, min(dataChunk, d.keys-from))
+			for i := range values {
+				values[i] = string(buf[i*d.size : (i+1)*d.size])
+			}
+			if !yield(from, values) {
+				return
+			}
+		}
+	}
+}
+
+// load writes the data set through the client.
+func (d dataSet) load(t *testing.T, c valkeygo.Client) {
 	t.Helper()
-	const n = rebalanceKeys
-	const chunk = 10_000
-	for from := 0; from < n; from += chunk {
-		cmds := make(valkeygo.Commands, 0, chunk)
-		for i := from; i < min(from+chunk, n); i++ {
-			cmds = append(cmds, c.B().Set().Key("bench-"+strconv.Itoa(i)).Value(rebalanceValue).Build())
+	for from, values := range d.chunks() {
+		cmds := make(valkeygo.Commands, 0, len(values))
+		for i, value := range values {
+			cmds = append(cmds, c.B().Set().Key("bench-"+strconv.Itoa(from+i)).Value(value).Build())
 		}
 		for _, res := range c.DoMulti(context.Background(), cmds...) {
 			if err := res.Error(); err != nil {
@@ -69,6 +120,24 @@ func loadKeys100B(t *testing.T, c valkeygo.Client) {
 			}
 		}
 	}
+}
+
+// missing counts the data set's keys that do not read back as written.
+func (d dataSet) missing(t *testing.T, c valkeygo.Client) int {
+	t.Helper()
+	missing := 0
+	for from, values := range d.chunks() {
+		cmds := make(valkeygo.Commands, 0, len(values))
+		for i := range values {
+			cmds = append(cmds, c.B().Get().Key("bench-"+strconv.Itoa(from+i)).Build())
+		}
+		for i, res := range c.DoMulti(context.Background(), cmds...) {
+			if got, err := res.ToString(); err != nil || got != values[i] {
+				missing++
+			}
+		}
+	}
+	return missing
 }
 
 // scaleUnderLoad scales the Cache to the given number of shards while a client writes and reads
@@ -97,48 +166,31 @@ func scaleUnderLoad(t *testing.T, key client.ObjectKey, shards int32, timeout ti
 	return load, after, began, done
 }
 
-// countMissing counts the keys of the reference data, bench-0 … bench-199999, that do not read
-// back as written.
-func countMissing(t *testing.T, c valkeygo.Client) int {
-	const n = rebalanceKeys
-	t.Helper()
-	missing := 0
-	const chunk = 10_000
-	for from := 0; from < n; from += chunk {
-		cmds := make(valkeygo.Commands, 0, chunk)
-		for i := from; i < min(from+chunk, n); i++ {
-			cmds = append(cmds, c.B().Get().Key("bench-"+strconv.Itoa(i)).Build())
-		}
-		for _, res := range c.DoMulti(context.Background(), cmds...) {
-			if got, err := res.ToString(); err != nil || got != rebalanceValue {
-				missing++
-			}
-		}
-	}
-	return missing
-}
-
-// Scale-out of a Cluster Cache 3 → 5 primaries holding 200,000 keys of 100 B, under a client
-// writing and reading all along, against valkey-cli --cluster rebalance
-// --cluster-use-empty-masters on plain servers of the same release with the same data and the
-// same replicas, in the same run, on the same machine; then the scale-in back to 3. Ours moves
-// slots with atomic slot migration (the default on Valkey 9) and, with
-// --atomic-slot-migration=false, key by key; valkey-cli too, with and without
-// --cluster-use-atomic-slot-migration. With one replica per shard, the shape users run, and
-// without. It logs, per run: the operator's time from the patch to Ready, valkey-cli's time, the
-// client's requests, failures (valkey-go follows MOVED and ASK itself, so every failure is an
-// error other than a redirection) and longest stretch of failures, and the keys lost.
+// Scale-out of a Cluster Cache 3 → 5 primaries, under a client writing and reading all along,
+// against valkey-cli --cluster rebalance --cluster-use-empty-masters on plain servers of the same
+// release with the same data and the same replicas, in the same run, on the same machine; then
+// the scale-in back to 3. Ours moves slots with atomic slot migration (the default on Valkey 9)
+// and, with --atomic-slot-migration=false, key by key; valkey-cli too, with and without
+// --cluster-use-atomic-slot-migration. With the reference data, 200,000 keys of 100 B, and with
+// 1 GB of data that does not compress; with one replica per shard, the shape users run, and
+// without. It logs, per run: the operator's time from the patch to Ready, valkey-cli's time,
+// the client's requests, failures (valkey-go follows MOVED and ASK itself, so every failure is
+// an error other than a redirection) and longest stretch of failures, and the keys lost.
 func TestMeasureScaleOutAgainstValkeyCLI(t *testing.T) {
 	runs := measureRuns(t)
-	for _, replicas := range []int32{1, 0} {
-		t.Run(fmt.Sprintf("%d replicas per shard", replicas), func(t *testing.T) {
-			for run := 1; run <= runs; run++ {
-				t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
-					for _, atomic := range []bool{true, false} {
-						t.Run(migrationMode(atomic), func(t *testing.T) {
-							operator := startOperator(t, "a", "", clusterCheckInterval, "--zap-time-encoding=rfc3339nano",
-								fmt.Sprintf("--atomic-slot-migration=%t", atomic))
-							measureScaleOut(t, operator, replicas, run, atomic)
+	for _, data := range []dataSet{smallData, largeData} {
+		t.Run(data.String(), func(t *testing.T) {
+			for _, replicas := range []int32{1, 0} {
+				t.Run(fmt.Sprintf("%d replicas per shard", replicas), func(t *testing.T) {
+					for run := 1; run <= runs; run++ {
+						t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
+							for _, atomic := range []bool{true, false} {
+								t.Run(migrationMode(atomic), func(t *testing.T) {
+									operator := startOperator(t, "a", "", clusterCheckInterval, "--zap-time-encoding=rfc3339nano",
+										fmt.Sprintf("--atomic-slot-migration=%t", atomic))
+									measureScaleOut(t, operator, data, replicas, run, atomic)
+								})
+							}
 						})
 					}
 				})
@@ -178,40 +230,48 @@ func firstMigrationStep(t *testing.T, operator *testenv.Operator, namespace stri
 }
 
 // measureScaleOut is one run of TestMeasureScaleOutAgainstValkeyCLI, in the mode given.
-func measureScaleOut(t *testing.T, operator *testenv.Operator, replicas int32, run int, atomic bool) {
+func measureScaleOut(t *testing.T, operator *testenv.Operator, data dataSet, replicas int32, run int, atomic bool) {
 	ns := newNamespace(t)
-	key := newClusterCache(t, ns, "rebalance", 3, replicas)
+	cache := &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "rebalance", Namespace: ns},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3, ReplicasPerShard: &replicas,
+			Version: valkeyVersion, Memory: resource.MustParse(data.memory)},
+	}
+	if err := admin.Create(context.Background(), cache); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(cache)
 	waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	c := clusterClient(t, key)
-	loadKeys100B(t, c)
+	data.load(t, c)
 
 	load, _, began, done := scaleUnderLoad(t, key, 5, 10*time.Minute)
 	took, migrating := done.Sub(began), done.Sub(firstMigrationStep(t, operator, ns))
 	lost, acked := load.lost(t, c)
-	missing := countMissing(t, clusterClient(t, key))
+	missing := data.missing(t, clusterClient(t, key))
 
 	// And back in, 5 → 3, with the same data: the leaving primaries drain before their pods go.
 	in, _, inBegan, inDone := scaleUnderLoad(t, key, 3, 10*time.Minute)
 	inLost, inAcked := in.lost(t, c)
-	inMissing := countMissing(t, clusterClient(t, key))
+	inMissing := data.missing(t, clusterClient(t, key))
 	mode := migrationMode(atomic)
 	t.Logf("run %d, %s: operator 5 → 3: %s from the patch; client: %d requests, %d failed (%s), longest failing stretch %s; "+
 		"%d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
 		run, mode, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.errorKinds(), in.longestOutage.Round(time.Millisecond),
-		inLost, inAcked, inMissing, rebalanceKeys)
+		inLost, inAcked, inMissing, data.keys)
 
-	cli := valkeyCLIRebalance(t, int(replicas), atomic)
+	cli := valkeyCLIRebalance(t, data, int(replicas), atomic)
 	t.Logf("run %d, %s: operator 3 → 5: %s from the patch, %s from its first migration step (%.2f × valkey-cli); valkey-cli rebalance: %s; "+
 		"client: %d requests, %d failed (%s), longest failing stretch %s; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
 		run, mode, took.Round(100*time.Millisecond), migrating.Round(100*time.Millisecond), migrating.Seconds()/cli.Seconds(), cli.Round(100*time.Millisecond),
-		load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked, missing, rebalanceKeys)
+		load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked, missing, data.keys)
 	deleteAllCaches(t, ns)
 }
 
 // valkeyCLIRebalance forms a cluster of 3 plain primaries, each with replicas replicas, with the
-// reference data, adds 2 empty primaries with as many replicas, and times valkey-cli --cluster
+// data given, adds 2 empty primaries with as many replicas, and times valkey-cli --cluster
 // rebalance --cluster-use-empty-masters, with --cluster-use-atomic-slot-migration if atomic.
-func valkeyCLIRebalance(t *testing.T, replicas int, atomic bool) time.Duration {
+func valkeyCLIRebalance(t *testing.T, data dataSet, replicas int, atomic bool) time.Duration {
 	t.Helper()
 	perShard := 1 + replicas
 	ips := testenv.LoopbackIPs(5 * perShard)
@@ -239,7 +299,7 @@ func valkeyCLIRebalance(t *testing.T, replicas int, atomic bool) time.Duration {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	loadKeys100B(t, plain)
+	data.load(t, plain)
 	// valkey-cli refuses to add a node while the nodes disagree about the cluster, as they do
 	// until every one has learnt of the node added before: each is added once all know the last.
 	for i := 3 * perShard; i < 5*perShard; i++ {
@@ -261,7 +321,7 @@ func valkeyCLIRebalance(t *testing.T, replicas int, atomic bool) time.Duration {
 	began := time.Now()
 	cli(rebalance...)
 	took := time.Since(began)
-	if missing := countMissing(t, plain); missing > 0 {
+	if missing := data.missing(t, plain); missing > 0 {
 		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
 	}
 	return took
@@ -330,7 +390,7 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 			key := client.ObjectKeyFromObject(c)
 			before := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 			vc := clusterClient(t, key)
-			loadKeys100B(t, vc)
+			smallData.load(t, vc)
 			for from := 0; from < largeValues; from += 50 {
 				cmds := make(valkeygo.Commands, 0, 50)
 				for i := from; i < from+50; i++ {
@@ -346,7 +406,7 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 			load, after, began, done := scaleUnderLoad(t, key, 5, 20*time.Minute)
 			took := done.Sub(began)
 			lost, acked := load.lost(t, vc)
-			missing := countMissing(t, clusterClient(t, key))
+			missing := smallData.missing(t, clusterClient(t, key))
 			primaryIDs := func(c *cachev2.Cache) []string {
 				var ids []string
 				for _, n := range c.Status.Nodes {
@@ -365,7 +425,7 @@ func TestMeasureScaleOutWithLargeValues(t *testing.T) {
 			t.Logf("run %d: 3 × 1 → 5 × 1 with %d values of 1 MiB: %s; client: %d requests, %d failed, longest failing stretch %s; "+
 				"%d of the 3 first primaries failed over; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
 				run, largeValues, took.Round(100*time.Millisecond), load.requests, load.failures, load.longestOutage.Round(time.Millisecond),
-				failedOver, lost, acked, missing, rebalanceKeys)
+				failedOver, lost, acked, missing, smallData.keys)
 			deleteAllCaches(t, ns)
 		})
 	}
@@ -497,37 +557,6 @@ func TestMeasureNodeDrain(t *testing.T) {
 	}
 }
 
-// throughputKeys and throughputValueBytes are the data of the backup throughput measurement:
-// 1,000,000 keys of 1,000 random bytes (1 GB that no compression shrinks), over 3 shards: the
-// largest that loads, copies and restores here in a few minutes a run.
-const (
-	throughputKeys       = 1_000_000
-	throughputValueBytes = 1000
-)
-
-// loadRandomKeys writes n keys of size random bytes each through the cluster client.
-func loadRandomKeys(t *testing.T, c valkeygo.Client, n, size int) {
-	t.Helper()
-	const chunk = 5_000
-	random := rand.New(rand.NewChaCha8([32]byte{7}))
-	value := make([]byte, size*chunk)
-	for from := 0; from < n; from += chunk {
-		for i := range value {
-			value[i] = byte(random.Uint32())
-		}
-		cmds := make(valkeygo.Commands, 0, chunk)
-		for i := from; i < min(from+chunk, n); i++ {
-			off := (i - from) * size
-			cmds = append(cmds, c.B().Set().Key("bench-"+strconv.Itoa(i)).Value(valkeygo.BinaryString(value[off:off+size])).Build())
-		}
-		for _, res := range c.DoMulti(context.Background(), cmds...) {
-			if err := res.Error(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
 // peakMemory samples, until stop, the memory of the operator (resident) and of the pod of a
 // backup's Job (its high-water mark) as the kubelet's cAdvisor would, in MiB.
 type peakMemory struct {
@@ -595,7 +624,7 @@ func TestMeasureBackupThroughput(t *testing.T) {
 			}
 			key := client.ObjectKeyFromObject(cache)
 			waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
-			loadRandomKeys(t, clusterClient(t, key), throughputKeys, throughputValueBytes)
+			largeData.load(t, clusterClient(t, key))
 
 			ctx, stop := context.WithCancel(context.Background())
 			peak := samplePeakMemory(ctx, operator, namespace, "bench-backup")
@@ -603,15 +632,15 @@ func TestMeasureBackupThroughput(t *testing.T) {
 			b := waitBackup(t, newBackup(t, namespace, "bench", key.Name, store.location), cachev1alpha1.BackupCompleted, 10*time.Minute)
 			backup := time.Since(start)
 			stop()
-			if b.Status.Keys != throughputKeys {
-				t.Fatalf("the backup holds %d keys, want %d", b.Status.Keys, throughputKeys)
+			if b.Status.Keys != int64(largeData.keys) {
+				t.Fatalf("the backup holds %d keys, want %d", b.Status.Keys, largeData.keys)
 			}
 
 			recreateFromBackup(t, key, b.Name, func(c *cachev2.Cache) { c.Spec = cache.Spec })
 			start = time.Now()
 			restored := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 10*time.Minute)
 			restore := time.Since(start)
-			assertRestored(t, restored, throughputKeys)
+			assertRestored(t, restored, largeData.keys)
 			operatorMiB, agentMiB := peak.read()
 			s := sample{
 				backupMBs: float64(b.Status.Bytes) / 1e6 / backup.Seconds(), backupKeys: float64(b.Status.Keys) / backup.Seconds(),
