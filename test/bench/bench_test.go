@@ -66,6 +66,8 @@ var (
 	floorReplay = flag.Bool("floor-replay", false, "a further floor round in every round after the first, during which the benchmark takes "+
 		"the CPU that the operator and its catalogue took in the round before's create phase, to see how much of the ratio is their CPU "+
 		"on cores they share here with the control plane")
+	authTLS = flag.Bool("auth-tls", false, "Caches with spec.auth and spec.tls, the operator making their passwords and certificates: "+
+		"four Secrets more per Cache, which the operator caches; the floor makes none of them")
 	unserveV1 = flag.Bool("unserve-v1", false, "serve v2 only, as config/v2-only and the chart's serveV1=false install it: the API "+
 		"server then keeps no watch cache for v1 and calls the conversion webhook for none of the Caches' writes, to see what "+
 		"serving v1 costs")
@@ -98,7 +100,7 @@ func TestBenchmark(t *testing.T) {
 		t.Fatalf("-floor-spread=%s: 0, or a length of time of at least a millisecond per Cache", *floorSpread)
 	}
 	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine(),
-		V1Served: !*unserveV1}
+		V1Served: !*unserveV1, AuthTLS: *authTLS}
 	b := setUp(t, r)
 
 	// The floor is measured on a cluster that has already made and removed such objects, as
@@ -338,10 +340,14 @@ func name(i int) string { return fmt.Sprintf("cache-%05d", i) }
 // benchCache is the i-th Cache of the benchmark, with every field as the API server defaults it,
 // so that the floor phase builds what the operator builds.
 func benchCache(ns string, i int) *cachev2.Cache {
-	return &cachev2.Cache{
+	cache := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: ns},
 		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: int32(*replicas), Version: "8.1.1", Memory: resource.MustParse("64Mi")},
 	}
+	if *authTLS {
+		cache.Spec.Auth, cache.Spec.TLS = &cachev2.Auth{}, &cachev2.TLS{}
+	}
+	return cache
 }
 
 func (b *bench) createAll(t *testing.T) CreatePhase {

@@ -24,6 +24,8 @@ type Result struct {
 	OperatorArgs []string `json:"operatorArgs"`
 	// V1Served is whether the CRD served v1 beside v2 (-unserve-v1 not given).
 	V1Served bool `json:"v1Served"`
+	// AuthTLS is whether the Caches had spec.auth and spec.tls (-auth-tls).
+	AuthTLS bool `json:"authTLS,omitempty"`
 	// Rounds are the floor and create rounds, in order; the later phases run on the last
 	// round's Caches.
 	Rounds      []Round           `json:"rounds"`
@@ -170,6 +172,10 @@ func (r *Result) markdown(chart string) string {
 	}
 	p("Machine: %d × %s, %.0f GiB, %s, %s. Local kwokctl cluster, QPS limits off, %d simulated nodes, %s. Operator flags: `%s`.\n\n",
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGiB, r.Machine.GoVersion, r.Machine.Date, r.Nodes, served, strings.Join(r.OperatorArgs, " "))
+	if r.AuthTLS {
+		p("Every Cache with `spec.auth` and `spec.tls` (`-auth-tls`): the operator makes four Secrets and a ConfigMap more for each, " +
+			"which the floor does not. No server answers on a simulated node, so each pass of a Cache fails to give its pod the passwords and is retried.\n\n")
+	}
 	p("| measure | value |\n|---|---|\n")
 	first, last := r.Rounds[0], r.Rounds[len(r.Rounds)-1]
 	var floors, writesFloors, replayFloors, creates, cpu, ratios, writes, conflicts, passes []string
