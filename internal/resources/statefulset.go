@@ -53,9 +53,9 @@ const (
 
 // MaxMemory is the memory Valkey may use for data on a node with the given memory limit: three
 // quarters of what is left once the server's own serverBaseline is set aside. The last quarter is
-// for what grows beside the data: a replica's lag beyond the backlog (ReplicationBacklog), the pages a fork's
-// child copies as writes land (a backup's snapshot, a replica's full sync) and allocator
-// fragmentation, so the kernel's OOM killer never gets there before eviction does.
+// for what grows beside the data: a replica's lag beyond the backlog (ReplicationBacklog), the
+// pages a fork's child copies as writes land (a backup's snapshot, a replica's full sync) and
+// allocator fragmentation, so the kernel's OOM killer never gets there before eviction does.
 // Three quarters of the whole limit left too little at the smallest: a 64Mi node, filled and
 // evicting under 1 MiB/s of writes while it forked for a full sync, peaked at 62.9 MiB.
 func MaxMemory(limit resource.Quantity) int64 {
@@ -76,9 +76,9 @@ func MemoryFor(bytes int64) resource.Quantity {
 // replica may lag by twice the backlog before the primary drops it (it then resyncs), and what
 // is uncounted stays within a sixteenth, a quarter of the quarter beyond maxmemory, leaving the
 // rest for a fork's copies. Valkey's defaults, a backlog of 10 MiB and a replica dropped only
-// 256 MiB behind (or 64 MiB behind for a minute), took a sixth of a 64Mi node's data, and let a
-// filled 256Mi primary, flooded with writes while its replicas fell behind on a busy node, grow
-// into the OOM killer.
+// 256 MiB behind (or 64 MiB behind for a minute), took a quarter of a 64Mi node's maxmemory,
+// and let a filled 256Mi primary, flooded with writes while its replicas fell behind on a busy
+// node, grow into the OOM killer.
 func ReplicationBacklog(limit resource.Quantity) int64 {
 	return max(limit.Value()-serverBaseline, 0) / 16
 }
