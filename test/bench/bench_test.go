@@ -68,6 +68,8 @@ var (
 		"on cores they share here with the control plane")
 	authTLS = flag.Bool("auth-tls", false, "Caches with spec.auth and spec.tls, the operator making their passwords and certificates: "+
 		"four Secrets more per Cache, which the operator caches; the floor makes none of them")
+	skipFloor = flag.Bool("skip-floor", false, "no warm-up and no floor rounds, and so no ratio against the floor: for a run that measures "+
+		"the operator's memory or requests, in less time")
 	unserveV1 = flag.Bool("unserve-v1", false, "serve v2 only, as config/v2-only and the chart's serveV1=false install it: the API "+
 		"server then keeps no watch cache for v1 and calls the conversion webhook for none of the Caches' writes, to see what "+
 		"serving v1 costs")
@@ -93,6 +95,9 @@ func TestBenchmark(t *testing.T) {
 	if *rounds < 1 {
 		t.Fatalf("-rounds=%d: at least one", *rounds)
 	}
+	if *skipFloor && (*floorWrites > 0 || *floorReplay || *floorLoad > 0 || *floorSpread > 0) {
+		t.Fatalf("-skip-floor runs no floor round for -floor-writes, -floor-replay, -floor-load or -floor-spread to add to")
+	}
 	if *floorReplay && *rounds < 2 {
 		t.Fatalf("-floor-replay replays each round's create phase in the next round's floor: it needs -rounds=2 or more")
 	}
@@ -100,14 +105,16 @@ func TestBenchmark(t *testing.T) {
 		t.Fatalf("-floor-spread=%s: 0, or a length of time of at least a millisecond per Cache", *floorSpread)
 	}
 	r := &Result{Caches: *caches, Replicas: *replicas, ScaleTo: *scaleTo, OperatorArgs: operatorArgs(), Machine: machine(),
-		V1Served: !*unserveV1, AuthTLS: *authTLS}
+		V1Served: !*unserveV1, AuthTLS: *authTLS, FloorSkipped: *skipFloor}
 	b := setUp(t, r)
 
 	// The floor is measured on a cluster that has already made and removed such objects, as
 	// the operator's phases are: the first round on a new cluster pays for caches and
 	// connections being filled, which would make the floor look slower than it is. A thousand
 	// fill them; at 10,000 a whole round would add most of an hour.
-	b.phase(t, "warm-up", func() { b.floor(t, min(*warmUp, *caches), 0, 0) })
+	if !*skipFloor {
+		b.phase(t, "warm-up", func() { b.floor(t, min(*warmUp, *caches), 0, 0) })
+	}
 	// The floor of one run can differ from the next run's by half (53 s against 101 s at 1,000,
 	// on one day): more than the margin the ratio is held to. So a run measures it against the
 	// floor several times, each create round right after its own floor round, and reports the
@@ -117,7 +124,9 @@ func TestBenchmark(t *testing.T) {
 			b.phase(t, "clear", func() { b.clearFleet(t) })
 		}
 		var round Round
-		b.phase(t, "floor", func() { round.Floor = b.floor(t, *caches, 0, 0) })
+		if !*skipFloor {
+			b.phase(t, "floor", func() { round.Floor = b.floor(t, *caches, 0, 0) })
+		}
 		if *floorWrites > 0 {
 			b.phase(t, "floor-writes", func() { round.WritesFloor = b.writesFloor(t, *floorWrites) })
 		}

@@ -26,6 +26,8 @@ type Result struct {
 	V1Served bool `json:"v1Served"`
 	// AuthTLS is whether the Caches had spec.auth and spec.tls (-auth-tls).
 	AuthTLS bool `json:"authTLS,omitempty"`
+	// FloorSkipped is whether the run had no floor rounds (-skip-floor).
+	FloorSkipped bool `json:"floorSkipped,omitempty"`
 	// Rounds are the floor and create rounds, in order; the later phases run on the last
 	// round's Caches.
 	Rounds      []Round           `json:"rounds"`
@@ -197,7 +199,11 @@ func (r *Result) markdown(chart string) string {
 		passes = append(passes, fmt.Sprintf("%.2f", round.Create.Reconciles))
 	}
 	each := func(values []string) string { return strings.Join(values, ", ") }
-	p("| floor: the same StatefulSets and Services created directly, all ready; each round | %s s |\n", each(floors))
+	if r.FloorSkipped {
+		p("| floor | not run (`-skip-floor`) |\n")
+	} else {
+		p("| floor: the same StatefulSets and Services created directly, all ready; each round | %s s |\n", each(floors))
+	}
 	if len(writesFloors) > 0 {
 		p("| floor again, with %d writes per StatefulSet to ConfigMaps; each round, against its floor | %s |\n", first.WritesFloor.Writes, each(writesFloors))
 	}
@@ -211,7 +217,9 @@ func (r *Result) markdown(chart string) string {
 		p("| floor again, created evenly over %.0f s | %.1f s, %.2f × the first floor |\n", f.SpreadSeconds, f.AllReadySeconds, f.AllReadySeconds/first.Floor.AllReadySeconds)
 	}
 	p("| create: all Ready (observedGeneration = generation); each round | %s s |\n", each(creates))
-	p("| create against the round's floor; each round, **median** | %s ×, **%.2f ×** |\n", each(ratios), r.medianRatio())
+	if !r.FloorSkipped {
+		p("| create against the round's floor; each round, **median** | %s ×, **%.2f ×** |\n", each(ratios), r.medianRatio())
+	}
 	p("| create: CPU the operator and its catalogue took (on average over the phase); each round | %s |\n", each(cpu))
 	p("| create → Ready per Cache, p50 / p99; last round | %.2f s / %.2f s |\n", last.Create.ReadyP50Seconds, last.Create.ReadyP99Seconds)
 	p("| create: operator requests per Cache; last round | %.2f (%s) |\n", total(last.Create.Requests), breakdown(last.Create.Requests))
