@@ -325,7 +325,6 @@ func namespaceList(flagValue string) ([]string, error) {
 	return namespaces, nil
 }
 
-// podNamespaceFile holds, in a pod, the pod's namespace.
 // envMemoryLimit is the container's memory limit in bytes, which the installs pass from the
 // pod's resources (resourceFieldRef limits.memory).
 const envMemoryLimit = "CONTAINER_MEMORY_LIMIT"
@@ -345,6 +344,7 @@ func softMemoryLimit(lookupEnv func(string) (string, bool)) (int64, bool) {
 	return gcpacing.SoftLimit(limit), true
 }
 
+// podNamespaceFile holds, in a pod, the pod's namespace.
 const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 func fail(log logr.Logger, err error, msg string) {
