@@ -18,15 +18,25 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 # need the toolchain are selected by build tags: integration (a real etcd and kube-apiserver,
 # CoreDNS, promtool, valkey-server) and e2e (the operator on local kwokctl clusters of real nodes).
 # `make test` asks for every tool it runs at once, golangci-lint's included, so that a fresh
-# machine builds them side by side (hack/toolchain.sh), and lints after. The end-to-end tier took
-# 31-32 min on two cores (2026-12-06, a run each before and after the readiness agent; 37-40 min
-# in the runs before SETSLOTs went out at once): its timeout leaves room for a slower machine
-# inside CI's 90.
+# machine builds them side by side (hack/toolchain.sh). It then compiles every package once (`go
+# list -export`), since the linter and the tests would otherwise compile the same packages at the
+# same time, and runs the linter beside the tests, printing its findings after theirs. The e2e
+# package comes first on the command line because `go test` starts packages in that order: the
+# other packages' tests and the linter then run beside its first tests, which mostly wait on
+# nodes, rather than before it. The end-to-end tier took 31-32 min on two cores (2026-12-06, a run
+# each before and after the readiness agent; 37-40 min in the runs before SETSLOTs went out at
+# once): its timeout leaves room for a slower machine inside CI's 90.
 .PHONY: test
 test: ## Run every test tier: unit, integration and end to end. CI runs this.
 	hack/toolchain.sh etcd kubernetes kwok promtool helm versitygw cert-manager-crds golangci-lint $(REAL_NODE_TOOLS)
-	$(MAKE) verify lint
-	go test -tags integration,e2e ./... -count=1 -timeout 60m
+	$(MAKE) verify
+	go list -tags integration,e2e -export -deps -test ./... >/dev/null
+	@lint_log=$$(mktemp); trap 'rm -f "$$lint_log"' EXIT; \
+	$(LOCALBIN)/golangci-lint run ./... >"$$lint_log" 2>&1 & lint=$$!; \
+	tests=0; go test -tags integration,e2e ./test/e2e ./... -count=1 -timeout 60m || tests=$$?; \
+	linted=0; wait $$lint || linted=$$?; \
+	echo '--- golangci-lint:'; cat "$$lint_log"; \
+	exit $$(( tests || linted ))
 
 # What the local cluster's real nodes run (test/harness/realnode) and their images are made of.
 REAL_NODE_TOOLS := containerd runc cni-plugins nftables coredns valkey redis-exporter ca-certificates
@@ -89,6 +99,7 @@ verify: ## Regenerate everything and fail if that changed anything, if code is u
 	if [[ -n $$unformatted ]]; then echo "not gofmt-ed: $$unformatted" >&2; exit 1; fi
 	@harness=$$(go list -deps ./cmd/... | grep '/test/' || true); \
 	if [[ -n $$harness ]]; then echo "the operator's binary links test code: $$harness" >&2; exit 1; fi
+	@hack/check-shared-modules.sh
 
 # A checksum over every generated file, names included, so that an added or removed one counts.
 GENERATED_SUM := find api config/crd config/rbac charts/cache-operator/templates/crd.yaml charts/cache-operator/templates/crd-cachebackup.yaml charts/cache-operator/templates/crd-cachebackupschedule.yaml charts/cache-operator/templates/manager-role.yaml charts/cache-operator/templates/global-role.yaml go.mod go.sum -type f | sort | xargs sha256sum | sha256sum

@@ -130,7 +130,9 @@ valkey_release() {
 version_of() {
 	case $1 in
 	etcd) echo "$ETCD_VERSION" ;;
-	kubernetes) echo "$KUBERNETES_VERSION-$(digest_of "${KUBERNETES_COMMANDS[@]}")" ;;
+	# Its modules' versions follow the project's (hack/check-shared-modules.sh): the key changes
+	# with them.
+	kubernetes) echo "$KUBERNETES_VERSION-$(digest_of "${KUBERNETES_COMMANDS[@]}" "$(cat "$root/hack/tools/kubernetes/go.sum")")" ;;
 	kwok) echo "$KWOK_VERSION" ;;
 	# Built with the plugins that hack/tools/coredns/main.go lists: the key changes with them.
 	coredns) echo "$COREDNS_VERSION-$(digest_of "$(cat "$root/hack/tools/coredns/main.go")")" ;;
@@ -199,7 +201,12 @@ build_kubernetes() {
 	for pkg in "$@"; do
 		cmds+=("k8s.io/kubernetes/cmd/$pkg")
 	done
-	(cd "$root/hack/tools/kubernetes" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/" "${cmds[@]}")
+	# Not -trimpath, and with the same versions of the modules the project's own build shares
+	# (hack/check-shared-modules.sh): Go's build cache then keys the libraries both compile
+	# (client-go, apimachinery, grpc, the standard library...) the same, and the tests compile
+	# from a fresh machine's empty cache reuse what this build compiled rather than compile them
+	# again. -trimpath keys every package, the standard library's too, apart.
+	(cd "$root/hack/tools/kubernetes" && go build -mod=readonly -ldflags "$ldflags" -o "$out/" "${cmds[@]}")
 }
 
 # prefetch_modules COMPONENT downloads the Go modules that the component's build needs, and builds
