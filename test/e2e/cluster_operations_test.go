@@ -63,23 +63,35 @@ func assertShape(t *testing.T, key client.ObjectKey, shards, replicas int) {
 	})
 	// Servers were seen, in one loaded tier, to hold a handshake with a removed node's address
 	// right after a scale-in, its pod gone; Valkey drops a handshake that gets no answer within
-	// the node timeout (5 s). So every server must come to know only the pods' nodes, in time.
+	// the node timeout (5 s). Such a handshake is waited out; any other node that is no pod's
+	// fails at once.
 	var views []serverView
-	testenv.WaitFor(t, 30*time.Second, "every server to know only the pods' nodes", func() (bool, string) {
-		views = clusterViews(t, key)
+	var strangers []string
+	testenv.WaitFor(t, 30*time.Second, "every server's handshakes with nodes that are no pod's to end", func() (bool, string) {
+		views, strangers = clusterViews(t, key), nil
 		ids := map[string]bool{}
 		for _, v := range views {
 			ids[v.self.ID] = true
 		}
+		var handshakes []string
 		for _, v := range views {
 			for _, n := range v.nodes {
-				if !ids[n.ID] {
-					return false, fmt.Sprintf("%s knows node %+v, which is no pod's", v.pod.Name, n)
+				if ids[n.ID] {
+					continue
+				}
+				known := fmt.Sprintf("%s knows node %+v, which is no pod's", v.pod.Name, n)
+				if n.Handshake {
+					handshakes = append(handshakes, known)
+				} else {
+					strangers = append(strangers, known)
 				}
 			}
 		}
-		return true, ""
+		return len(strangers) > 0 || len(handshakes) == 0, strings.Join(handshakes, "; ")
 	})
+	for _, known := range strangers {
+		t.Error(known)
+	}
 	owner := map[int]string{}
 	replicasOf := map[string]int{}
 	var counts []int
