@@ -5,6 +5,12 @@ SHELL := /usr/bin/env bash
 LOCALBIN := $(CURDIR)/bin
 export KUBEBUILDER_ASSETS := $(LOCALBIN)
 CONTROLLER_GEN := go tool controller-gen
+# Every Go build here is static and -trimpath: the operator's image is built so (Dockerfile), and so
+# are Kubernetes' releases, which the toolchain builds (hack/toolchain.sh). Go's build cache keys a
+# package by these flags, so on a fresh machine a package compiled once serves the toolchain's
+# Kubernetes, the tests, the linter and the images, rather than once for each set of flags.
+export CGO_ENABLED := 0
+export GOFLAGS := -trimpath $(GOFLAGS)
 
 .PHONY: help
 help: ## List the targets.
@@ -17,10 +23,11 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 # Test tiers. Unit tests need nothing but Go: a plain `go test ./...` runs them. The tiers that
 # need the toolchain are selected by build tags: integration (a real etcd and kube-apiserver,
 # CoreDNS, promtool, valkey-server) and e2e (the operator on local kwokctl clusters of real nodes).
-# `make test` asks for every tool it runs at once, golangci-lint's included, so that a fresh
-# machine builds them side by side (hack/toolchain.sh). It then compiles every package once (`go
-# list -export`), since the linter and the tests would otherwise compile the same packages at the
-# same time, and runs the linter beside the tests, printing its findings after theirs. The e2e
+# `make test` asks for every tool the tests run at once, so that a fresh machine builds them side by
+# side (hack/toolchain.sh). It then compiles every package once (`go list -export`), since the
+# linter and the tests would otherwise compile the same packages at the same time, and builds and
+# runs the linter beside the tests (the e2e tests' first ones, which run alone, leave a core
+# idle), printing its findings after theirs. The e2e
 # package comes first on the command line because `go test` starts packages in that order: the
 # other packages' tests and the linter then run beside its first tests, which mostly wait on
 # nodes, rather than before it. The end-to-end tier took 29-32 min on two cores (2026-12-06; 37-40
@@ -28,11 +35,11 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 # empty: its timeout leaves room for a slower machine inside CI's 90.
 .PHONY: test
 test: ## Run every test tier: unit, integration and end to end. CI runs this.
-	hack/toolchain.sh etcd kubernetes kwok promtool helm versitygw cert-manager-crds golangci-lint $(REAL_NODE_TOOLS)
+	hack/toolchain.sh etcd kubernetes kwok promtool helm versitygw cert-manager-crds $(REAL_NODE_TOOLS)
 	$(MAKE) verify
 	go list -tags integration,e2e -export -deps -test ./... >/dev/null
 	@lint_log=$$(mktemp); trap 'rm -f "$$lint_log"' EXIT; \
-	$(LOCALBIN)/golangci-lint run ./... >"$$lint_log" 2>&1 & lint=$$!; \
+	{ hack/toolchain.sh golangci-lint && $(LOCALBIN)/golangci-lint run ./...; } >"$$lint_log" 2>&1 & lint=$$!; \
 	tests=0; go test -tags integration,e2e ./test/e2e ./... -count=1 -timeout 60m || tests=$$?; \
 	linted=0; wait $$lint || linted=$$?; \
 	echo '--- golangci-lint:'; cat "$$lint_log"; \

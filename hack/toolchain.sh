@@ -14,16 +14,19 @@
 # when complete: an interrupted build leaves nothing that a later call mistakes for a good binary.
 set -euo pipefail
 
+# Every Go program here is built static (CGO_ENABLED=0) and -trimpath, as Kubernetes builds its
+# releases and the Makefile builds the project: Go's build cache keys a package by these flags, so
+# the standard library and the modules the project shares with Kubernetes (hack/check-shared-modules.sh)
+# are compiled once on a fresh machine. runc alone needs cgo (build_runc).
+export CGO_ENABLED=0
+
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${CACHE_OPERATOR_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/cache-operator/tools}
 localbin=${LOCALBIN:-$root/bin}
 
-# Pinned versions. The kubernetes, etcd and coredns versions are also pinned in hack/tools/*/go.mod.
-KUBERNETES_VERSION=v1.37.2
-ETCD_VERSION=v3.7.3
-KWOK_VERSION=v0.8.0
-COREDNS_VERSION=v1.14.3
-HELM_VERSION=v3.22.0
+# Pinned versions. Kubernetes, etcd, kwok, CoreDNS and Helm are pinned by their modules in
+# hack/tools/NAME/go.mod (tool_module), where the modules they share with the project are at the
+# project's versions (hack/check-shared-modules.sh).
 GOLANGCI_LINT_VERSION=v2.15.0
 VERSITYGW_VERSION=v1.8.0
 # Debian's packages. The archive keeps only each suite's current version of a package, so an exact
@@ -127,17 +130,33 @@ valkey_release() {
 	echo "$line"
 }
 
+# tool_module NAME prints the module that the Go module hack/tools/NAME builds a tool of.
+tool_module() {
+	case $1 in
+	etcd) echo go.etcd.io/etcd/server/v3 ;;
+	kubernetes) echo k8s.io/kubernetes ;;
+	kwok) echo sigs.k8s.io/kwok ;;
+	coredns) echo github.com/coredns/coredns ;;
+	helm) echo helm.sh/helm/v3 ;;
+	esac
+}
+
+# tool_pin NAME prints the version of the tool that hack/tools/NAME builds, from its go.mod.
+tool_pin() {
+	awk -v m="$(tool_module "$1")" '$1 == m { print $2 } $1 == "require" && $2 == m { print $3 }' \
+		"$root/hack/tools/$1/go.mod"
+}
+
+# tool_version NAME is the cache key's version of the tool that hack/tools/NAME builds: its pin and
+# a digest of the module's files, so that the key changes with the versions of the modules it
+# shares with the project and with CoreDNS's plugins (hack/tools/coredns/main.go).
+tool_version() { echo "$(tool_pin "$1")-$(digest_of "$(cat "$root/hack/tools/$1"/*)")"; }
+
 version_of() {
 	case $1 in
-	etcd) echo "$ETCD_VERSION" ;;
-	# Its modules' versions follow the project's (hack/check-shared-modules.sh): the key changes
-	# with them.
-	kubernetes) echo "$KUBERNETES_VERSION-$(digest_of "${KUBERNETES_COMMANDS[@]}" "$(cat "$root/hack/tools/kubernetes/go.sum")")" ;;
-	kwok) echo "$KWOK_VERSION" ;;
-	# Built with the plugins that hack/tools/coredns/main.go lists: the key changes with them.
-	coredns) echo "$COREDNS_VERSION-$(digest_of "$(cat "$root/hack/tools/coredns/main.go")")" ;;
+	etcd | kwok | coredns | helm) tool_version "$1" ;;
+	kubernetes) echo "$(tool_version kubernetes)-$(digest_of "${KUBERNETES_COMMANDS[@]}")" ;;
 	promtool) echo "$PROMETHEUS_LINE" ;;
-	helm) echo "$HELM_VERSION" ;;
 	golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
 	redis-exporter) echo "$REDIS_EXPORTER_VERSION" ;;
 	versitygw) echo "$VERSITYGW_VERSION" ;;
@@ -164,14 +183,12 @@ version_of() {
 build_into() {
 	local out=$2
 	case $1 in
-	etcd)
-		(cd "$root/hack/tools/etcd" && go build -mod=readonly -trimpath -o "$out/etcd" go.etcd.io/etcd/server/v3)
-		;;
+	etcd) tool_build etcd -o "$out/etcd" go.etcd.io/etcd/server/v3 ;;
 	kubernetes) build_kubernetes "$out" "${KUBERNETES_COMMANDS[@]}" ;;
-	kwok) go_install "$out" sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
-	coredns) (cd "$root/hack/tools/coredns" && go build -mod=readonly -trimpath -ldflags "-s -w" -o "$out/coredns" .) ;;
+	kwok) tool_build kwok -o "$out/" tool ;;
+	coredns) tool_build coredns -o "$out/coredns" . ;;
 	promtool) fetch_promtool "$out" ;;
-	helm) go_install "$out" helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
+	helm) tool_build helm -o "$out/" tool ;;
 	golangci-lint) go_install "$out" github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
 	redis-exporter) fetch_redis_exporter "$out" ;;
 	versitygw) go_install "$out" github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
@@ -185,28 +202,37 @@ build_into() {
 	esac
 }
 
+# tool_build NAME ARG... runs go build ARG... in the Go module hack/tools/NAME, with the flags of
+# the project's build and the same versions of the modules it shares (hack/check-shared-modules.sh):
+# Go's build cache then keys the libraries both compile (client-go, apimachinery, grpc, the
+# standard library...) the same, and what one build compiled on a fresh machine, the next reuses
+# rather than compile again. Without symbols or debug information, unless ARG... has -ldflags of its
+# own (the last wins).
+tool_build() {
+	local name=$1
+	shift
+	(cd "$root/hack/tools/$name" && go build -mod=readonly -trimpath -ldflags "-s -w" "$@")
+}
+
 # build_kubernetes DIR COMMAND... builds Kubernetes' commands (k8s.io/kubernetes/cmd/COMMAND) into
 # DIR.
 build_kubernetes() {
 	local out=$1
 	shift
 	# Without the version stamped in, the server reports v0.0.0-master and kubectl cannot parse it.
-	local minor=${KUBERNETES_VERSION#v1.}
+	local version minor
+	version=$(tool_pin kubernetes)
+	minor=${version#v1.}
 	minor=${minor%%.*}
 	local ldflags="-s -w" pkg cmds=()
 	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+		ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 		ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 	done
 	for pkg in "$@"; do
 		cmds+=("k8s.io/kubernetes/cmd/$pkg")
 	done
-	# Not -trimpath, and with the same versions of the modules the project's own build shares
-	# (hack/check-shared-modules.sh): Go's build cache then keys the libraries both compile
-	# (client-go, apimachinery, grpc, the standard library...) the same, and the tests compile
-	# from a fresh machine's empty cache reuse what this build compiled rather than compile them
-	# again. -trimpath keys every package, the standard library's too, apart.
-	(cd "$root/hack/tools/kubernetes" && go build -mod=readonly -ldflags "$ldflags" -o "$out/" "${cmds[@]}")
+	tool_build kubernetes -ldflags "$ldflags" -o "$out/" "${cmds[@]}"
 }
 
 # prefetch_modules COMPONENT downloads the Go modules that the component's build needs, and builds
@@ -214,10 +240,7 @@ build_kubernetes() {
 prefetch_modules() {
 	case $1 in
 	# kubernetes is not here: the first of the Go lane, it downloads its own.
-	etcd) (cd "$root/hack/tools/etcd" && go list -mod=readonly -deps go.etcd.io/etcd/server/v3) ;;
-	kwok) go install -n sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl@"$KWOK_VERSION" ;;
-	coredns) (cd "$root/hack/tools/coredns" && go list -mod=readonly -deps .) ;;
-	helm) go install -n helm.sh/helm/v3/cmd/helm@"$HELM_VERSION" ;;
+	etcd | kwok | coredns | helm) (cd "$root/hack/tools/$1" && go mod download) ;;
 	golangci-lint) go install -n github.com/golangci/golangci-lint/v2/cmd/golangci-lint@"$GOLANGCI_LINT_VERSION" ;;
 	versitygw) go install -n github.com/versity/versitygw/cmd/versitygw@"$VERSITYGW_VERSION" ;;
 	runc) go install -n github.com/opencontainers/runc@"$RUNC_VERSION" ;;

@@ -25,12 +25,20 @@ func BuildOperator(ctx context.Context, dir string) (string, error) {
 
 // Build builds the package pkg of this checkout (./hack/localcluster, say) into the binary bin.
 func Build(ctx context.Context, pkg, bin string) (string, error) {
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
-	build.Dir, build.Stdout, build.Stderr = Root(), os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := goBuild(ctx, Root(), pkg, bin); err != nil {
 		return "", fmt.Errorf("building %s: %w", pkg, err)
 	}
 	return bin, nil
+}
+
+// goBuild builds the package pkg of the module in dir into bin, static and -trimpath as the
+// images' programs are built (test/harness/images) and `make test` builds everything: Go's build
+// cache keys a package by these flags, so the operator compiled here is the images' too.
+func goBuild(ctx context.Context, dir, pkg, bin string) error {
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, pkg)
+	build.Dir, build.Stdout, build.Stderr = dir, os.Stderr, os.Stderr
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return build.Run()
 }
 
 // Operator is one process of the operator's binary, with its log in a file.
@@ -301,9 +309,7 @@ func BuildRelease(ctx context.Context, commit, dir string) (binary, source strin
 		return "", "", fmt.Errorf("extracting %s: %w: %s", commit, err, out)
 	}
 	binary = filepath.Join(dir, "cache-operator")
-	build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd")
-	build.Dir, build.Stdout, build.Stderr = source, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := goBuild(ctx, source, "./cmd", binary); err != nil {
 		return "", "", fmt.Errorf("building the operator of %s: %w", commit, err)
 	}
 	return binary, source, nil

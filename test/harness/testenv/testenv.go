@@ -7,17 +7,50 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
+	"sync"
 	"testing"
+
+	"golang.org/x/mod/modfile"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// Root is the repository's top directory.
+// Root is the repository's top directory: the nearest directory at or above the working
+// directory (a test's is its package's) whose go.mod is this module's. Not the source file's
+// path, which the build's -trimpath (Makefile) leaves relative to the module.
 func Root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	rootOnce.Do(func() { root, rootErr = findRoot() })
+	if rootErr != nil {
+		panic(rootErr)
+	}
+	return root
+}
+
+var (
+	rootOnce sync.Once
+	root     string
+	rootErr  error
+)
+
+// module is the project's module path, as its go.mod declares it.
+const module = "example.com/cache-operator"
+
+func findRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modfile.ModulePath(mod) == module {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of %s at or above the working directory: run the tests from within the checkout", module)
+		}
+		dir = parent
+	}
 }
 
 // BinDir is where the toolchain's binaries are linked: $KUBEBUILDER_ASSETS if set, else the
