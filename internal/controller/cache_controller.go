@@ -6,15 +6,12 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -87,129 +84,34 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, r.finalize(ctx, cache)
 	}
 
-	// A restored Cache's pods are made only once its backup is ready and fits (restore.go).
-	rs, err := r.prepareRestore(ctx, cache)
-	if err != nil {
-		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
-	}
-	if rs.waiting != nil {
-		return r.waitForBackup(ctx, cache, rs.waiting)
-	}
-
-	// A Cache with TLS has its certificates first, and with auth its credentials: its pods
-	// mount or load them at their start, and the operator speaks to them with both.
-	certs, err := r.ensureCertificates(ctx, cache)
-	switch {
-	case err != nil:
-		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
-	case certs.pending:
-		return ctrl.Result{RequeueAfter: staleReadRetryAfter}, nil
-	case certs.missing:
-		return r.waitForCredentials(ctx, cache, certs.invalid)
-	}
-	creds, err := r.ensureCredentials(ctx, cache, certs.client)
-	switch {
-	case err != nil:
-		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
-	case creds.pending:
-		return ctrl.Result{RequeueAfter: staleReadRetryAfter}, nil
-	case creds.missing:
-		return r.waitForCredentials(ctx, cache, creds.condition)
-	}
-
-	// A Cluster Cache's servers are asked first: a scale-in removes no pod before its server has
-	// handed over its slots and left the cluster.
-	var members []clusterMember
-	nodes := cache.Spec.Nodes()
-	if cache.Spec.Mode == cachev2.ModeCluster {
-		if members, err = r.observeCluster(ctx, cache, creds.auth); err != nil {
-			return ctrl.Result{}, err
-		}
-		nodes = nodesToRun(cache, members)
-	}
-	made, err := r.ensureChildren(ctx, cache, nodes, primariesRelease(members), rs.initContainer)
-	if err != nil {
-		return ctrl.Result{}, r.reportFailure(ctx, cache, err)
-	}
-	if made.created {
-		// A pass that creates a child does nothing else: a new Cache's first pass only creates
-		// its children, and the finalizer, the registration and the status come in the next,
-		// which the children's creation brings. A fleet created at once so gets all its
-		// StatefulSets, the slowest part, before any Cache's other writes (docs/benchmark.md).
-		// A pass that recreates a child deleted by hand stops there too.
-		return ctrl.Result{}, nil
-	}
-	if made.pending {
-		// The event of the child's creation enqueues the Cache again; the timer is a backstop.
-		return ctrl.Result{RequeueAfter: staleReadRetryAfter}, nil
-	}
-
-	// The finalizer goes on before the first registration, so no record can outlive its Cache.
-	if err := r.ensureFinalizer(ctx, cache); err != nil {
-		return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
-	}
-
-	// A failed registration is reported in the status first, then returned for a retry.
-	registered, registerErr := r.register(ctx, cache)
-
-	// No requeue while the StatefulSet converges: every change to its status enqueues the
-	// Cache again through the owner reference. A Valkey Cluster sends no such events, so a
-	// Cluster Cache is looked at again on a timer.
-	var cluster *clusterReport
-	var pollAfter time.Duration
-	var clusterErr error
-	if cache.Spec.Mode == cachev2.ModeCluster {
-		restored, err := rs.slotsByPod(cache)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		cluster, pollAfter, clusterErr = r.tendCluster(ctx, cache, made.sts, members, restored)
-	}
-	before := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady).DeepCopy()
-	status := observedStatus(cache, made.sts, registered, made.hold, cluster)
-	pollAfter = soonest(pollAfter, r.Rollouts.trackProgress(cache, made.sts, &status, time.Now()))
-	if made.hold == resources.TemplateHeldForFleet {
-		meta.SetStatusCondition(&status.Conditions, r.Rollouts.queued(cache))
-		pollAfter = soonest(pollAfter, rolloutQueueInterval)
-	}
-	if creds.condition != nil {
-		meta.SetStatusCondition(&status.Conditions, *creds.condition)
-	}
-	recheck, serveErr := r.serveCertificate(ctx, cache, certs, creds.auth, &status)
-	pollAfter = soonest(pollAfter, recheck)
-	podsRecheck, err := r.checkPods(ctx, cache, made.sts, &status, time.Now())
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	pollAfter = soonest(pollAfter, podsRecheck)
-	verified, err := r.gateOnRestore(ctx, cache, rs, members, creds.auth, &status)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	switch {
-	case verified:
-		// The next pass removes the restore's ConfigMap; the echo of this status write would
-		// bring none (ownWrites).
-		pollAfter = restoreCleanupAfter
-	case !rs.done:
-		// A node's restore step that fails shows only in its init container's status, which no
-		// watch of the operator's brings (it caches a Cluster's pods only, without that
-		// status: clusterMemberPod): look again.
-		pollAfter = soonest(pollAfter, restoreWaitRetryAfter)
-	}
-	if err := r.writeStatus(ctx, cache, status); err != nil {
-		return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
-	}
-	r.announceOperation(cache, before, meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady))
-	if err := errors.Join(registerErr, clusterErr, creds.applyErr, serveErr); err != nil {
-		return ctrl.Result{}, err // the queue's backoff decides when to look again
-	}
-	for _, due := range []time.Time{creds.due, certs.renewal} {
-		if !due.IsZero() {
-			pollAfter = soonest(pollAfter, max(time.Until(due), time.Second))
+	// The phases in the order in which each needs the ones before it. A restored Cache's pods
+	// wait for its backup, and every pod for the certificates and the credentials that it
+	// mounts or loads at its start, with which the operator then speaks to its server. A
+	// Cluster's servers are asked who they are before the children change, so that a scale-in
+	// removes no pod whose server still holds slots. The finalizer goes on, and the catalogue
+	// lists the Cache, once its children exist; the Cluster's step follows, then everything the
+	// status reports, written last and once.
+	p := &pass{cache: cache}
+	for _, phase := range []phase{
+		r.restorePhase,
+		r.certificatesPhase,
+		r.credentialsPhase,
+		r.clusterMembersPhase,
+		r.childrenPhase,
+		r.registrationPhase,
+		r.clusterPhase,
+		r.statusPhase,
+		r.rolloutPhase,
+		r.servingPhase,
+		r.podsPhase,
+		r.restoreCheckPhase,
+		r.writeStatusPhase,
+	} {
+		if result, err := phase(ctx, p); result != nil {
+			return *result, err
 		}
 	}
-	return ctrl.Result{RequeueAfter: pollAfter}, nil
+	return p.result()
 }
 
 // soonest is the sooner of two requeue intervals, where 0 is none.
