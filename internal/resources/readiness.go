@@ -67,3 +67,16 @@ func readinessContainer(cache *cachev2.Cache, image string) corev1.Container {
 	c.Command = options.Command()
 	return c
 }
+
+// PodReady reports whether the pod is ready, as its readiness probe says, and not going away.
+func PodReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
