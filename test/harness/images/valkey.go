@@ -23,9 +23,9 @@ var (
 const valkeyPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // valkeyPrograms are the programs that a Valkey container runs, which the image must have on
-// its PATH: the server and the client, the shell, what the pods' scripts run (the entrypoints,
-// probes and preStop hook of internal/resources/statefulset.go), and what docker-entrypoint.sh
-// runs.
+// its PATH: the server and the client, the shell, what the pods' scripts run (the entrypoints and
+// the preStop hook of internal/resources/valkeycontainer.go and clusternode.go), and what
+// docker-entrypoint.sh runs.
 var valkeyPrograms = []string{
 	"valkey-server", "valkey-cli", "sh",
 	"rm", "mv", "grep", "awk", "head", "seq", "sleep",
