@@ -202,7 +202,7 @@ func (r *CacheReconciler) rolloutPhase(_ context.Context, p *pass) (*ctrl.Result
 	return nil, nil
 }
 
-// servingPhase has the servers serve the certificate the Secret holds (certificates.go).
+// servingPhase has the servers serve the certificate the Secret holds (ensurecertificates.go).
 func (r *CacheReconciler) servingPhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
 	recheck, err := r.serveCertificate(ctx, p.cache, p.certs, p.creds.auth, &p.status)
 	p.pollAfter = soonest(p.pollAfter, recheck)

@@ -29,7 +29,7 @@ import (
 // Job can read does not let anyone sign a certificate. NextCertificates decides from what the two
 // hold (Certificates) and the clock whether anything is to be issued; the operator writes what
 // it returns, and the nodes are told to read their files again (see the controller's
-// certificates.go). The CA's certificate is published for clients in the ConfigMap
+// ensurecertificates.go). The CA's certificate is published for clients in the ConfigMap
 // cache.CAConfigMapName() (CAConfigMap).
 //
 // The certificates are issued with crypto/x509 rather than cert-controller, which the conversion
