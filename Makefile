@@ -82,7 +82,7 @@ build: ## Build the operator binary into bin/.
 	go build -o $(LOCALBIN)/cache-operator ./cmd
 
 .PHONY: image
-image: ## Build the operator's image, without a Docker daemon, as an OCI archive: bin/cache-operator-image.tar (README, Installing).
+image: ## Build the operator's image, without a Docker daemon, as an OCI archive: bin/cache-operator-image.tar (docs/install.md).
 	hack/toolchain.sh ca-certificates
 	go run ./hack/image -o $(LOCALBIN)/cache-operator-image.tar operator
 

@@ -97,7 +97,7 @@ func main() {
 	flag.BoolVar(&atomicSlotMigration, "atomic-slot-migration", true, "Move a Cluster's slots with Valkey's atomic slot migration where every server of the Cache runs Valkey 9 or later; false moves them key by key, as on Valkey 8.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
 	flag.StringVar(&images.ValkeyRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
-	flag.StringVar(&images.Exporter, "exporter-image", resources.DefaultExporterImage, "The metrics exporter's image (redis_exporter), which the pods of a Cache with spec.metrics.enabled run beside Valkey. A Cache's pods take a new one with their next change (docs/operations.md, Upgrading the operator).")
+	flag.StringVar(&images.Exporter, "exporter-image", resources.DefaultExporterImage, "The metrics exporter's image (redis_exporter), which the pods of a Cache with spec.metrics.enabled run beside Valkey. A Cache's pods take a new one with their next change (docs/upgrade.md).")
 	flag.StringVar(&images.Agent, "agent-image", resources.DefaultAgentImage, "The operator's own image, which the backup Jobs, the restored Caches' init containers (its backup and restore modes) and every cache pod's readiness agent run.")
 	flag.DurationVar(&backupStall, "backup-stall-timeout", snapshot.DefaultStall, "How long a backup waits for the next byte of a server's snapshot before it fails.")
 	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
@@ -158,7 +158,7 @@ func main() {
 
 	// No client-side limit by default: the workers bound how many requests are in flight, and
 	// the API server's Priority and Fairness queues them fairly among its clients; a limit here
-	// only made a fleet's creation wait on the operator (docs/benchmark.md).
+	// only made a fleet's creation wait on the operator (docs/benchmark-history.md).
 	cfg := ctrl.GetConfigOrDie()
 	if qps > 0 {
 		cfg.QPS, cfg.Burst = float32(qps), burst

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Storage migration, the last step of upgrading to the release that added API v2 (after the CRDs
-# and the operator; docs/operations.md): rewrites every Cache still stored as v1 in the storage
+# and the operator; docs/upgrade.md): rewrites every Cache still stored as v1 in the storage
 # version, v2, then records in the CRD that no object is stored as v1 any more, as the storage
 # version migrator does. Safe to run again, and while the operator runs. Uses kubectl's current
 # context; KUBECTL names another kubectl.

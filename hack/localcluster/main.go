@@ -135,7 +135,7 @@ func run(ctx context.Context, command string) error {
 }
 
 // The local S3 server's port, bucket and credentials: fixed, so that the walkthrough in
-// docs/operations.md works when pasted.
+// docs/backup-restore.md works when pasted.
 const (
 	s3Port      = 9000
 	s3Bucket    = "backups"

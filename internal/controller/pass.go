@@ -137,7 +137,7 @@ func (r *CacheReconciler) childrenPhase(ctx context.Context, p *pass) (*ctrl.Res
 		// A pass that creates a child does nothing else: a new Cache's first pass only creates
 		// its children, and the finalizer, the registration and the status come in the next,
 		// which the children's creation brings. A fleet created at once so gets all its
-		// StatefulSets, the slowest part, before any Cache's other writes (docs/benchmark.md).
+		// StatefulSets, the slowest part, before any Cache's other writes (docs/benchmark-history.md).
 		// A pass that recreates a child deleted by hand stops there too.
 		return end(ctrl.Result{}, nil)
 	case p.made.pending:

@@ -5,7 +5,7 @@
 // under 200 MiB, collects a small heap every few MiB while many Caches change at once, on cores
 // the operator may share with the control plane. Here the heap may grow by a quarter of what is
 // live, but never by less than a fixed amount: a small fleet is collected as rarely as with
-// GOGC=100 and a large one as tightly as with GOGC=25 (docs/operations.md#sizing).
+// GOGC=100 and a large one as tightly as with GOGC=25 (docs/install.md#sizing).
 package gcpacing
 
 import (

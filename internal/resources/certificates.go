@@ -48,7 +48,7 @@ const (
 
 // caValidity is how long a Cache's CA is valid. Clients trust it, so it is not renewed: a CA
 // that is missing or no longer valid for a certificate's whole validity is replaced, and clients
-// must then trust the new one (docs/operations.md).
+// must then trust the new one (docs/tls.md).
 const caValidity = 10 * 365 * 24 * time.Hour
 
 // backdate is how long before its issue a certificate is valid from, for clocks that are behind.

@@ -76,7 +76,7 @@ func previousReleaseImage() (previousRelease, error) {
 	return previousRelease{chart: filepath.Join(r.source, "charts", "cache-operator"), archive: archive}, nil
 }
 
-// `helm upgrade` from the previous release, run as docs/operations.md says (its values reset
+// `helm upgrade` from the previous release, run as docs/upgrade.md says (its values reset
 // to this chart's defaults, but for the image's tag, which the previous release had to set),
 // restarts no cache pod: a Valkey Cluster that the previous release's operator made keeps every
 // pod (same UID, no container restarted) and its keys, and the new operator, in pods of this

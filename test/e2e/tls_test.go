@@ -105,7 +105,7 @@ func waitCertificateServed(t *testing.T, c *cachev2.Cache, config *tls.Config, s
 }
 
 // publishedCA waits until the ConfigMap that publishes the Cache's CA for clients holds the CA
-// the nodes are given, and returns how a client that reads it, as docs/operations.md says, trusts
+// the nodes are given, and returns how a client that reads it, as docs/tls.md says, trusts
 // the nodes.
 func publishedCA(t *testing.T, c *cachev2.Cache) *tls.Config {
 	t.Helper()

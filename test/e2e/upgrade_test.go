@@ -30,7 +30,7 @@ import (
 	"example.com/cache-operator/test/harness/testenv"
 )
 
-// The upgrade rehearsal from API v1, as docs/operations.md tells a user to upgrade: the release
+// The upgrade rehearsal from API v1, as docs/upgrade.md tells a user to upgrade: the release
 // "v1" of hack/previous-release, the last before API v2, built from this repository's history, runs
 // Caches through v1; then the CRDs and RBAC are upgraded, then the operator, then the storage.
 // Every Cache must reconcile under the new operator without one cache pod restarted and without
