@@ -278,17 +278,43 @@ func tail(s string, lines int) string {
 // PreviousRelease is the commit of the release of the given name in hack/previous-release: a
 // release this one upgrades from.
 func PreviousRelease(name string) (string, error) {
-	path := filepath.Join(Root(), "hack", "previous-release")
-	b, err := os.ReadFile(path)
+	releases, err := previousReleases()
 	if err != nil {
 		return "", err
 	}
-	for line := range strings.Lines(string(b)) {
-		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == name {
-			return fields[1], nil
+	for _, r := range releases {
+		if r[0] == name {
+			return r[1], nil
 		}
 	}
-	return "", fmt.Errorf("%s names no release %q", path, name)
+	return "", fmt.Errorf("%s names no release %q", previousReleasesFile(), name)
+}
+
+// PreviousReleases are the names of the releases in hack/previous-release.
+func PreviousReleases() ([]string, error) {
+	releases, err := previousReleases()
+	var names []string
+	for _, r := range releases {
+		names = append(names, r[0])
+	}
+	return names, err
+}
+
+func previousReleasesFile() string { return filepath.Join(Root(), "hack", "previous-release") }
+
+// previousReleases are hack/previous-release's lines, each a name and a commit.
+func previousReleases() ([][2]string, error) {
+	b, err := os.ReadFile(previousReleasesFile())
+	if err != nil {
+		return nil, err
+	}
+	var releases [][2]string
+	for line := range strings.Lines(string(b)) {
+		if fields := strings.Fields(line); len(fields) == 2 && !strings.HasPrefix(fields[0], "#") {
+			releases = append(releases, [2]string{fields[0], fields[1]})
+		}
+	}
+	return releases, nil
 }
 
 // BuildRelease extracts an earlier commit of this repository from its own history into
