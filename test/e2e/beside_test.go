@@ -30,7 +30,21 @@ var scopes sync.Map // test name → *scope
 // runBeside marks the test as one that runs beside the others, with namespaces namespaces.
 func runBeside(t *testing.T, namespaces int) {
 	t.Helper()
-	t.Parallel()
+	besideSlot(t, false)
+	reserve(t, namespaces)
+}
+
+// runBesideFirst is runBeside for a test that takes minutes: it gets a place before the shorter
+// ones waiting (besideSlot).
+func runBesideFirst(t *testing.T, namespaces int) {
+	t.Helper()
+	besideSlot(t, true)
+	reserve(t, namespaces)
+}
+
+// reserve reserves the names of the namespaces that the test will create.
+func reserve(t *testing.T, namespaces int) {
+	t.Helper()
 	s := &scope{}
 	for range namespaces {
 		s.namespaces = append(s.namespaces, "e2e-"+rand.String(8))
@@ -74,4 +88,58 @@ func (s *scope) nextNamespace(t *testing.T) string {
 // of its own, which run alone.
 func (s *scope) operatorArgs() []string {
 	return []string{"--watch-namespaces", strings.Join(s.namespaces, ","), "--leader-elect=false"}
+}
+
+// besideSlot runs the test beside the others (t.Parallel) once one of besideAtOnce places is
+// free, and frees it when the test ends. The places are handed out here rather than by Go's
+// -parallel, which hands them out in whatever order the waiting tests happen to queue: a test of
+// minutes that got its place last held the tier's end back by its whole length (the install
+// test, 6 minutes, began 10 minutes into a 28-minute tier). first tests get places before the
+// others waiting, the longest first as far as the tests say.
+func besideSlot(t *testing.T, first bool) {
+	t.Helper()
+	t.Parallel()
+	places.acquire(first)
+	t.Cleanup(places.release)
+}
+
+// placesQueue hands out the places of the tests beside each other: first tests before the
+// others, each kind in the order they asked.
+type placesQueue struct {
+	mu            sync.Mutex
+	free          int
+	first, others []chan struct{}
+}
+
+// places has besideAtOnce places, or as many as -test.parallel says (TestMain).
+var places = &placesQueue{}
+
+func (q *placesQueue) acquire(first bool) {
+	q.mu.Lock()
+	if q.free > 0 {
+		q.free--
+		q.mu.Unlock()
+		return
+	}
+	turn := make(chan struct{})
+	if first {
+		q.first = append(q.first, turn)
+	} else {
+		q.others = append(q.others, turn)
+	}
+	q.mu.Unlock()
+	<-turn
+}
+
+func (q *placesQueue) release() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, waiting := range []*[]chan struct{}{&q.first, &q.others} {
+		if len(*waiting) > 0 {
+			close((*waiting)[0])
+			*waiting = (*waiting)[1:]
+			return
+		}
+	}
+	q.free++
 }

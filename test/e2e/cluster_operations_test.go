@@ -885,7 +885,7 @@ func (l *upgradeLoad) lost(t *testing.T, c valkeygo.Client) (lost, acked int) {
 // runs the release, and a client writing and reading all along loses no acknowledged write. A
 // change back to 8.x then waits, Ready False with the reason, and restarts no pod.
 func TestClusterUpgradeFailsOverEachShardAndLosesNoAcknowledgedWrite(t *testing.T) {
-	runBeside(t, 1)
+	runBesideFirst(t, 1)
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newClusterCacheOf(t, ns, "sessions", 3, 1, valkeys[0].Version)

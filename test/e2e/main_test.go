@@ -76,11 +76,16 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	// The tests that run beside the others (runBeside) wait on servers, elections and timeouts
 	// more than they compute: more of them at once than Go's default of one per core, unless
-	// the command line says otherwise.
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
-	if !explicit {
-		if err := flag.Set("test.parallel", strconv.Itoa(besideAtOnce)); err != nil {
+	// the command line says otherwise. besideSlot hands their places out, the longest tests
+	// first; Go's own limit is lifted so that it does not hand them out first.
+	places.free = besideAtOnce
+	if f := flag.Lookup("test.parallel"); f != nil {
+		explicit := false
+		flag.Visit(func(set *flag.Flag) { explicit = explicit || set == f })
+		if n, err := strconv.Atoi(f.Value.String()); explicit && err == nil {
+			places.free = n
+		}
+		if err := flag.Set("test.parallel", "1000"); err != nil {
 			os.Exit(fail(err))
 		}
 	}

@@ -24,8 +24,8 @@ import (
 // share the machine with the tests that come after: an install brings CRDs and webhooks of its
 // own, which the other tests' cluster has pointed at the operators they run on the machine.
 func TestTheOperatorAsUsersInstallIt(t *testing.T) {
-	// Beside the others: it shares nothing with their cluster.
-	t.Parallel()
+	// Beside the others, the first: it shares nothing with their cluster, and takes minutes.
+	besideSlot(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	previous, err := previousReleaseImage()

@@ -24,7 +24,7 @@ func TestEachOlderReleaseFormsHealsAndIsRestored(t *testing.T) {
 	t.Parallel() // and each release beside the others, with a scope of its own
 	for _, release := range valkeys[:len(valkeys)-1] {
 		t.Run(release.Version, func(t *testing.T) {
-			runBeside(t, 1)
+			runBesideFirst(t, 1)
 			startOperator(t, "a", "", clusterCheckInterval)
 			ns := newNamespace(t)
 			store := newBackupStore(t, ns)

@@ -150,7 +150,7 @@ func restarts(t *testing.T, key client.ObjectKey) map[string]string {
 // primary hands its shard over to its replica over TLS, and loses no key; the new pod's IP
 // brings a new certificate.
 func TestAClusterWithTLSServesOnlyTLSAndRenewsItsCertificateWithoutARestart(t *testing.T) {
-	runBeside(t, 1)
+	runBesideFirst(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newRestrictedNamespace(t)
 	ctx := context.Background()
