@@ -16,8 +16,9 @@ set -euo pipefail
 
 # Every Go program here is built static (CGO_ENABLED=0) and -trimpath, as Kubernetes builds its
 # releases and the Makefile builds the project: Go's build cache keys a package by these flags, so
-# the standard library and the modules the project shares with Kubernetes (hack/check-shared-modules.sh)
-# are compiled once on a fresh machine. runc alone needs cgo (build_runc).
+# the standard library, and the modules that the tools of hack/tools share with the project
+# (hack/check-shared-modules.sh), are compiled once on a fresh machine. runc alone needs cgo
+# (build_runc).
 export CGO_ENABLED=0
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

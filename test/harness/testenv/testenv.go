@@ -20,18 +20,14 @@ import (
 // directory (a test's is its package's) whose go.mod is this module's. Not the source file's
 // path, which the build's -trimpath (Makefile) leaves relative to the module.
 func Root() string {
-	rootOnce.Do(func() { root, rootErr = findRoot() })
-	if rootErr != nil {
-		panic(rootErr)
+	root, err := foundRoot()
+	if err != nil {
+		panic(err)
 	}
 	return root
 }
 
-var (
-	rootOnce sync.Once
-	root     string
-	rootErr  error
-)
+var foundRoot = sync.OnceValues(findRoot)
 
 // module is the project's module path, as its go.mod declares it.
 const module = "example.com/cache-operator"
