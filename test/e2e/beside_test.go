@@ -94,8 +94,8 @@ func (s *scope) operatorArgs() []string {
 // free, and frees it when the test ends. The places are handed out here rather than by Go's
 // -parallel, which hands them out in whatever order the waiting tests happen to queue: a test of
 // minutes that got its place last held the tier's end back by its whole length (the install
-// test, 6 minutes, began 10 minutes into a 28-minute tier). first tests get places before the
-// others waiting, the longest first as far as the tests say.
+// test, 6 minutes, began 10 minutes into a 28-minute tier). Tests marked first (runBesideFirst:
+// each takes minutes) get places before the others waiting.
 func besideSlot(t *testing.T, first bool) {
 	t.Helper()
 	t.Parallel()
