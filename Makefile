@@ -30,7 +30,7 @@ run: build ## Run the operator; with no KUBECONFIG, on a local cluster with real
 # idle), printing its findings after theirs. The e2e
 # package comes first on the command line because `go test` starts packages in that order: the
 # other packages' tests and the linter then run beside its first tests, which mostly wait on
-# nodes, rather than before it. The end-to-end tier took 28 min on two cores (2026-12-06), 36 min
+# nodes, rather than before it. The end-to-end tier took 27-28 min on two cores (2026-12-06), 36 min
 # in a fresh clone's run with every cache empty (docs/development.md): its timeout leaves room for
 # a slower machine inside CI's 90.
 .PHONY: test
