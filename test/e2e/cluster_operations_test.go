@@ -796,7 +796,7 @@ func (l *upgradeLoad) run(ctx context.Context, c valkeygo.Client) {
 	var failingSince time.Time
 	pace := time.NewTicker(loadPace)
 	defer pace.Stop()
-	for i := 1; ctx.Err() == nil; i++ {
+	for i := 1; ; i++ {
 		select {
 		case <-ctx.Done():
 			return
