@@ -39,10 +39,10 @@ test: ## Run every test tier: unit, integration and end to end. CI runs this.
 	$(MAKE) verify
 	go list -tags integration,e2e -export -deps -test ./... >/dev/null
 	@lint_log=$$(mktemp); trap 'rm -f "$$lint_log"' EXIT; \
-	{ hack/toolchain.sh golangci-lint && $(LOCALBIN)/golangci-lint run ./...; } >"$$lint_log" 2>&1 & lint=$$!; \
+	$(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint=$$!; \
 	tests=0; go test -tags integration,e2e ./test/e2e ./... -count=1 -timeout 60m || tests=$$?; \
 	linted=0; wait $$lint || linted=$$?; \
-	echo '--- golangci-lint:'; cat "$$lint_log"; \
+	echo '--- make lint:'; cat "$$lint_log"; \
 	exit $$(( tests || linted ))
 
 # What the local cluster's real nodes run (test/harness/realnode) and their images are made of.
@@ -91,9 +91,10 @@ tools: ## Build every tool the project runs (cached outside the checkout).
 	hack/toolchain.sh
 
 .PHONY: lint
-lint: ## Run golangci-lint.
-	hack/toolchain.sh golangci-lint
+lint: ## Run golangci-lint, and shellcheck on the shell scripts (the pods' and hack/'s).
+	hack/toolchain.sh golangci-lint shellcheck
 	$(LOCALBIN)/golangci-lint run ./...
+	$(LOCALBIN)/shellcheck $$(find hack internal -name '*.sh')
 
 .PHONY: verify
 verify: ## Regenerate everything and fail if that changed anything, if code is unformatted, or if the binary links test code.

@@ -90,6 +90,9 @@ NFTABLES_PACKAGES=(
 	libjansson4@2.14 libxtables12@1.8.9 libgmp10@6.2.1 libedit2@3.1-20221030 libbsd0@0.11.7
 	libmd0@1.0.4 libtinfo6@6.4
 )
+# ShellCheck, which make lint runs on the project's shell scripts (the pods' and hack/'s): bookworm's,
+# with the libraries that it, a Haskell program, links apart from libc.
+SHELLCHECK_PACKAGES=(shellcheck@0.9.0 libffi8@3.4.4 libgmp10@6.2.1)
 # The CA certificates of the operator's image: Debian's, as one PEM bundle. Their upstream version is
 # the date of Mozilla's list, which bookworm updates as a whole: 20250419 came in bookworm-security,
 # and replaces 20230311 in bookworm at its next point release.
@@ -108,7 +111,7 @@ VALKEY_ROOTFS_PACKAGES=(base-files dash coreutils grep sed mawk findutils libcap
 # Every component, the longest to build first (the times of a build on two cores with every cache
 # empty): components not cached yet start in this order, whatever order they are asked in.
 all_components=(kubernetes kwok golangci-lint coredns helm versitygw runc "${VALKEY_RELEASES[@]/#/valkey-}" etcd
-	nftables cni-plugins promtool containerd redis-exporter ca-certificates cert-manager-crds)
+	nftables cni-plugins promtool containerd redis-exporter ca-certificates cert-manager-crds shellcheck)
 
 # The commands of the kubernetes component: the control plane's, kubectl, and the real nodes'. One
 # go build makes them all, so that the packages they share are compiled once: two builds side by
@@ -168,6 +171,7 @@ version_of() {
 	cni-plugins) echo "$CNI_PLUGINS_LINE" ;;
 	# Made of many pinned packages: the key changes with any of their pins.
 	nftables) echo "$NFTABLES_LINE-$(digest_of "${NFTABLES_PACKAGES[@]}")" ;;
+	shellcheck) digest_of "${SHELLCHECK_PACKAGES[@]}" ;;
 	ca-certificates) echo "$CA_CERTIFICATES_LINE" ;;
 	valkey-*)
 		valkey_release "$1" >/dev/null
@@ -198,6 +202,7 @@ build_into() {
 	containerd) fetch_containerd "$out" ;;
 	cni-plugins) fetch_cni_plugins "$out" ;;
 	nftables) fetch_nftables "$out" ;;
+	shellcheck) fetch_shellcheck "$out" ;;
 	ca-certificates) fetch_ca_certificates "$out" ;;
 	valkey-*) fetch_valkey "$out" "${1#valkey-}" ;;
 	esac
@@ -279,9 +284,11 @@ debian_lists() {
 	fi
 	local codename uri suite release repo
 	local -A uris=()
+	# shellcheck source=/dev/null # the machine's, read for its release's code name
 	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 	# The archives the machine already uses, by suite, as apt itself reports them from its sources
 	# (--no-release-info: also before the machine's first apt-get update).
+	# shellcheck disable=SC2016 # apt expands the format, not the shell
 	while read -r release repo; do
 		[[ -z $release || -n ${uris[$release]-} ]] || uris[$release]=$repo
 	done < <(apt-get indextargets --no-release-info --format '$(RELEASE) $(REPO_URI)')
@@ -324,7 +331,7 @@ debian_lists() {
 # The version of each package, and the suites that have it, are logged, and debian_version[PACKAGE]
 # records it. A version that the suites do not have (any more) fails, naming those they have.
 debian_get() {
-	local root=$1 libraries= spec pkg line version upstream found have suites dep specs=() i
+	local root=$1 libraries='' spec pkg line version upstream found have suites dep specs=() i
 	shift
 	if [[ ${1-} == --with-libraries ]]; then
 		libraries=1
@@ -339,11 +346,11 @@ debian_get() {
 	for ((i = 0; i < ${#wanted[@]}; i++)); do
 		spec=${wanted[i]}
 		if [[ $spec == *@* ]]; then
-			pkg=${spec%@*} line=${spec#*@} version=
+			pkg=${spec%@*} line=${spec#*@} version=''
 		elif [[ $spec == *=* ]]; then
-			pkg=${spec%%=*} line= version=${spec#*=}
+			pkg=${spec%%=*} line='' version=${spec#*=}
 		else
-			pkg=$spec line= version=
+			pkg=$spec line='' version=''
 		fi
 		# madison: "PACKAGE | VERSION | URI SUITE/COMPONENT ARCHITECTURE Packages", a line for each
 		# suite that has a version.
@@ -595,24 +602,45 @@ fetch_cni_plugins() {
 # fetch_nftables DIR unpacks nft and the libraries it links into DIR/.root, a merged /usr, and
 # writes DIR/nft: a wrapper that runs it with those libraries, as kube-proxy runs nft from PATH.
 fetch_nftables() {
-	local out=$1 libdir missing
+	local out=$1
 	usr_merged "$out/.root"
 	debian_unpack "$out" "${NFTABLES_PACKAGES[@]}"
 	debian_versions >"$out/VERSION"
-	libdir=$(cd "$out/.root" && dirname usr/lib/*/libnftables.so.1)
+	with_libraries "$out" usr/sbin/nft nftables NFTABLES_PACKAGES
+}
+
+# fetch_shellcheck DIR unpacks shellcheck and the libraries it links into DIR/.root, a merged /usr,
+# and writes DIR/shellcheck: a wrapper that runs it with those libraries.
+fetch_shellcheck() {
+	local out=$1
+	usr_merged "$out/.root"
+	debian_unpack "$out" "${SHELLCHECK_PACKAGES[@]}"
+	debian_versions >"$out/VERSION"
+	with_libraries "$out" usr/bin/shellcheck shellcheck SHELLCHECK_PACKAGES
+}
+
+# with_libraries DIR PROGRAM PACKAGE LIST checks that DIR/.root holds every library that what it
+# unpacked links apart from the C library's, and writes DIR/NAME, NAME being PROGRAM's (a path in
+# DIR/.root), a wrapper that runs PROGRAM with the loader pointed at them. PACKAGE is the Debian
+# package PROGRAM comes from, and LIST the name of the list of packages unpacked, for the messages.
+with_libraries() {
+	local out=$1 program=$2 package=$3 list=$4 name libdirs missing
+	name=$(basename "$program")
 	missing=$(elf_missing "$out/.root" | while read -r lib rest; do glibc_lib "$lib" || echo "$lib $rest"; done)
 	if [[ -n $missing ]]; then
-		log "nft needs libraries that NFTABLES_PACKAGES lacks:" "$missing"
+		log "$name needs libraries that $list lacks:" "$missing"
 		exit 1
 	fi
-	cat >"$out/nft" <<-EOF
+	# shellcheck disable=SC2016 # $root is the wrapper's, which expands it
+	libdirs=$(cd "$out/.root" && find usr/lib -name '*.so.*' -printf '$root/%h\n' | sort -u | paste -sd:)
+	cat >"$out/$name" <<-EOF
 		#!/bin/sh
-		# nft ${debian_version[nftables]} from Debian, unpacked beside this wrapper by hack/toolchain.sh.
+		# $name ${debian_version[$package]} from Debian, unpacked beside this wrapper by hack/toolchain.sh.
 		root=\$(dirname "\$(readlink -f "\$0")")/.root
-		LD_LIBRARY_PATH=\$root/$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$root/usr/sbin/nft" "\$@"
+		LD_LIBRARY_PATH=$libdirs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$root/$program" "\$@"
 	EOF
-	chmod +x "$out/nft"
-	"$out/nft" --version >&2
+	chmod +x "$out/$name"
+	"$out/$name" --version >&2
 }
 
 # fetch_ca_certificates DIR writes DIR/ca-certificates.crt: the CA certificates of Debian's

@@ -17,11 +17,11 @@ import (
 // a node into the cluster whether or not it is ready, and judges the cluster's own health in the
 // Cache's Ready condition.
 //
-// Every start of the container is a new, empty node (see startFresh), and it starts fenced: it
+// Every start of the container is a new, empty node (freshStart), and it starts fenced: it
 // refuses to serve a replica's SYNC until the operator lifts the fence (FenceRule).
 //
 // A primary whose pod goes of itself hands its shard over to a replica first, in its preStop hook
-// (handOverScript), and stays up as its replica until the hook ends: clients are redirected to the
+// (handOverCommand), and stays up as its replica until the hook ends: clients are redirected to the
 // new primary by the old one (MOVED) rather than find it gone. Since 9.0 the server can hand over
 // on SIGTERM too (valkey.FailsOverOnShutdown), which it then does for a primary the hook could not
 // hand over: it pauses its writes, waits for a replica to catch up, tells it to take over and
@@ -29,7 +29,6 @@ import (
 // median of 1 failed request either way), and 8.x needs the hook anyway: one way on every
 // release, with the server's as the second chance.
 func clusterNode(c *corev1.Container, version string, auth bool, cli nodeCLI) {
-	c.Command = startFresh
 	c.Args = append(c.Args,
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", ClusterConfigFile,
@@ -53,7 +52,7 @@ func clusterNode(c *corev1.Container, version string, auth bool, cli nodeCLI) {
 	}
 	c.Env = []corev1.EnvVar{podField("POD_IP", "status.podIP"), podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name")}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: BusPortName, ContainerPort: BusPort, Protocol: corev1.ProtocolTCP})
-	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOverScript(cli)}}}
+	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: handOverCommand(cli)}}}
 	if valkey.FailsOverOnShutdown(version) {
 		// The hook's 10 s and then the server's wait for a replica, at most shutdown-timeout
 		// (10 s), fit in the pod's grace period (30 s).
@@ -61,36 +60,21 @@ func clusterNode(c *corev1.Container, version string, auth bool, cli nodeCLI) {
 	}
 }
 
-// handOverScript is a Cluster node's preStop hook. A pod that goes of itself (deleted, evicted by a
-// node drain) would otherwise take its shard's primary with it: clients then fail until the other
-// nodes find it gone and its replica is elected, a few seconds. So a primary with a
-// replica in sync first asks a connected replica, at the address the cluster announces, to take
-// over (CLUSTER FAILOVER: the primary holds its clients while the replica catches up, then the
-// replica serves, and no acknowledged write is lost), and waits, at most 10 s, until it is a
-// replica itself; the server is stopped after. A replica, a primary with no replica in sync, or
-// a failover refused: nothing happens, as before. The operator's own restarts hand over first
-// already (topology.Roll), and find a replica here.
-//
-// The replica's address is as Valkey prints it, ip:port@cport, an IPv6 address without brackets:
-// the port is what follows the last colon.
+// handOverCommand is a Cluster node's preStop hook (scripts/hand-over.sh). A pod that goes of
+// itself (deleted, evicted by a node drain) would otherwise take its shard's primary with it:
+// clients then fail until the other nodes find it gone and its replica is elected, a few seconds.
+// So a primary with a replica in sync first asks a connected replica, at the address the cluster
+// announces, to take over (CLUSTER FAILOVER: the primary holds its clients while the replica
+// catches up, then the replica serves, and no acknowledged write is lost), and waits, at most
+// 10 s, until it is a replica itself; the server is stopped after. A replica, a primary with no
+// replica in sync, or a failover refused: nothing happens, as before. The operator's own restarts
+// hand over first already (topology.Roll), and find a replica here.
 //
 // With TLS, the replica is asked over TLS, at Port: the hook's own connection, through the
 // socket, is in plain text, and to such a connection Valkey reports the nodes' plain-text port,
 // which is 0 (off), not the TLS port they serve on.
-func handOverScript(cli nodeCLI) []string {
-	script, peer := `cli="`+cli.local+`"`+"\n", `$cli -h "$host" -p "$port"`
-	if cli.peer != "" {
-		script, peer = script+`peer="`+cli.peer+`"`+"\n", `$peer -h "$host" -p `+strconv.Itoa(Port)
-	}
-	return []string{"sh", "-c", script + `[ "$($cli ROLE | head -n 1)" = master ] && $cli INFO replication | grep -q '^slave[0-9]*:.*state=online' || exit 0
-addr=$($cli CLUSTER REPLICAS "$($cli CLUSTER MYID)" | awk '$8 == "connected" && $3 !~ /fail/ { print $2; exit }')
-addr=${addr%%@*}
-host=${addr%:*} port=${addr##*:}
-[ -n "$host" ] && ` + peer + ` CLUSTER FAILOVER | grep -q OK || exit 0
-for i in $(seq 50); do
-  [ "$($cli ROLE | head -n 1)" = slave ] && exit 0
-  sleep 0.2
-done`}
+func handOverCommand(cli nodeCLI) []string {
+	return scriptCommand(handOverScript, "hand-over.sh", cli.local, cli.peer)
 }
 
 // NodeName is what a Cluster node says it is (cluster-announce-human-nodename): its pod, by
@@ -103,31 +87,32 @@ func NodeName(namespace, pod string) string { return namespace + "/" + pod }
 // its data directory.
 const ClusterConfigFile = "nodes.conf"
 
-// startFresh is a Cluster node's entrypoint: it removes the node's identity and data before
-// starting the server, whose arguments follow. A container restarted in place (a crash, an OOM
-// kill, a failed liveness probe) keeps the pod's IP and its data volume. With its old nodes.conf
-// it would come back as the same node, still the owner of its slots, and serve them empty (a
-// primary writes no RDB: persistence is off); its replica would resynchronise from it and empty
-// too. Without it, the server is a new node with no slot, and the old one, whose address the new
-// one now answers at, is healed like a departed node: its replica takes over.
+// freshStart are a Cluster node's start steps (startSteps): they remove the node's identity and
+// data before the server starts. A container restarted in place (a crash, an OOM kill, a failed
+// liveness probe) keeps the pod's IP and its data volume. With its old nodes.conf it would come
+// back as the same node, still the owner of its slots, and serve them empty (a primary writes no
+// RDB: persistence is off); its replica would resynchronise from it and empty too. Without it,
+// the server is a new node with no slot, and the old one, whose address the new one now answers
+// at, is healed like a departed node: its replica takes over.
 //
 // The RDB goes too: a replica keeps the copy its last sync loaded (rdb-del-sync-files is off by
 // default), and a new node that loads keys at start claims their slots, which their owner holds.
-// The one RDB a node may start with is a restore's (backup.RestoreRDB), which its init step downloads:
-// it is loaded once, at the first start, and gone for any later one.
-var startFresh = []string{"sh", "-c", `rm -f ` + ClusterConfigFile + ` ` + startRDB + ` && ` + takeRestore + `exec "$@"`, "--"}
+// The one RDB a node may start with is a restore's (backup.RestoreRDB), which its init step
+// downloads: it is loaded once, at the first start (takeRestore), and gone for any later one.
+var freshStart = []string{"--remove", ClusterConfigFile, "--remove", startRDB}
 
 // startRDB is the file a server loads at start (dbfilename's default).
 const startRDB = "dump.rdb"
 
-// takeRestore makes a restore's RDB (backup.RestoreRDB), if the init step left one, the server's
-// to load.
-const takeRestore = `{ ! [ -f ` + backup.RestoreRDB + ` ] || mv ` + backup.RestoreRDB + ` ` + startRDB + `; } && `
+// takeRestore are the start steps that make a restore's RDB (backup.RestoreRDB), if the init step
+// left one, the server's to load.
+var takeRestore = []string{"--take", backup.RestoreRDB, startRDB}
 
-// startRestored is a Standalone node's entrypoint when its Cache is restored from a backup: the
-// restore's RDB is loaded at the first start only, and a later start, a restart in place, is
-// empty, as any Standalone node's (persistence is off), rather than back at the backup's data.
-var startRestored = []string{"sh", "-c", `rm -f ` + startRDB + ` && ` + takeRestore + `exec "$@"`, "--"}
+// restoredStart are the start steps of a Standalone node whose Cache is restored from a backup,
+// before takeRestore: the restore's RDB is loaded at the first start only, and a later start, a
+// restart in place, is empty, as any Standalone node's (persistence is off), rather than back at
+// the backup's data.
+var restoredStart = []string{"--remove", startRDB}
 
 // FenceRule is the rule for Valkey's default user with which a Cluster node starts: everything
 // but SYNC and PSYNC. A node that starts at the address of a node that crashed would otherwise

@@ -3,7 +3,6 @@ package resources
 import (
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,8 +122,8 @@ func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 		if !strings.Contains(args, "--aclfile "+aclFile) || strings.Contains(args, "--user") {
 			t.Errorf("%s: args %q, want the ACL file and no --user", mode, args)
 		}
-		if len(c.Command) != 4 || !strings.Contains(c.Command[2], `"$`+envACL+`" > `+aclFile) || !strings.HasSuffix(c.Command[2], `exec "$@"`) {
-			t.Errorf("%s: entrypoint %q does not write the ACL file and run the server", mode, c.Command)
+		if steps := startSteps(cache); !slices.Equal(steps[:2], []string{"--write-acl", aclFile}) {
+			t.Errorf("%s: the start steps %q do not write the ACL file first", mode, steps)
 		}
 		secrets := secretVariables(c)
 		// valkey-cli's password is for the preStop hook, which a Standalone node has not.
@@ -145,8 +144,10 @@ func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 			if !strings.Contains(args, "--masteruser "+ReplicationUser+" --masterauth $("+envReplicationPassword+")") {
 				t.Errorf("args %q, want replicas to authenticate as %s", args, ReplicationUser)
 			}
-			if hook := strings.Join(c.Lifecycle.PreStop.Exec.Command, " "); !strings.Contains(hook, `cli="valkey-cli --user `+NodeUser+` -p `+strconv.Itoa(Port)+`"`) {
-				t.Errorf("preStop hook %q does not speak as the node user", hook)
+			for _, call := range handOver(t, c.Lifecycle.PreStop.Exec.Command, "198.18.1.2:6379@16379") {
+				if !strings.HasPrefix(call, "--user "+NodeUser+" ") {
+					t.Errorf("the preStop hook ran valkey-cli %q, not as the node user", call)
+				}
 			}
 		}
 	}

@@ -52,10 +52,16 @@ func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T
 			t.Errorf("%s: the readiness agent runs %q (%v) with %+v, want it on the socket in the data volume", mode, agent.Command, err, agent.VolumeMounts)
 		}
 		if mode == cachev2.ModeCluster {
-			hook := strings.Join(valkey.Lifecycle.PreStop.Exec.Command, " ")
-			if !strings.Contains(hook, `peer="valkey-cli --user node --tls --cacert /tls/ca.crt --cert /tls/tls.crt --key /tls/tls.key"`) ||
-				!strings.Contains(hook, `$peer -h "$host" -p 6379 CLUSTER FAILOVER`) {
-				t.Errorf("preStop hook %q does not ask the replica over TLS", hook)
+			// Valkey prints port 0 to the hook's plain-text connection: the replica's TLS port is
+			// Port.
+			calls := handOver(t, valkey.Lifecycle.PreStop.Exec.Command, "198.18.1.2:0@16379")
+			if want := "--user node --tls --cacert /tls/ca.crt --cert /tls/tls.crt --key /tls/tls.key -p 6379 -h 198.18.1.2 CLUSTER FAILOVER"; !slices.Contains(calls, want) {
+				t.Errorf("the preStop hook ran valkey-cli %q, want the replica asked over TLS: %q", calls, want)
+			}
+			for _, call := range calls {
+				if !strings.HasPrefix(call, "--user node -s valkey.sock ") && !strings.Contains(call, "CLUSTER FAILOVER") {
+					t.Errorf("the preStop hook ran valkey-cli %q, not through its own server's socket", call)
+				}
 			}
 		}
 		if exporter.Args[0] != "--redis.addr=unix:///data/valkey.sock" || len(exporter.VolumeMounts) != 1 || exporter.VolumeMounts[0].Name != dataVolume {

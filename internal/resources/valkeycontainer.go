@@ -57,14 +57,14 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 		SecurityContext: containerSecurityContext(),
 		VolumeMounts:    []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}},
 	}
-	switch {
-	case cache.Spec.Mode == cachev2.ModeCluster:
+	if cache.Spec.Mode == cachev2.ModeCluster {
 		clusterNode(&c, cache.Spec.Version, cache.Spec.Auth != nil, cli)
-	case cache.Spec.RestoreFrom != nil:
-		c.Command = startRestored
 	}
 	if cache.Spec.Auth != nil {
 		authenticated(&c, cache)
+	}
+	if steps := startSteps(cache); steps != nil {
+		c.Command = scriptCommand(startScript, "start.sh", append(steps, "--")...)
 	}
 	if cache.Spec.TLS != nil {
 		servingTLS(&c, cache)
@@ -77,8 +77,9 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 
 // Environment variables of a Valkey container with auth.
 const (
-	// envACL holds the ACL file, which the entrypoint writes to aclFile before the server
-	// starts: so a server restarted in place loads the users as the ACL Secret has them then.
+	// envACL holds the ACL file, which the container's command writes to aclFile before the
+	// server starts (startSteps): so a server restarted in place loads the users as the ACL
+	// Secret has them then. scripts/start.sh reads it by this name.
 	envACL = "VALKEY_ACL"
 	// envReplicationPassword holds the replication user's password (masterauth).
 	envReplicationPassword = "VALKEY_REPLICATION_PASSWORD"
@@ -100,11 +101,30 @@ func authenticated(c *corev1.Container, cache *cachev2.Cache) {
 		c.Env = append(c.Env, secretKey(envCLIAuth, secret, NodeUser, false), secretKey(envReplicationPassword, secret, ReplicationUser, false))
 		c.Args = append(c.Args, "--masteruser", ReplicationUser, "--masterauth", "$("+envReplicationPassword+")")
 	}
-	c.Command = writingACL(c.Command)
 }
 
-// nodeCLI is how a node's preStop hook calls valkey-cli: local, to the pod's own
-// server; peer, to another node, or empty to call it as local with another host and port.
+// startSteps are what the Valkey container's command (scripts/start.sh) does in the data directory
+// before it starts the server, in order, or nil when there is nothing to do and the image's
+// entrypoint starts it: with auth, the ACL file written (envACL); on a Cluster node, its identity
+// and data removed (freshStart); on a Standalone node restored from a backup, the data of an
+// earlier start removed (restoredStart); and on both, a restore's RDB taken as the one the server
+// loads (takeRestore).
+func startSteps(cache *cachev2.Cache) []string {
+	var steps []string
+	if cache.Spec.Auth != nil {
+		steps = append(steps, "--write-acl", aclFile)
+	}
+	switch {
+	case cache.Spec.Mode == cachev2.ModeCluster:
+		steps = slices.Concat(steps, freshStart, takeRestore)
+	case cache.Spec.RestoreFrom != nil:
+		steps = slices.Concat(steps, restoredStart, takeRestore)
+	}
+	return steps
+}
+
+// nodeCLI is how a node's preStop hook calls valkey-cli: local, to the pod's own server; peer,
+// to another node, port included, or empty to call it as local with the port Valkey prints.
 type nodeCLI struct{ local, peer string }
 
 // cliOf is how valkey-cli is called in a Cache's pods: as the node user with auth, with the
@@ -118,19 +138,7 @@ func cliOf(cache *cachev2.Cache) nodeCLI {
 	if cache.Spec.TLS == nil {
 		return nodeCLI{local: cli + " -p " + strconv.Itoa(Port)}
 	}
-	return nodeCLI{local: cli + " -s " + socketFile, peer: cli + " " + strings.Join(tlsClientArgs, " ")}
-}
-
-// writingACL is the entrypoint command that writes the ACL file from envACL and then runs
-// command's script, or the server when command is nil.
-func writingACL(command []string) []string {
-	write := `printf '%s\n' "$` + envACL + `" > ` + aclFile + ` && `
-	if command == nil {
-		return []string{"sh", "-c", write + `exec "$@"`, "--"}
-	}
-	command = slices.Clone(command)
-	command[2] = write + command[2]
-	return command
+	return nodeCLI{local: cli + " -s " + socketFile, peer: cli + " " + strings.Join(tlsClientArgs, " ") + " -p " + strconv.Itoa(Port)}
 }
 
 // podField is an environment variable that holds a field of the pod (the downward API).
