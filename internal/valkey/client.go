@@ -4,15 +4,10 @@
 package valkey
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"maps"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -191,116 +186,6 @@ func (s *Server) Ping(ctx context.Context) error {
 	return s.wrap("PING", s.do(ctx, s.client.B().Ping().Build()).Error())
 }
 
-// Fenced reports whether this server refuses to serve a replica's resynchronisation (PSYNC), as a
-// Cluster node does from its start until the operator lifts the fence.
-func (s *Server) Fenced(ctx context.Context) (bool, error) {
-	reply, err := s.do(ctx, s.client.B().AclDryrun().Username(s.fenceUser()).Command("PSYNC").Arg("?", "-1").Build()).ToString()
-	if err != nil {
-		return false, s.wrap("ACL DRYRUN", err)
-	}
-	return reply != "OK", nil
-}
-
-// Unfence lets replicas resynchronise from this server.
-func (s *Server) Unfence(ctx context.Context) error {
-	return s.wrap("ACL SETUSER", s.do(ctx, s.client.B().AclSetuser().Username(s.fenceUser()).Rule("+sync", "+psync").Build()).Error())
-}
-
-// AllowImports lets this server, with auth, import slots by atomic slot migration (importRules).
-// A server without auth, whose replicas authenticate as the default user, or of a release
-// without atomic slot migration, has nothing to be given.
-func (s *Server) AllowImports(ctx context.Context) error {
-	if s.fenceUser() == "default" {
-		return nil
-	}
-	err := s.do(ctx, s.client.B().AclSetuser().Username(s.fenceUser()).Rule(importRules...).Build()).Error()
-	if err != nil && strings.Contains(err.Error(), "Unknown command") {
-		return nil
-	}
-	return s.wrap("ACL SETUSER", err)
-}
-
-// importRules are what the replication user needs, beyond replication, for its node to import
-// slots with atomic slot migration (Valkey 9): a source authenticates to the target as the user
-// its replicas use (masteruser), and the target runs the slots' keys it is sent as that user.
-// The default user, which the replication user is without auth, has them from the start. They
-// are given to a target just before a job moves slots to it, rather than in the ACL file, which
-// a server of any release loads, and which an earlier release refuses whole for a command it does
-// not know; and only to the nodes that import, since they let the user write every key.
-var importRules = []string{"+cluster|syncslots", "+select", "+@write", "~*"}
-
-// fenceUser is the user replicas connect as, whose rights the fence takes away.
-func (s *Server) fenceUser() string {
-	if s.auth.ReplicationUser == "" {
-		return "default"
-	}
-	return s.auth.ReplicationUser
-}
-
-// User is what a server's ACL is to hold for one user: the SHA-256 hashes of its passwords, and
-// its rights (ACL rules), unless empty.
-type User struct {
-	Hashes []string
-	Rights string
-}
-
-// SetUsers gives each user the passwords whose hashes are listed, and no other, and the rights
-// given, in place of those it has (a user given none keeps its own). Sessions already
-// authenticated stay up, and their commands are checked against the new rights.
-func (s *Server) SetUsers(ctx context.Context, users map[string]User) error {
-	var cmds valkeygo.Commands
-	for name, user := range users {
-		rules := []string{"resetpass"}
-		for _, h := range user.Hashes {
-			rules = append(rules, "#"+h)
-		}
-		if user.Rights != "" {
-			rules = append(append(rules, "nocommands", "resetkeys", "resetchannels"), strings.Fields(user.Rights)...)
-		}
-		cmds = append(cmds, s.client.B().AclSetuser().Username(name).Rule(rules...).Build())
-	}
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	for _, reply := range s.client.DoMulti(ctx, cmds...) {
-		if err := reply.Error(); err != nil {
-			return s.wrap("ACL SETUSER", err)
-		}
-	}
-	return nil
-}
-
-// HasPasswords reports whether each user exists on the server with exactly the passwords whose
-// hashes are listed (ACL GETUSER): a server that loaded an earlier ACL file, or was given other
-// passwords by hand, does not. Rights are not compared: Valkey prints them in a form of its own.
-func (s *Server) HasPasswords(ctx context.Context, users map[string]User) (bool, error) {
-	names := slices.Sorted(maps.Keys(users))
-	cmds := make(valkeygo.Commands, 0, len(names))
-	for _, name := range names {
-		cmds = append(cmds, s.client.B().AclGetuser().Username(name).Build())
-	}
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	for i, reply := range s.client.DoMulti(ctx, cmds...) {
-		if valkeygo.IsValkeyNil(reply.Error()) {
-			return false, nil // no such user
-		}
-		fields, err := reply.AsMap()
-		if err != nil {
-			return false, s.wrap("ACL GETUSER", err)
-		}
-		passwords := fields["passwords"]
-		hashes, err := passwords.AsStrSlice()
-		if err != nil {
-			return false, s.wrap("ACL GETUSER", err)
-		}
-		slices.Sort(hashes)
-		if !slices.Equal(hashes, slices.Sorted(slices.Values(users[names[i]].Hashes))) {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
 // NodeName is the name the server announces for itself (cluster-announce-human-nodename); empty
 // if it announces none.
 func (s *Server) NodeName(ctx context.Context) (string, error) {
@@ -371,81 +256,4 @@ func (s *Server) Databases(ctx context.Context) ([]int, error) {
 		}
 	}
 	return dbs, nil
-}
-
-// TLSConfig is how a client of a Cache's servers speaks TLS: it trusts the CAs whose certificates
-// caPEM holds, and only them, and verifies a server's certificate by serverName, whatever address
-// it dials (a Cluster's nodes announce their IPs, which no certificate names). It shows no
-// certificate of its own: the servers ask none of a client, only of each other on the bus.
-func TLSConfig(caPEM []byte, serverName string) (*tls.Config, error) {
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("no PEM CA certificate")
-	}
-	return &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}, nil
-}
-
-// ReloadCertificates makes the server read its certificate, its key and its CA's certificate
-// again from the files it was started with: the files of a Secret volume, which the kubelet
-// updates in place when the Secret changes. Valkey reads them again whenever a tls-* setting is
-// set, to the same value too, and serves the new certificate to the next connection; those
-// already open stay up.
-func (s *Server) ReloadCertificates(ctx context.Context) error {
-	files, err := s.do(ctx, s.client.B().ConfigGet().Parameter("tls-cert-file", "tls-key-file", "tls-ca-cert-file").Build()).AsStrMap()
-	if err != nil {
-		return s.wrap("CONFIG GET", err)
-	}
-	set := s.client.B().ConfigSet().ParameterValue()
-	for _, name := range []string{"tls-cert-file", "tls-key-file", "tls-ca-cert-file"} {
-		if files[name] == "" {
-			return fmt.Errorf("%s has no %s: it does not serve TLS", s.Addr, name)
-		}
-		set = set.ParameterValue(name, files[name])
-	}
-	return s.wrap("CONFIG SET", s.do(ctx, set.Build()).Error())
-}
-
-// AcceptsClientCertificate fails unless the server at ip:port, dialled with config, accepts the
-// client certificate config shows: it does only if it trusts the certificate's CA. With TLS 1.3
-// a server refuses a client's certificate once the client has finished its side of the
-// handshake, so only a reply proves it was accepted.
-func AcceptsClientCertificate(ctx context.Context, ip string, port int, config *tls.Config) error {
-	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	conn, err := (&tls.Dialer{Config: config}).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("a TLS handshake with %s: %w", addr, err)
-	}
-	defer conn.Close() //nolint:errcheck // a probe: what matters is the reply
-	if deadline, ok := ctx.Deadline(); ok {
-		if err := conn.SetDeadline(deadline); err != nil {
-			return err
-		}
-	}
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return fmt.Errorf("%s refused the client certificate: %w", addr, err)
-	}
-	if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
-		return fmt.Errorf("%s refused the client certificate: %w", addr, err)
-	}
-	return nil
-}
-
-// ServedCertificate is the certificate the server at ip:port shows a new TLS connection, checked
-// as config says.
-func ServedCertificate(ctx context.Context, ip string, port int, config *tls.Config) (*x509.Certificate, error) {
-	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	conn, err := (&tls.Dialer{Config: config}).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("a TLS handshake with %s: %w", addr, err)
-	}
-	defer conn.Close() //nolint:errcheck // only read from
-	certs := conn.(*tls.Conn).ConnectionState().PeerCertificates
-	if len(certs) == 0 {
-		return nil, errors.New("the server at " + addr + " showed no certificate")
-	}
-	return certs[0], nil
 }
