@@ -6,12 +6,17 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/test/harness/localcluster"
 )
 
 // A test that touches nothing cluster-wide (no node, no CRD, no install, no operator of another
-// release, no unscoped operator, no Lease) runs beside the others: runBeside reserves the names
+// release, no unscoped operator, no Lease another test uses) runs beside the others: runBeside reserves the names
 // of the namespaces it will create, newNamespace creates them in that order, and every operator
 // it starts manages those namespaces only (--watch-namespaces). Go runs such tests together once
 // the others, which run one at a time, are done.
@@ -40,6 +45,33 @@ func runBesideFirst(t *testing.T, namespaces int) {
 	t.Helper()
 	besideSlot(t, true)
 	reserve(t, namespaces)
+}
+
+// runOnIsolatedNodes marks a test that takes whole nodes down (a drain, a stopped kubelet): it runs
+// beside the others, one at a time with the other tests that do (isolatedNodesTaken), and puts its
+// Caches on the cluster's isolated nodes (onIsolatedNodes), where no other test's pods are. It
+// takes none of besideSlot's places: such a test mostly waits, on the control plane's grace
+// periods, the evictions and the pods' hooks.
+func runOnIsolatedNodes(t *testing.T, namespaces int) {
+	t.Helper()
+	t.Parallel()
+	waited := time.Now()
+	isolatedNodesTaken.Lock()
+	t.Logf("a place on the isolated nodes after %s", time.Since(waited).Round(time.Second))
+	t.Cleanup(isolatedNodesTaken.Unlock)
+	reserve(t, namespaces)
+}
+
+// isolatedNodesTaken is held by the test on the isolated nodes.
+var isolatedNodesTaken sync.Mutex
+
+// onIsolatedNodes puts the Cache's pods on the cluster's isolated nodes, and there only.
+func onIsolatedNodes(c *cachev2.Cache) {
+	taint := localcluster.IsolatedTaint
+	c.Spec.Pod = &cachev2.PodSettings{
+		NodeSelector: map[string]cachev2.LabelValue{taint.Key: cachev2.LabelValue(taint.Value)},
+		Tolerations:  []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}},
+	}
 }
 
 // reserve reserves the names of the namespaces that the test will create.
@@ -99,7 +131,10 @@ func (s *scope) operatorArgs() []string {
 func besideSlot(t *testing.T, first bool) {
 	t.Helper()
 	t.Parallel()
+	waited := time.Now()
 	places.acquire(first)
+	// The tier's timeline reads when each test began from this line.
+	t.Logf("a place after %s", time.Since(waited).Round(time.Second))
 	t.Cleanup(places.release)
 }
 

@@ -33,13 +33,17 @@ func newClusterCache(t *testing.T, namespace, name string, shards, replicas int3
 	return newClusterCacheOf(t, namespace, name, shards, replicas, valkeyVersion)
 }
 
-// newClusterCacheOf is newClusterCache with the Valkey version given.
-func newClusterCacheOf(t *testing.T, namespace, name string, shards, replicas int32, version string) client.ObjectKey {
+// newClusterCacheOf is newClusterCache with the Valkey version given, and the Cache as the
+// functions given change it.
+func newClusterCacheOf(t *testing.T, namespace, name string, shards, replicas int32, version string, change ...func(*cachev2.Cache)) client.ObjectKey {
 	t.Helper()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: shards, ReplicasPerShard: &replicas,
 			Version: version, Memory: resource.MustParse("64Mi")},
+	}
+	for _, f := range change {
+		f(c)
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

@@ -68,9 +68,11 @@ const missingVersion = "9.99.0"
 // setUpTimeout bounds TestMain's set-up.
 const setUpTimeout = 15 * time.Minute
 
-// realNodes is how many real nodes the tests' cluster has: a Cluster's shards spread over three,
-// and a drain needs a fourth to move a pod to.
-const realNodes = 4
+// realNodes is how many real nodes the tests' cluster has for their pods: a Cluster's shards
+// spread over three, and a drain needs a fourth to move a pod to. isolatedNodes more are for the
+// tests that take whole nodes down (runOnIsolatedNodes): three, for the same spread, and a
+// drain still leaves two, for a shard's primary and its replica.
+const realNodes, isolatedNodes = 4, 3
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -138,7 +140,8 @@ func run(m *testing.M) int {
 	}
 	valkeyVersion = valkeys[len(valkeys)-1].Version
 
-	cluster = newRealCluster(fmt.Sprintf("e2e-%d", os.Getpid()), realNodes)
+	cluster = newRealCluster(fmt.Sprintf("e2e-%d", os.Getpid()), realNodes+isolatedNodes)
+	cluster.IsolatedNodes = isolatedNodes
 	deleteOnAbort(cluster, newRealCluster(installClusterName(), installNodes))
 	// Removed however the tests end; a failed create may have left parts behind too.
 	defer func() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "example.com/cache-operator/api/v1"
@@ -33,6 +34,7 @@ var controllerLabel = regexp.MustCompile(`controller=\\?"([^"\\]+)\\?"`)
 // controller they select on is one it runs: a renamed or dropped metric or controller would
 // otherwise leave an alert that can never fire.
 func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
+	runBeside(t, 1)
 	var used, controllers []string
 	for _, file := range []string{"config/prometheus/alerts.yaml", "config/grafana/cache-operator-dashboard.json"} {
 		b, err := os.ReadFile(filepath.Join(testenv.Root(), file))
@@ -48,7 +50,12 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 	used = slices.Compact(used)
 
 	etcd := testenv.StartEtcd(t)
-	o := startOperator(t, "metrics", etcd.Endpoint)
+	// An alert reads leader_election_master_status, which exists with leader election on: on a
+	// Lease of this run's own (the operator is killed, and leaves it held), longer than the one
+	// of the tests that run alone, so that an API server busy with the tests beside this one
+	// renews it in time.
+	o := startOperator(t, "metrics", etcd.Endpoint, "--leader-elect=true", "--leader-election-id", leaderElectionID+"-"+rand.String(8),
+		"--leader-elect-lease-duration", "60s", "--leader-elect-renew-deadline", "40s")
 	waitLeader(t, o)
 	ns := newNamespace(t)
 	newCache(t, ns, "orders-cache")

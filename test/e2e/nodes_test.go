@@ -26,8 +26,9 @@ import (
 // eviction API and the Cache's PodDisruptionBudget let the node's cache pods go one disruption at
 // a time, the drain completes, the pods run elsewhere, and a client writing and reading all
 // along loses no acknowledged write. It logs the client's failed requests and longest failing
-// stretch. It drains a whole node, so it runs alone.
+// stretch. It drains a whole node, so it runs on the isolated nodes.
 func TestKubectlDrainMovesACachesPodsUnderAClient(t *testing.T) {
+	runOnIsolatedNodes(t, 1)
 	ctx := context.Background()
 	key, primaryPod, load, stop := primaryUnderLoad(t, "drained")
 	node := primaryPod.Spec.NodeName
@@ -58,8 +59,9 @@ func TestKubectlDrainMovesACachesPodsUnderAClient(t *testing.T) {
 // plane marks its pods not Ready, while their servers, which still run, go on serving. The Cache
 // says so: Ready falls (Progressing, counting the pods ready), and rises again once the kubelet
 // is back. A client writing and reading all along loses no acknowledged write. It stops a whole
-// node's kubelet, so it runs alone.
+// node's kubelet, so it runs on the isolated nodes.
 func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) {
+	runOnIsolatedNodes(t, 1)
 	ctx := context.Background()
 	key, primaryPod, load, stop := primaryUnderLoad(t, "unreported")
 	node := primaryPod.Spec.NodeName
@@ -164,11 +166,13 @@ func waitReadyWithPods(t *testing.T, key client.ObjectKey, pods int, timeout tim
 // Kubernetes' default refuses it while another of the Cache's pods is not ready either. Two
 // replicas can never sync (their primaries refuse the credentials they are given), both pods go
 // not ready, and `kubectl drain` of one's node completes. The operator is stopped first, so that
-// the budget alone decides and nothing mends the replicas. It drains a node, so it runs alone.
+// the budget alone decides and nothing mends the replicas. It drains a node, so it runs on the
+// isolated nodes.
 func TestADrainEvictsPodsThatCannotBecomeReady(t *testing.T) {
+	runOnIsolatedNodes(t, 1)
 	ctx := context.Background()
 	operator := startOperator(t, "a", "", clusterCheckInterval)
-	key := newClusterCache(t, newNamespace(t), "stuck", 3, 1)
+	key := newClusterCacheOf(t, newNamespace(t), "stuck", 3, 1, valkeyVersion, onIsolatedNodes)
 	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	waitOneDisruptionAllowed(t, key)
 	operator.Stop(t, syscall.SIGKILL)
@@ -203,13 +207,13 @@ func TestADrainEvictsPodsThatCannotBecomeReady(t *testing.T) {
 	}
 }
 
-// primaryUnderLoad makes a 3 × 1 Cluster Cache of that name, managed by an operator of the
-// test's, and, once it is Ready, starts a client writing and reading through it (startLoad). It
+// primaryUnderLoad makes a 3 × 1 Cluster Cache of that name on the isolated nodes, managed by an
+// operator of the test's, and, once it is Ready, starts a client writing and reading through it (startLoad). It
 // returns the Cache and the pod of one of its primaries.
 func primaryUnderLoad(t *testing.T, name string) (client.ObjectKey, *corev1.Pod, *upgradeLoad, func() (lost, acked int)) {
 	t.Helper()
 	startOperator(t, "a", "", clusterCheckInterval)
-	key := newClusterCache(t, newNamespace(t), name, 3, 1)
+	key := newClusterCacheOf(t, newNamespace(t), name, 3, 1, valkeyVersion, onIsolatedNodes)
 	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	primaryPod, _ := podOfRole(t, c, cachev2.RolePrimary)
 	load, stop := startLoad(t, clusterClient(t, key))

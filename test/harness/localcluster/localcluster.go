@@ -48,6 +48,10 @@ type Cluster struct {
 	// has no simulated nodes. Otherwise kwok marks the pods Running and Ready with nothing
 	// behind them, which is what a benchmark of thousands of Caches needs.
 	RealNodes int
+	// IsolatedNodes of the RealNodes, the last ones, are kept for pods that tolerate
+	// IsolatedTaint: a test that takes whole nodes down (a drain, a stopped kubelet) takes
+	// these, and no pod of another test is on them.
+	IsolatedNodes int
 	// NodeBinary runs a real node: `NodeBinary node SPECFILE` calls realnode.Run (hack/localcluster).
 	NodeBinary string
 	// Images are the image archives every real node imports when it starts (BuildImages): it

@@ -181,9 +181,17 @@ func (c *Cluster) nodeSpecs(state nodesState) ([]*realnode.Spec, error) {
 			Images:       c.Images,
 			SandboxImage: SandboxImage,
 		}
+		if i >= c.RealNodes-c.IsolatedNodes {
+			specs[i].Labels[IsolatedTaint.Key] = IsolatedTaint.Value
+			specs[i].Taints = []corev1.Taint{IsolatedTaint}
+		}
 	}
 	return specs, nil
 }
+
+// IsolatedTaint is the taint of the cluster's IsolatedNodes, which carry it as a label too: a pod
+// that should run there tolerates it and selects the label.
+var IsolatedTaint = corev1.Taint{Key: "e2e.cache.example.com/isolated", Value: "true", Effect: corev1.TaintEffectNoSchedule}
 
 // startNodes starts every real node that does not run, and waits until all are Ready.
 func (c *Cluster) startNodes(ctx context.Context, state nodesState) error {

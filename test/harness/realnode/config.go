@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -33,8 +34,9 @@ type Spec struct {
 	// CgroupRoot is the cgroup, in every hierarchy, under which the node puts its daemons and
 	// its pods: under the cgroup of whatever made the cluster.
 	CgroupRoot string
-	// Labels are the Node's labels (its zone, say).
+	// Labels are the Node's labels (its zone, say), and Taints the taints it registers with.
 	Labels map[string]string
+	Taints []corev1.Taint
 	// Images are image archives (OCI layouts) imported into the node's containerd at start: the
 	// node reaches no registry.
 	Images []string
@@ -132,7 +134,7 @@ func (s *Spec) kubeconfig() ([]byte, error) {
 
 // kubeletConfig is the kubelet's configuration.
 func (s *Spec) kubeletConfig() ([]byte, error) {
-	return yaml.Marshal(map[string]any{
+	config := map[string]any{
 		"apiVersion": "kubelet.config.k8s.io/v1beta1",
 		"kind":       "KubeletConfiguration",
 		// These machines mount cgroup v1 hierarchies, and run no systemd.
@@ -171,7 +173,11 @@ func (s *Spec) kubeletConfig() ([]byte, error) {
 		// Its default, under /usr/libexec, is the machine's.
 		"volumePluginDir": "/var/lib/kubelet/volume-plugins",
 		"maxPods":         110,
-	})
+	}
+	if len(s.Taints) > 0 {
+		config["registerWithTaints"] = s.Taints
+	}
+	return yaml.Marshal(config)
 }
 
 // kubeProxyConfig is kube-proxy's configuration: nftables, in the node's network namespace, and
