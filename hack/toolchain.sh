@@ -201,8 +201,8 @@ build_into() {
 	runc) build_runc "$out" ;;
 	containerd) fetch_containerd "$out" ;;
 	cni-plugins) fetch_cni_plugins "$out" ;;
-	nftables) fetch_nftables "$out" ;;
-	shellcheck) fetch_shellcheck "$out" ;;
+	nftables) fetch_with_libraries "$out" usr/sbin/nft nftables NFTABLES_PACKAGES ;;
+	shellcheck) fetch_with_libraries "$out" usr/bin/shellcheck shellcheck SHELLCHECK_PACKAGES ;;
 	ca-certificates) fetch_ca_certificates "$out" ;;
 	valkey-*) fetch_valkey "$out" "${1#valkey-}" ;;
 	esac
@@ -610,36 +610,21 @@ fetch_cni_plugins() {
 	done
 }
 
-# fetch_nftables DIR unpacks nft and the libraries it links into DIR/.root, a merged /usr, and
-# writes DIR/nft: a wrapper that runs it with those libraries, as kube-proxy runs nft from PATH.
-fetch_nftables() {
-	local out=$1
-	usr_merged "$out/.root"
-	debian_unpack "$out" "${NFTABLES_PACKAGES[@]}"
-	debian_versions >"$out/VERSION"
-	with_libraries "$out" usr/sbin/nft nftables NFTABLES_PACKAGES
-}
-
-# fetch_shellcheck DIR unpacks shellcheck and the libraries it links into DIR/.root, a merged /usr,
-# and writes DIR/shellcheck: a wrapper that runs it with those libraries.
-fetch_shellcheck() {
-	local out=$1
-	usr_merged "$out/.root"
-	debian_unpack "$out" "${SHELLCHECK_PACKAGES[@]}"
-	debian_versions >"$out/VERSION"
-	with_libraries "$out" usr/bin/shellcheck shellcheck SHELLCHECK_PACKAGES
-}
-
-# with_libraries DIR PROGRAM PACKAGE LIST checks that DIR/.root holds every library that what it
-# unpacked links apart from the C library's, and writes DIR/NAME, NAME being PROGRAM's (a path in
-# DIR/.root), a wrapper that runs PROGRAM with the loader pointed at them. PACKAGE is the Debian
-# package PROGRAM comes from, and LIST the name of the list of packages unpacked, for the messages.
-with_libraries() {
-	local out=$1 program=$2 package=$3 list=$4 name libdirs missing
+# fetch_with_libraries DIR PROGRAM PACKAGE LIST unpacks the Debian packages that the array named LIST
+# holds (PACKAGE, which has PROGRAM, a path in the root, and every library that it links apart from
+# the C library's) into DIR/.root, a merged /usr; checks that no library is missing; and writes
+# DIR/NAME, NAME being PROGRAM's: a wrapper that runs PROGRAM with the loader pointed at them, as
+# kube-proxy runs nft and make lint shellcheck, from PATH.
+fetch_with_libraries() {
+	local out=$1 program=$2 package=$3 name libdirs missing
+	local -n packages=$4
 	name=$(basename "$program")
+	usr_merged "$out/.root"
+	debian_unpack "$out" "${packages[@]}"
+	debian_versions >"$out/VERSION"
 	missing=$(elf_missing "$out/.root" | while read -r lib rest; do glibc_lib "$lib" || echo "$lib $rest"; done)
 	if [[ -n $missing ]]; then
-		log "$name needs libraries that $list lacks:" "$missing"
+		log "$name needs libraries that $4 lacks:" "$missing"
 		exit 1
 	fi
 	# shellcheck disable=SC2016 # $root is the wrapper's, which expands it
