@@ -38,9 +38,11 @@ test: ## Run every test tier: unit, integration and end to end. CI runs this.
 	hack/toolchain.sh etcd kubernetes kwok promtool helm versitygw cert-manager-crds $(REAL_NODE_TOOLS)
 	$(MAKE) verify
 	go list -tags integration,e2e -export -deps -test ./... >/dev/null
+# The test binaries are linked without DWARF (-ldflags=-w), which nothing reads: the linker took 97
+# CPU-seconds of a warm run, and -w takes 1 to 3 off each of some forty links (e2e.test 6.7 → 5.5).
 	@lint_log=$$(mktemp); trap 'rm -f "$$lint_log"' EXIT; \
 	$(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint=$$!; \
-	tests=0; go test -tags integration,e2e ./test/e2e ./... -count=1 -timeout 60m || tests=$$?; \
+	tests=0; go test -tags integration,e2e -ldflags=-w ./test/e2e ./... -count=1 -timeout 60m || tests=$$?; \
 	linted=0; wait $$lint || linted=$$?; \
 	echo '--- make lint:'; cat "$$lint_log"; \
 	exit $$(( tests || linted ))
