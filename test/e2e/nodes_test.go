@@ -208,8 +208,8 @@ func TestADrainEvictsPodsThatCannotBecomeReady(t *testing.T) {
 }
 
 // primaryUnderLoad makes a 3 × 1 Cluster Cache of that name on the isolated nodes, managed by an
-// operator of the test's, and, once it is Ready, starts a client writing and reading through it (startLoad). It
-// returns the Cache and the pod of one of its primaries.
+// operator of the test's, and, once it is Ready, starts a client writing and reading through it
+// (startLoad). It returns the Cache and the pod of one of its primaries.
 func primaryUnderLoad(t *testing.T, name string) (client.ObjectKey, *corev1.Pod, *upgradeLoad, func() (lost, acked int)) {
 	t.Helper()
 	startOperator(t, "a", "", clusterCheckInterval)
