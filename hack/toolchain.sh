@@ -90,8 +90,8 @@ NFTABLES_PACKAGES=(
 	libjansson4@2.14 libxtables12@1.8.9 libgmp10@6.2.1 libedit2@3.1-20221030 libbsd0@0.11.7
 	libmd0@1.0.4 libtinfo6@6.4
 )
-# ShellCheck, which make lint runs on the project's shell scripts (the pods' and hack/'s): bookworm's,
-# with the libraries that it, a Haskell program, links apart from libc.
+# ShellCheck, which make lint runs on the project's shell scripts (the pods' and hack/'s):
+# bookworm's, with the libraries that it, a Haskell program, links apart from libc.
 SHELLCHECK_PACKAGES=(shellcheck@0.9.0 libffi8@3.4.4 libgmp10@6.2.1)
 # The CA certificates of the operator's image: Debian's, as one PEM bundle. Their upstream version is
 # the date of Mozilla's list, which bookworm updates as a whole: 20250419 came in bookworm-security,
@@ -165,7 +165,8 @@ version_of() {
 	redis-exporter) echo "$REDIS_EXPORTER_VERSION" ;;
 	versitygw) echo "$VERSITYGW_VERSION" ;;
 	cert-manager-crds) echo "$CERT_MANAGER_VERSION" ;;
-	# runc links libseccomp and the C library statically: its key has libseccomp's line, and says static.
+	# runc links libseccomp and the C library statically: its key has libseccomp's line, and says
+	# static.
 	runc) echo "$RUNC_VERSION-libseccomp$LIBSECCOMP_LINE-static" ;;
 	containerd) echo "$CONTAINERD_LINE" ;;
 	cni-plugins) echo "$CNI_PLUGINS_LINE" ;;

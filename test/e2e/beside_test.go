@@ -16,10 +16,11 @@ import (
 )
 
 // A test that touches nothing cluster-wide (no node, no CRD, no install, no operator of another
-// release, no unscoped operator, no Lease another test uses) runs beside the others: runBeside reserves the names
-// of the namespaces it will create, newNamespace creates them in that order, and every operator
-// it starts manages those namespaces only (--watch-namespaces). Go runs such tests together once
-// the others, which run one at a time, are done.
+// release, no unscoped operator, no Lease another test uses) runs beside the others: runBeside
+// reserves the names of the namespaces it will create, newNamespace creates them in that order,
+// and every operator it starts manages those namespaces only (--watch-namespaces). A test that
+// takes whole nodes down does too, on nodes of its own (runOnIsolatedNodes). Go runs such tests
+// together once the others, which run one at a time, are done.
 
 // scope is what runBeside reserved for one test.
 type scope struct {
