@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,7 +102,12 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 		}
 		slots[p] = append(slots[p], mv.slot)
 	}
+	var learning []string
 	for _, p := range pairs {
+		if !seesServing(p.to, p.from, slots[p]) {
+			learning = append(learning, fmt.Sprintf("%s to learn that %s serves the slots it gives it", p.to.Pod, p.from.Pod))
+			continue
+		}
 		target, _ := p.to.self()
 		actions = append(actions, Action{Kind: KindMigrateSlots, On: p.from.Pod, MigrateSlots: &SlotJob{
 			Target: p.to.Pod, TargetID: target.ID, Slots: rangesOfSlots(slots[p]),
@@ -109,9 +115,30 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 	}
 	plan := Plan{Actions: actions, Migrating: true}
 	if len(actions) == 0 {
-		plan.Waiting = "atomic slot migrations to end, or a failed one's retry: " + describeJobs(members)
+		if jobs := describeJobs(members); jobs != "" || len(learning) == 0 {
+			learning = append(learning, "atomic slot migrations to end, or a failed one's retry: "+jobs)
+		}
+		plan.Waiting = strings.Join(learning, "; ")
 	}
 	return plan, false
+}
+
+// seesServing reports whether the target's server lists the source as serving every one of the
+// slots. A job's target refuses the handshake ("Slot N has no node served") for a slot whose owner
+// it does not know, and a node that has just joined learns who serves what only from the owners'
+// own pings, up to half a node timeout after it met them: a job started before then fails, and
+// costs the source a fork for nothing.
+func seesServing(target, source *Member, slots []int) bool {
+	self, ok := source.self()
+	if !ok {
+		return false
+	}
+	for _, n := range target.Nodes {
+		if n.ID == self.ID {
+			return !slices.ContainsFunc(slots, func(slot int) bool { return !serves(n, slot) })
+		}
+	}
+	return false
 }
 
 // jobsRunning reports whether a member's server runs an atomic slot migration job as a source.

@@ -1537,6 +1537,47 @@ func TestAFailedJobIsRetriedAfterADelayAndItsFailureShown(t *testing.T) {
 	}
 }
 
+// A node that has just joined learns who serves which slots from the owners' own pings, a while
+// after it met them, and until then refuses a job's handshake: no job towards it starts before
+// its view lists the source serving the slots, and the plan says what it waits for.
+func TestAJobWaitsUntilItsTargetKnowsWhoServesTheSlots(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
+	s := atomicSim(t, from)
+	joining := simPods(from.Nodes(), to.Nodes())
+	s.add(joining...)
+	for step := 1; step <= 20; step++ {
+		members := s.members()
+		for i := range members {
+			if members[i].Pod != joining[0] {
+				continue
+			}
+			for j := range members[i].Nodes {
+				if !members[i].Nodes[j].Myself {
+					members[i].Nodes[j].Slots = nil // the others' pings not come yet
+				}
+			}
+		}
+		plan := Form(to, members)
+		if atomic, _, _ := slotJobs(plan); atomic > 0 {
+			t.Fatalf("step %d starts jobs towards %s, which knows no slot's owner: %v", step, joining[0], actions(plan))
+		}
+		if strings.Contains(plan.Waiting, joining[0]+" to learn that") {
+			if atomic, _, _ := slotJobs(Form(to, s.members())); atomic == 0 {
+				t.Errorf("once %s knows who serves the slots, no job starts", joining[0])
+			}
+			return
+		}
+		if plan.Waiting != "" && s.finishSyncs() {
+			continue
+		}
+		for _, a := range plan.Actions {
+			s.apply(t, a)
+		}
+		s.gossip()
+	}
+	t.Fatalf("in 20 steps the plan never waited for %s to learn who serves the slots", joining[0])
+}
+
 // scalingOutAtomically is a formed 3-shard cluster on Valkey 9 scaling out to 4 shards, with its
 // atomic jobs started.
 func scalingOutAtomically(t *testing.T) (s *sim, from, to Want) {
