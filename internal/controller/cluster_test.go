@@ -41,6 +41,25 @@ func TestAClusterStillFormingKeepsItsReadyTransitionTime(t *testing.T) {
 	}
 }
 
+// A new cluster's pods start one by one while it forms: the forming, not the pods' progress, is
+// stored as the reason, since it is how tendCluster tells the attaching of a late pod's node
+// (which the planner calls healing) from the healing of a cluster that has been whole.
+func TestANewClusterWhosePodsStartIsStoredAsForming(t *testing.T) {
+	cache := &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Generation: 1},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3},
+	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: appsv1.StatefulSetStatus{
+		ObservedGeneration: 1, Replicas: 3, ReadyReplicas: 1, UpdatedReplicas: 3,
+	}}
+	health := topology.Health{Problem: topology.Forming, Message: "2/3 nodes are running"}
+	status := observedStatus(cache, sts, nil, resources.TemplateCurrent, reportCluster(topology.Want{Shards: 3}, nil, health, 1))
+	ready := meta.FindStatusCondition(status.Conditions, cachev2.ConditionReady)
+	if ready.Reason != cachev2.ReasonClusterForming || ready.Message != "2/3 nodes are running; 1/3 replicas ready" {
+		t.Errorf("Ready %s %q, want ClusterForming with what the cluster and the pods wait for", ready.Reason, ready.Message)
+	}
+}
+
 // clusterPod is a pod of the Cache "c" whose server, node id-<pod>, serves slots or none and
 // knows the nodes of the given pods.
 func clusterPod(name string, serves bool, knows ...string) clusterMember {

@@ -83,8 +83,11 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 		switch {
 		case ready.Status == metav1.ConditionTrue:
 			ready = cluster.ready // the pods' progress is the news until they are all up
-		case slices.Contains(clusterOperations, cluster.ready.Reason):
+		case slices.Contains(clusterOperations, cluster.ready.Reason) || cluster.ready.Reason == cachev2.ReasonClusterForming:
 			// Pods come and go within an operation (scaling, restarting): it stays the reason.
+			// So does the forming of a new cluster, whose pods start one by one: stored, it is
+			// how the next passes know that the cluster has never been whole (tendCluster), and
+			// do not call the attaching of a late pod's node healing.
 			ready.Reason, ready.Message = cluster.ready.Reason, cluster.ready.Message+"; "+ready.Message
 		}
 	}

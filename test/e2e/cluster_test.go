@@ -233,6 +233,13 @@ func TestClusterFormsServesAndIsListedInTheCatalogue(t *testing.T) {
 		replicasLinked int
 	}{{big, 6, 3, 1}, {small, 1, 1, 0}} {
 		c := waitReadyAs(t, tc.key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
+		// Forming is no operation: a new cluster whose pods start one by one is not said to heal
+		// (or scale) on its way to its first Ready.
+		for _, event := range eventReasons(t, tc.key) {
+			if strings.HasSuffix(event, "/Start") {
+				t.Errorf("%s: event %s while the cluster formed", tc.key, event)
+			}
+		}
 		assertClusterStateOK(t, tc.key)
 		assertClusterServesKeys(t, tc.key, 10000)
 
