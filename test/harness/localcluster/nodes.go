@@ -215,18 +215,40 @@ func (c *Cluster) startNodes(ctx context.Context, state nodesState) error {
 	// The kubelet registers its Node some seconds after it starts.
 	wait, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
+	var registered []string
 	for {
 		out, err := c.KubectlOutput(wait, "get", "nodes", "-l", "!type", "-o", "jsonpath={.items[*].metadata.name}")
-		if err == nil && len(strings.Fields(out)) == len(specs) {
+		if registered = strings.Fields(out); err == nil && len(registered) == len(specs) {
 			break
 		}
 		select {
 		case <-wait.Done():
-			return fmt.Errorf("the real nodes did not register (logs in %s/*/logs): %w", c.nodesDir(), wait.Err())
+			return fmt.Errorf("the real nodes did not register (%d of %d did: %v): %w%s", len(registered), len(specs), registered, wait.Err(),
+				unregisteredLogs(specs, registered))
 		case <-time.After(time.Second):
 		}
 	}
 	return c.Kubectl(wait, "wait", "node", "-l", "!type", "--for=condition=Ready", "--timeout=3m")
+}
+
+// unregisteredLogs are the last lines of the logs of the nodes that did not register, for the
+// error that says so: the logs are in the run's directory, which a failed set-up removes.
+func unregisteredLogs(specs []*realnode.Spec, registered []string) string {
+	var b strings.Builder
+	for _, spec := range specs {
+		if slices.Contains(registered, spec.Name) {
+			continue
+		}
+		for _, name := range []string{"node.log", "kubelet.log", "containerd.log"} {
+			log, err := os.ReadFile(filepath.Join(spec.Dir, "logs", name))
+			if err != nil {
+				continue
+			}
+			lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+			fmt.Fprintf(&b, "\n%s's %s, last lines:\n  %s", spec.Name, name, strings.Join(lines[max(len(lines)-5, 0):], "\n  "))
+		}
+	}
+	return b.String()
 }
 
 // restartNodes starts the real nodes that do not run, after the machine lost the cluster's
