@@ -199,10 +199,16 @@ func (c *Cluster) startNodes(ctx context.Context, state nodesState) error {
 	if err != nil {
 		return err
 	}
+	var stopped []*realnode.Spec
 	for _, spec := range specs {
-		if spec.Running() {
-			continue
+		if !spec.Running() {
+			stopped = append(stopped, spec)
 		}
+	}
+	if err := realnode.CheckInotifyRoom(len(stopped)); err != nil {
+		return err
+	}
+	for _, spec := range stopped {
 		// What a node that died left (its containers, its link) goes first: a new one could not
 		// see it.
 		if err := spec.Stop(ctx); err != nil {

@@ -39,6 +39,11 @@
 //   - kube-proxy masquerades every connection to a Service, so a pod sees a node's address as its
 //     client's.
 //   - cgroup v1 (what these machines mount), with the cgroupfs driver and no systemd.
+//   - Every node is the machine's user's: each holds 9 of the inotify instances the kernel
+//     gives a user (fs.inotify.max_user_instances, 128 by default), so the machine runs about a
+//     dozen nodes at once, whatever clusters they belong to; the end-to-end tier's two clusters
+//     hold 10, with no room for `make run`'s beside them. Starting nodes beyond what is left
+//     fails at once, saying so (CheckInotifyRoom).
 //   - The nodes share the machine's bridge: traffic between them crosses the machine's own
 //     firewall when bridged frames go through it (net.bridge.bridge-nf-call-iptables), so a
 //     machine whose firewall drops forwarded traffic keeps the nodes' pods apart.
