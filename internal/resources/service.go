@@ -72,19 +72,3 @@ func StripService(svc *corev1.Service) *corev1.Service {
 		},
 	}
 }
-
-// CachedMeta is what the reconciler reads of a cached object's metadata: which object it is,
-// whose, its labels, and whether it is new or going away. Annotations and managed fields, often
-// most of it, are left out.
-func CachedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:              m.Name,
-		Namespace:         m.Namespace,
-		UID:               m.UID,
-		ResourceVersion:   m.ResourceVersion,
-		CreationTimestamp: m.CreationTimestamp,
-		DeletionTimestamp: m.DeletionTimestamp,
-		Labels:            m.Labels,
-		OwnerReferences:   m.OwnerReferences,
-	}
-}
