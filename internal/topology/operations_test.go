@@ -1537,6 +1537,32 @@ func TestAFailedJobIsRetriedAfterADelayAndItsFailureShown(t *testing.T) {
 	}
 }
 
+// A scale-out whose move waits for a new shard's replica to take its first copy is still moving
+// slots: the plan says so, and is looked at again as soon as during a migration, not at the pace
+// of a cluster that waits on its pods.
+func TestAMoveHeldForASyncingReplicaIsStillMigrating(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 1}, Want{Shards: 5, ReplicasPerShard: 1}
+	s := atomicSim(t, from)
+	s.add(simPods(from.Nodes(), to.Nodes())...)
+	for step := 1; step <= 30; step++ {
+		plan := Form(to, s.members())
+		if strings.Contains(plan.Waiting, "replicas to finish their first sync") {
+			if !plan.Migrating {
+				t.Errorf("step %d waits for a replica's first sync before moving slots, not marked as migrating: %s", step, plan.Waiting)
+			}
+			return
+		}
+		if plan.Waiting != "" && s.finishSyncs() {
+			continue
+		}
+		for _, a := range plan.Actions {
+			s.apply(t, a)
+		}
+		s.gossip()
+	}
+	t.Fatal("in 30 steps the scale-out never waited for a replica's first sync")
+}
+
 // A node that has just joined learns who serves which slots from the owners' own pings, a while
 // after it met them, and until then refuses a job's handshake: no job towards it starts before
 // its view lists the source serving the slots, and the plan says what it waits for.

@@ -238,7 +238,10 @@ func heldForSyncingReplicas(step func(Want, []Member) (Plan, bool)) func(Want, [
 			return plan, done
 		}
 		if len(kept) == 0 {
-			return Plan{Waiting: "replicas to finish their first sync before slots change on their primaries: " + strings.Join(held, "; ")}, false
+			// Still moving slots: a new shard's replica takes its empty primary's copy in about a
+			// second, and the move is looked at again as soon as during a migration.
+			return Plan{Waiting: "replicas to finish their first sync before slots change on their primaries: " + strings.Join(held, "; "),
+				Migrating: plan.Migrating}, false
 		}
 		plan.Actions = kept
 		return plan, false
