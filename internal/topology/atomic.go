@@ -51,9 +51,9 @@ func moveSlots(want Want, members []Member) (Plan, bool) {
 // gives is given one job per target it gives to, with all the slots that target gets from it, all
 // at once, side by side with the other sources' jobs (a source runs its own side by side too, each
 // with its own slots). A job is the source's to run; the plan starts it and follows it in the
-// source's log (Member.Migrations), which is how it resumes after a crash of the operator: a
-// source with a job running gets no other, and a job that failed is started again on what the
-// servers then report (the slots a failed job held stay with its source; a source that failed
+// source's log (Member.Migrations), which is how it resumes after a crash of the operator: no
+// job starts while another runs, and a job that failed is started again on what the servers then
+// report (the slots a failed job held stay with its source; a source that failed
 // over has a new primary with an empty log). A running job whose target the spec no longer wants
 // is cancelled, and leaves its slots with the source. Unless start, it starts no job, and only
 // sees the running ones through.
@@ -86,14 +86,17 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 	if len(moves) == 0 && len(busy) == 0 {
 		return Plan{}, true
 	}
-	if !start {
+	if !start || len(busy) > 0 {
+		// A job's target serves none of its slots until the job ends: moves computed while one
+		// runs would give its target more than its share, and slots a second hop (seen when two
+		// jobs started a pass apart).
 		moves = nil
 	}
 	type pair struct{ from, to *Member }
 	slots := map[pair][]int{}
 	var pairs []pair
 	for _, mv := range moves {
-		if busy[mv.from] || retryingAfterFailure(mv.from) {
+		if retryingAfterFailure(mv.from) {
 			continue
 		}
 		p := pair{mv.from, mv.to}
@@ -102,16 +105,21 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 		}
 		slots[p] = append(slots[p], mv.slot)
 	}
+	// The jobs start together, once every target knows who serves the slots it gets, for the
+	// same reason.
 	var learning []string
 	for _, p := range pairs {
 		if !seesServing(p.to, p.from, slots[p]) {
 			learning = append(learning, fmt.Sprintf("%s to learn that %s serves the slots it gives it", p.to.Pod, p.from.Pod))
-			continue
 		}
-		target, _ := p.to.self()
-		actions = append(actions, Action{Kind: KindMigrateSlots, On: p.from.Pod, MigrateSlots: &SlotJob{
-			Target: p.to.Pod, TargetID: target.ID, Slots: rangesOfSlots(slots[p]),
-		}})
+	}
+	if len(learning) == 0 {
+		for _, p := range pairs {
+			target, _ := p.to.self()
+			actions = append(actions, Action{Kind: KindMigrateSlots, On: p.from.Pod, MigrateSlots: &SlotJob{
+				Target: p.to.Pod, TargetID: target.ID, Slots: rangesOfSlots(slots[p]),
+			}})
+		}
 	}
 	plan := Plan{Actions: actions, Migrating: true}
 	if len(actions) == 0 {

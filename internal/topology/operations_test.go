@@ -1565,9 +1565,10 @@ func TestAMoveHeldForASyncingReplicaIsStillMigrating(t *testing.T) {
 
 // A node that has just joined learns who serves which slots from the owners' own pings, a while
 // after it met them, and until then refuses a job's handshake: no job towards it starts before
-// its view lists the source serving the slots, and the plan says what it waits for.
+// its view lists the source serving the slots, nor any other job, since all start together; and
+// the plan says what it waits for.
 func TestAJobWaitsUntilItsTargetKnowsWhoServesTheSlots(t *testing.T) {
-	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 4, ReplicasPerShard: 0}
+	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 5, ReplicasPerShard: 0}
 	s := atomicSim(t, from)
 	joining := simPods(from.Nodes(), to.Nodes())
 	s.add(joining...)
@@ -1584,8 +1585,9 @@ func TestAJobWaitsUntilItsTargetKnowsWhoServesTheSlots(t *testing.T) {
 			}
 		}
 		plan := Form(to, members)
+		// Not towards the other new primary either, which knows the owners: all start together.
 		if atomic, _, _ := slotJobs(plan); atomic > 0 {
-			t.Fatalf("step %d starts jobs towards %s, which knows no slot's owner: %v", step, joining[0], actions(plan))
+			t.Fatalf("step %d starts jobs while %s knows no slot's owner: %v", step, joining[0], actions(plan))
 		}
 		if strings.Contains(plan.Waiting, joining[0]+" to learn that") {
 			if atomic, _, _ := slotJobs(Form(to, s.members())); atomic == 0 {
@@ -1602,6 +1604,28 @@ func TestAJobWaitsUntilItsTargetKnowsWhoServesTheSlots(t *testing.T) {
 		s.gossip()
 	}
 	t.Fatalf("in 20 steps the plan never waited for %s to learn who serves the slots", joining[0])
+}
+
+// A job that failed is started again only once the others have ended: while one runs its target
+// serves none of its slots, and a move computed then would give that target more than its share.
+func TestAFailedJobWaitsForTheOthersToEnd(t *testing.T) {
+	s, _, to := scalingOutAtomically(t)
+	var failed *simNode
+	for _, n := range s.nodes {
+		if len(n.jobs) > 0 && n.jobs[0].Running() {
+			failed = n
+			break
+		}
+	}
+	failed.jobs[0].State, failed.jobs[0].Updated = valkey.MigrationFailed, simNow.Add(-migrationRetryDelayMax)
+	plan := Form(to, s.members())
+	if atomic, _, _ := slotJobs(plan); atomic > 0 {
+		t.Errorf("with the other jobs running, %d started: %v", atomic, actions(plan))
+	}
+	s.endJobs(t, valkey.MigrationSucceeded)
+	if atomic, _, _ := slotJobs(Form(to, s.members())); atomic == 0 {
+		t.Errorf("once the others ended, %s's job is not started again", failed.pod)
+	}
 }
 
 // scalingOutAtomically is a formed 3-shard cluster on Valkey 9 scaling out to 4 shards, with its
