@@ -344,6 +344,20 @@ func (s *sim) gossip() {
 	}
 }
 
+// advance takes a plan's step on the sim, as the operator's next pass would: a plan that waits
+// on replicas still syncing sees them synced; otherwise its actions are applied, and the cluster
+// bus spreads what they changed.
+func (s *sim) advance(t *testing.T, plan Plan) {
+	t.Helper()
+	if plan.Waiting != "" && s.finishSyncs() {
+		return
+	}
+	for _, a := range plan.Actions {
+		s.apply(t, a)
+	}
+	s.gossip()
+}
+
 // run plans and applies steps until the cluster is formed, and returns the number of steps.
 func (s *sim) run(t *testing.T, want Want, limit int) int {
 	t.Helper()
@@ -1479,13 +1493,7 @@ func TestAScaleMovesSlotsAtomicallyWhenEveryServerCan(t *testing.T) {
 			}
 			return
 		}
-		if plan.Waiting != "" && mixed.finishSyncs() {
-			continue
-		}
-		for _, a := range plan.Actions {
-			mixed.apply(t, a)
-		}
-		mixed.gossip()
+		mixed.advance(t, plan)
 	}
 	t.Error("with a server on 8.1 no slot moved in 20 steps")
 }
@@ -1552,13 +1560,7 @@ func TestAMoveHeldForASyncingReplicaIsStillMigrating(t *testing.T) {
 			}
 			return
 		}
-		if plan.Waiting != "" && s.finishSyncs() {
-			continue
-		}
-		for _, a := range plan.Actions {
-			s.apply(t, a)
-		}
-		s.gossip()
+		s.advance(t, plan)
 	}
 	t.Fatal("in 30 steps the scale-out never waited for a replica's first sync")
 }
@@ -1595,13 +1597,7 @@ func TestAJobWaitsUntilItsTargetKnowsWhoServesTheSlots(t *testing.T) {
 			}
 			return
 		}
-		if plan.Waiting != "" && s.finishSyncs() {
-			continue
-		}
-		for _, a := range plan.Actions {
-			s.apply(t, a)
-		}
-		s.gossip()
+		s.advance(t, plan)
 	}
 	t.Fatalf("in 20 steps the plan never waited for %s to learn who serves the slots", joining[0])
 }
@@ -1645,13 +1641,7 @@ func (s *sim) jobsStarted(t *testing.T, to Want) map[string]valkey.SlotMigration
 	t.Helper()
 	for step := 1; step <= 20; step++ {
 		plan := Form(to, s.members())
-		if plan.Waiting != "" && s.finishSyncs() {
-			continue
-		}
-		for _, a := range plan.Actions {
-			s.apply(t, a)
-		}
-		s.gossip()
+		s.advance(t, plan)
 		if atomic, _, _ := slotJobs(plan); atomic > 0 {
 			jobs := map[string]valkey.SlotMigration{}
 			for pod, n := range s.nodes {
