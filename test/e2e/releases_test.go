@@ -18,11 +18,10 @@ import (
 // Cluster with a replica per shard goes through the day's operations in turn, with every key kept:
 // it forms, heals a primary whose server is killed, hands a deleted primary's pod over, and is
 // backed up (in the release's own format) and restored from it: the oldest release's backup into
-// the newest release, which is how a Cache goes up a release with its keys and no client (a
-// Standalone one's nodes come back empty from an upgrade in place), the others' into their own,
-// which must read their own format. (Its scale-out and scale-in, key by key as on 9.1, took over 6
-// minutes for 4,096 slots with both releases beside other tests on two cores: not here until the
-// tier has the time.)
+// the newest release, which is how a Standalone Cache, whose nodes come back empty from an upgrade
+// in place, goes up a release with its keys; the others' into their own, which must read their own
+// format. (Its scale-out and scale-in, key by key as on 9.1, took over 6 minutes for 4,096 slots
+// with both releases beside other tests on two cores: not here until the tier has the time.)
 func TestEachOlderReleaseFormsHealsAndIsRestored(t *testing.T) {
 	t.Parallel() // and each release beside the others, with a scope of its own
 	for i, release := range valkeys[:len(valkeys)-1] {
