@@ -116,7 +116,7 @@ func main() {
 	flag.StringVar(&etcd.UsernameFile, "catalog-username-file", "", "File holding the catalogue's username, for etcd authentication.")
 	flag.StringVar(&etcd.PasswordFile, "catalog-password-file", "", "File holding the catalogue's password, for etcd authentication.")
 	logOpts := zap.Options{}
-	flag.DurationVar(&clusterCheckInterval, "cluster-check-interval", 30*time.Second, "How often the Valkey servers of a ready Cluster Cache are asked whether it is still ready (one that is not is asked every 2 s).")
+	flag.DurationVar(&clusterCheckInterval, "cluster-check-interval", 30*time.Second, "How often the Valkey servers of a ready Cluster Cache are asked whether it is still ready (one that is not is asked every 2 s, and half a second after each step the operator takes).")
 	flag.StringVar(&webhookHost, "webhook-bind-host", "", "Address the conversion webhook listens on; empty: every address.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the conversion webhook listens on (HTTPS).")
 	flag.StringVar(&webhookCert.Secret.Name, "webhook-cert-secret", "cache-operator-webhook-cert", "Secret that holds the conversion webhook's CA and serving certificate; created when missing.")

@@ -28,6 +28,14 @@ import (
 // changing (a replica's link going down, a slot left migrating).
 const clusterPollWhileNotReady = 2 * time.Second
 
+// clusterPollAfterStep is how soon a Cluster Cache is looked at again after a pass took a step:
+// what a step waits on (a handshake after CLUSTER MEET, a replica's link after CLUSTER
+// REPLICATE, the votes of a CLUSTER FAILOVER) lands within a gossip round, a fraction of a
+// second, and the next step of the operation waits on it. At clusterPollWhileNotReady each step
+// of a pod's restart in an ordered upgrade waited most of 2 s for nothing. A pass that takes no
+// step (waiting on a sync, a pod, a grace period) keeps the slower pace.
+const clusterPollAfterStep = 500 * time.Millisecond
+
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // clusterPollWhileMoving is how soon a Cluster Cache whose slots are moving is looked at again:
@@ -101,6 +109,10 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 		return report, r.ClusterCheckInterval, actErr
 	case plan.Migrating:
 		return report, clusterPollWhileMoving, actErr
+	case len(plan.Actions) > 0:
+		return report, clusterPollAfterStep, actErr
+	case plan.WaitingFor > 0:
+		return report, min(plan.WaitingFor, clusterPollWhileNotReady), actErr
 	}
 	return report, clusterPollWhileNotReady, actErr
 }

@@ -31,8 +31,16 @@ func readinessProbe() *corev1.Probe {
 		Path:   readiness.Path,
 		Port:   intstr.FromInt32(readiness.Port),
 		Scheme: corev1.URISchemeHTTP,
-	}}, 5)
+	}}, readinessPeriodSeconds)
 }
+
+// readinessPeriodSeconds is how often the kubelet asks the agent. Every restart of an ordered
+// upgrade, a drain or a scale-out waits for the new pod to be ready before the next one starts,
+// and a pod is ready only at the first probe after its server is: every 5 s, the kubelet's
+// probe, not the server, set the pace of an upgrade (2.5 s of each pod's restart on average).
+// A probe costs the agent one question to a server it keeps a connection to, and the kubelet
+// one HTTP request.
+const readinessPeriodSeconds = 2
 
 // readinessContainer is the readiness agent beside the Cache's server, from the operator's own
 // image. It reaches its server as the pod's other containers do: at 127.0.0.1, or with TLS through

@@ -40,6 +40,11 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 			"--save", "",
 			"--appendonly", "no",
 			"--repl-diskless-load", disklessLoad(cache.Spec.Version),
+			// A primary streams a full sync at once, rather than after Valkey's default of 5 s
+			// spent waiting for more replicas to share the fork: the operator restarts one node
+			// at a time, so none comes, and every restarted replica of an upgrade, a drain or a
+			// heal, and every backup, waited those 5 s with its shard one copy short.
+			"--repl-diskless-sync-delay", "0",
 		}),
 		Ports: []corev1.ContainerPort{{Name: PortName, ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
 		Resources: corev1.ResourceRequirements{

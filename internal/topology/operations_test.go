@@ -1221,6 +1221,14 @@ func TestAShardWithoutAReplicaRestartsItsPrimaryLast(t *testing.T) {
 			if got := actions(plan); !slices.Equal(got, want) || plan.Waiting != tc.waiting || plan.Progress != tc.progress {
 				t.Errorf("Roll = %v, waiting %q, %q; want %v, waiting %q, %q", got, plan.Waiting, plan.Progress, want, tc.waiting, tc.progress)
 			}
+			// Within the grace, the plan says when it ends, for the operator to look again then.
+			var waitingFor time.Duration
+			if tc.waiting != "" {
+				waitingFor = HandoverGrace - tc.handover
+			}
+			if plan.WaitingFor != waitingFor {
+				t.Errorf("Roll waits for %s, want %s", plan.WaitingFor, waitingFor)
+			}
 		})
 	}
 }

@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"example.com/cache-operator/internal/valkey"
 )
@@ -167,6 +168,9 @@ type Plan struct {
 	Lost []string
 	// Migrating: slots are moving, and the cluster is worth looking at again soon.
 	Migrating bool
+	// WaitingFor is how long the plan waits on a clock rather than on the servers (a handover's
+	// grace): when the cluster is worth looking at again.
+	WaitingFor time.Duration
 }
 
 // Formed reports whether the cluster needs nothing more.

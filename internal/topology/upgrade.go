@@ -91,8 +91,9 @@ func afterGrace(plan Plan, m *Member) Plan {
 	case !m.HandoverSeen:
 		plan.Actions = []Action{{Kind: KindMarkHandover, On: m.Pod}}
 	case m.SinceHandover < HandoverGrace:
+		plan.WaitingFor = HandoverGrace - m.SinceHandover
 		plan.Waiting = fmt.Sprintf("clients to learn that %s no longer serves its slots before it restarts (%s left)",
-			m.Pod, (HandoverGrace - m.SinceHandover).Round(100*time.Millisecond))
+			m.Pod, plan.WaitingFor.Round(100*time.Millisecond))
 	default:
 		plan.Actions = []Action{{Kind: KindRestart, On: m.Pod}}
 	}
