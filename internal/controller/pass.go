@@ -64,7 +64,7 @@ func waitForOwnWrite() (*ctrl.Result, error) {
 }
 
 // restorePhase: a restored Cache's pods are made only once its backup is ready and fits
-// (restore.go).
+// (preparerestore.go).
 func (r *CacheReconciler) restorePhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
 	var err error
 	if p.restore, err = r.prepareRestore(ctx, p.cache); err != nil {
@@ -222,7 +222,7 @@ func (r *CacheReconciler) podsPhase(ctx context.Context, p *pass) (*ctrl.Result,
 	return nil, nil
 }
 
-// restoreCheckPhase checks that a restored Cache's nodes hold what its backup held (restore.go).
+// restoreCheckPhase checks that a restored Cache's nodes hold what its backup held (preparerestore.go).
 func (r *CacheReconciler) restoreCheckPhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
 	verified, err := r.gateOnRestore(ctx, p.cache, p.restore, p.members, p.creds.auth, &p.status)
 	if err != nil {

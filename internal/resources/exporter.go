@@ -57,12 +57,16 @@ const (
 // Unix socket in the data volume: a connection that never leaves the pod needs no TLS, and the
 // exporter no certificate files.
 func exporterContainer(cache *cachev2.Cache, image string) corev1.Container {
+	server := "redis://localhost:" + strconv.Itoa(Port)
+	if cache.Spec.TLS != nil {
+		server = "unix://" + dataPath + "/" + socketFile
+	}
 	c := corev1.Container{
 		Name:    ExporterContainerName,
 		Image:   image,
 		Command: []string{"/redis_exporter"},
 		Args: []string{
-			"--redis.addr=redis://localhost:" + strconv.Itoa(Port),
+			"--redis.addr=" + server,
 			"--web.listen-address=:" + strconv.Itoa(MetricsPort),
 			// Valkey's metrics, not the exporter's own Go runtime's: fewer series per pod.
 			"--redis-only-metrics",
@@ -80,7 +84,6 @@ func exporterContainer(cache *cachev2.Cache, image string) corev1.Container {
 		SecurityContext: containerSecurityContext(),
 	}
 	if cache.Spec.TLS != nil {
-		c.Args[0] = "--redis.addr=unix://" + dataPath + "/" + socketFile
 		c.VolumeMounts = []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}}
 	}
 	if cache.Spec.Auth != nil {

@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,38 +122,98 @@ func TestTheStartScriptRunsNoServerAfterAStepFailed(t *testing.T) {
 	}
 }
 
-// standInCLI is a valkey-cli for the preStop hook to run: a primary with one replica in sync,
-// at the address CLUSTER REPLICAS prints, which takes over when asked; it logs the arguments of
+// standInCLI is a valkey-cli for the preStop hook to run: by default a primary with one replica in
+// sync, at the address CLUSTER REPLICAS prints, which takes over when asked; ROLE, REPLICA_STATE,
+// REFUSES and NEVER_TAKES_OVER in its environment make it otherwise. It logs the arguments of
 // every call.
 const standInCLI = `#!/bin/sh
 echo "$*" >> "$LOG"
 case "$*" in
-*ROLE*) if [ -e "$TOOK_OVER" ]; then echo slave; else echo master; fi ;;
-*"INFO replication"*) printf 'role:master\nconnected_slaves:1\nslave0:ip=x,port=6379,state=online,offset=1,lag=0\n' ;;
+*ROLE*) if [ -e "$TOOK_OVER" ]; then echo slave; else echo "${ROLE:-master}"; fi ;;
+*"INFO replication"*) printf 'role:master\nconnected_slaves:1\nslave0:ip=x,port=6379,state=%s,offset=1,lag=0\n' "${REPLICA_STATE:-online}" ;;
 *"CLUSTER MYID"*) echo 07c37dfeb235213a872192d90877d0cd55635b91 ;;
 *"CLUSTER REPLICAS"*) echo "292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f $REPLICA_ADDR slave 07c37dfeb235213a872192d90877d0cd55635b91 0 1 1 connected" ;;
-*"CLUSTER FAILOVER"*) touch "$TOOK_OVER"; echo OK ;;
+*"CLUSTER FAILOVER"*)
+	if [ -n "${REFUSES:-}" ]; then echo "ERR Master is down or failed, please use CLUSTER FAILOVER FORCE"; exit 0; fi
+	[ -n "${NEVER_TAKES_OVER:-}" ] || touch "$TOOK_OVER"
+	echo OK ;;
 esac
 `
 
-// handOver runs hook, a Cluster node's preStop hook, against standInCLI with a replica printed at
-// replicaAddr; it returns the arguments of each valkey-cli call, and fails the test unless the
-// hook ended well and the replica was asked to take over.
-func handOver(t *testing.T, hook []string, replicaAddr string) []string {
+// standInSleep stands in for sleep, so that a hook waiting its whole bound takes no time.
+const standInSleep = "#!/bin/sh\nexit 0\n"
+
+// runHandOver runs hook, a Cluster node's preStop hook, against standInCLI with a replica printed
+// at replicaAddr and env added; it returns the arguments of each valkey-cli call, whether the
+// replica was asked to take over and took it, and the hook's error.
+func runHandOver(t *testing.T, hook []string, replicaAddr string, env ...string) (calls []string, tookOver bool, err error) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "valkey-cli"), []byte(standInCLI), 0o755); err != nil {
-		t.Fatal(err)
+	for name, script := range map[string]string{"valkey-cli": standInCLI, "sleep": standInSleep} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	log := filepath.Join(dir, "calls")
-	if out, err := runScript(t, hook, dir, "PATH="+dir+":"+os.Getenv("PATH"), "LOG="+log,
-		"TOOK_OVER="+filepath.Join(dir, "took-over"), "REPLICA_ADDR="+replicaAddr); err != nil {
-		t.Fatalf("the hook failed: %v\n%s", err, out)
+	out, err := runScript(t, hook, dir, slices.Concat([]string{"PATH=" + dir + ":" + os.Getenv("PATH"), "LOG=" + log,
+		"TOOK_OVER=" + filepath.Join(dir, "took-over"), "REPLICA_ADDR=" + replicaAddr}, env)...)
+	if err != nil {
+		err = fmt.Errorf("%w\n%s", err, out)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "took-over")); err != nil {
-		t.Errorf("no replica was asked to take over: %v", err)
+	_, statErr := os.Stat(filepath.Join(dir, "took-over"))
+	return strings.Split(strings.TrimSpace(content(t, dir, "calls")), "\n"), statErr == nil, err
+}
+
+// handOver is runHandOver of a hand-over that goes well: it fails the test unless the hook ended
+// well and the replica took over.
+func handOver(t *testing.T, hook []string, replicaAddr string) []string {
+	t.Helper()
+	calls, tookOver, err := runHandOver(t, hook, replicaAddr)
+	if err != nil {
+		t.Fatalf("the hook failed: %v", err)
 	}
-	return strings.Split(strings.TrimSpace(content(t, dir, "calls")), "\n")
+	if !tookOver {
+		t.Errorf("no replica was asked to take over")
+	}
+	return calls
+}
+
+// The preStop hook hands over only what it can, and never holds the pod's stop longer than its
+// bound: a replica, or a primary whose replica is still syncing, asks nobody; a primary whose
+// replica refuses stops at once; one whose replica never takes over asks its role 50 times
+// (10 s of 0.2 s sleeps) and gives up. It exits 0 in every case: the server is stopped after it
+// anyway, and a failed hook only delays that.
+func TestHandOverAsksOnlyWhenItCanAndIsBounded(t *testing.T) {
+	hook := handOverCommand(nodeCLI{local: "valkey-cli -p 6379"})
+	failover := "-h 198.18.1.2 -p 6379 CLUSTER FAILOVER"
+	for _, tc := range []struct {
+		name      string
+		env       []string
+		asked     bool
+		roleCalls int
+	}{
+		{"a replica", []string{"ROLE=slave"}, false, 1},
+		{"a primary whose replica is still syncing", []string{"REPLICA_STATE=wait_bgsave"}, false, 1},
+		{"a primary whose replica refuses", []string{"REFUSES=1"}, true, 1},
+		{"a primary whose replica never takes over", []string{"NEVER_TAKES_OVER=1"}, true, 51},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls, tookOver, err := runHandOver(t, hook, "198.18.1.2:6379@16379", tc.env...)
+			if err != nil {
+				t.Fatalf("the hook failed: %v", err)
+			}
+			roleCalls := 0
+			for _, c := range calls {
+				if strings.HasSuffix(c, " ROLE") {
+					roleCalls++
+				}
+			}
+			if asked := slices.Contains(calls, "-p 6379 "+failover); asked != tc.asked || tookOver || roleCalls != tc.roleCalls {
+				t.Errorf("asked for a failover %t, took over %t, asked its role %d times; want %t, false, %d; it ran:\n%s",
+					asked, tookOver, roleCalls, tc.asked, tc.roleCalls, strings.Join(calls, "\n"))
+			}
+		})
+	}
 }
 
 // The preStop hook asks its replica to take over at the replica's address as Valkey prints it,
