@@ -5,18 +5,15 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -25,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -37,9 +35,7 @@ import (
 	"example.com/cache-operator/internal/conversionwebhook"
 	"example.com/cache-operator/internal/gcpacing"
 	"example.com/cache-operator/internal/metrics"
-	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/schedulecontroller"
-	"example.com/cache-operator/internal/snapshot"
 )
 
 func main() {
@@ -53,83 +49,11 @@ func main() {
 			os.Exit(code)
 		}
 	}
-	var (
-		metricsAddr, probeAddr, pprofAddr   string
-		metricsSecure                       bool
-		metricsCertDir                      string
-		leaderElect                         bool
-		leaderElectionID, leaderElectionNS  string
-		leaseDuration, renewDeadline, retry time.Duration
-		maxConcurrentReconciles             int
-		images                              resources.Images
-		backupStall                         time.Duration
-		qps                                 float64
-		burst                               int
-		etcd                                catalog.EtcdConfig
-		catalogEndpoints                    string
-		layout                              catalog.Layout
-		catalogTimeout                      time.Duration
-		catalogSweepInterval                time.Duration
-		clusterDomain                       string
-		clusterCheckInterval                time.Duration
-		webhookHost                         string
-		webhookPort                         int
-		webhookCert                         conversionwebhook.Config
-		watchNamespaces                     string
-		maxConcurrentRollouts               int
-		atomicSlotMigration                 bool
-		rolloutProgressDeadline             time.Duration
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
-	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, only to clients whose token the API server authenticates and authorizes for GET /metrics (the metrics-reader role).")
-	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint, reloaded on change; without, a self-signed certificate is generated.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
-	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address Go's /debug/pprof profiles are served on, without authentication (bind it to 127.0.0.1); empty disables them.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader through a Lease, so that of several replicas only one reconciles.")
-	flag.StringVar(&leaderElectionID, "leader-election-id", "cache-operator.cache.example.com", "Name of the leader election Lease.")
-	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election Lease; in a pod, defaults to the pod's namespace.")
-	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the leader's last renewal before taking over.")
-	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leadership and exits.")
-	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the Lease.")
-	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches, backups and schedules this operator manages; empty: every namespace. Operators scoped to namespaces apart, each with a Lease of its own, run side by side.")
-	flag.IntVar(&maxConcurrentRollouts, "max-concurrent-rollouts", 10, "How many Caches may roll a new pod template out (restart their pods) at once; the others wait their turn. 0 sets no limit.")
-	flag.DurationVar(&rolloutProgressDeadline, "rollout-progress-deadline", controller.DefaultRolloutProgressDeadline, "How long a Cache's rollout of a new pod template may go without one more pod running it before it is reported stalled (Progressing=False) and no longer counts against --max-concurrent-rollouts.")
-	flag.BoolVar(&atomicSlotMigration, "atomic-slot-migration", true, "Move a Cluster's slots with Valkey's atomic slot migration where every server of the Cache runs Valkey 9 or later; false moves them key by key, as on Valkey 8.")
-	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 16, "How many Caches are reconciled at once.")
-	flag.StringVar(&images.ValkeyRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
-	flag.StringVar(&images.Exporter, "exporter-image", resources.DefaultExporterImage, "The metrics exporter's image (redis_exporter), which the pods of a Cache with spec.metrics.enabled run beside Valkey. A Cache's pods take a new one with their next change (docs/upgrade.md).")
-	flag.StringVar(&images.Agent, "agent-image", resources.DefaultAgentImage, "The operator's own image, which the backup Jobs, the restored Caches' init containers (its backup and restore modes) and every cache pod's readiness agent run.")
-	flag.DurationVar(&backupStall, "backup-stall-timeout", snapshot.DefaultStall, "How long a backup waits for the next byte of a server's snapshot before it fails.")
-	flag.Float64Var(&qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
-	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of requests above --kube-api-qps, when that is set.")
-	flag.StringVar(&catalogEndpoints, "catalog-endpoints", "", "Comma-separated etcd endpoints of the external service catalogue; empty runs without a catalogue (and without finalizers).")
-	flag.StringVar(&layout.Prefix, "catalog-prefix", "/skydns", "Key prefix of the catalogue records (the `path` of CoreDNS's etcd plugin).")
-	flag.StringVar(&layout.Zone, "catalog-zone", "caches.example.internal", "DNS zone of the catalogue records: a Cache is listed as <name>.<namespace>.<zone>.")
-	flag.IntVar(&layout.TTL, "catalog-ttl", 30, "Time to live, in seconds, of DNS answers from the catalogue records.")
-	flag.StringVar(&clusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain, part of the node names listed in the catalogue.")
-	flag.DurationVar(&etcd.DialTimeout, "catalog-dial-timeout", 5*time.Second, "Timeout of connecting to the catalogue.")
-	flag.DurationVar(&catalogTimeout, "catalog-request-timeout", 5*time.Second, "Timeout of each catalogue operation.")
-	flag.DurationVar(&catalogSweepInterval, "catalog-sweep-interval", 10*time.Minute, "How often the catalogue is swept of the records of Caches that are gone; a Cache's go once it was missing at two sweeps.")
-	flag.StringVar(&etcd.CAFile, "catalog-ca-file", "", "CA bundle that verifies the catalogue's server certificate.")
-	flag.StringVar(&etcd.CertFile, "catalog-cert-file", "", "Client certificate for the catalogue (mutual TLS).")
-	flag.StringVar(&etcd.KeyFile, "catalog-key-file", "", "Key of the client certificate for the catalogue.")
-	flag.StringVar(&etcd.UsernameFile, "catalog-username-file", "", "File holding the catalogue's username, for etcd authentication.")
-	flag.StringVar(&etcd.PasswordFile, "catalog-password-file", "", "File holding the catalogue's password, for etcd authentication.")
-	logOpts := zap.Options{}
-	flag.DurationVar(&clusterCheckInterval, "cluster-check-interval", 30*time.Second, "How often the Valkey servers of a ready Cluster Cache are asked whether it is still ready (one that is not is asked every 2 s, and half a second after each step the operator takes).")
-	flag.StringVar(&webhookHost, "webhook-bind-host", "", "Address the conversion webhook listens on; empty: every address.")
-	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the conversion webhook listens on (HTTPS).")
-	flag.StringVar(&webhookCert.Secret.Name, "webhook-cert-secret", "cache-operator-webhook-cert", "Secret that holds the conversion webhook's CA and serving certificate; created when missing.")
-	flag.StringVar(&webhookCert.Secret.Namespace, "webhook-cert-namespace", "", "Namespace of that Secret; in a pod, defaults to the pod's namespace.")
-	flag.StringVar(&webhookCert.DNSName, "webhook-dns-name", "", "Host name in the webhook's serving certificate, which the API server connects to; defaults to the webhook Service's, cache-operator-webhook.<namespace>.svc.")
-	flag.StringVar(&webhookCert.CertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "cache-operator-webhook"), "Directory the current serving certificate is written to.")
-	flag.DurationVar(&webhookCert.CertValidity, "webhook-cert-validity", 365*24*time.Hour, "How long each serving certificate is valid.")
-	flag.DurationVar(&webhookCert.RenewBefore, "webhook-cert-renew-before", 90*24*time.Hour, "How long before a serving certificate expires a new one is issued.")
-	flag.DurationVar(&webhookCert.CheckInterval, "webhook-cert-check-interval", 12*time.Hour, "How often the serving certificate's expiry is checked.")
-	logOpts.BindFlags(flag.CommandLine)
+	var o options
+	o.bindFlags(flag.CommandLine)
 	flag.Parse()
 
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.logs)))
 	log := ctrl.Log.WithName("setup")
 	if _, set := os.LookupEnv("GOGC"); !set {
 		gcpacing.Default.Keep() // a GOGC in the environment is the user's to choose
@@ -138,140 +62,130 @@ func main() {
 		debug.SetMemoryLimit(limit)
 		log.Info("Set the Go runtime's memory limit", "bytes", limit)
 	}
-
-	if webhookCert.Secret.Namespace == "" {
-		namespace, err := os.ReadFile(podNamespaceFile)
-		if err != nil {
-			fail(log, err, "Out of a cluster, --webhook-cert-namespace must be given")
-		}
-		webhookCert.Secret.Namespace = strings.TrimSpace(string(namespace))
-	}
-	if webhookCert.DNSName == "" {
-		webhookCert.DNSName = "cache-operator-webhook." + webhookCert.Secret.Namespace + ".svc"
-	}
-	if webhookCert.RenewBefore >= webhookCert.CertValidity {
-		fail(log, errors.New("--webhook-cert-renew-before must be shorter than --webhook-cert-validity"), "Invalid webhook flags")
-	}
-	if rolloutProgressDeadline <= 0 {
-		fail(log, errors.New("--rollout-progress-deadline must be positive"), "Invalid rollout flags")
-	}
-
-	// No client-side limit by default: the workers bound how many requests are in flight, and
-	// the API server's Priority and Fairness queues them fairly among its clients; a limit here
-	// only made a fleet's creation wait on the operator (docs/benchmark-history.md).
-	cfg := ctrl.GetConfigOrDie()
-	if qps > 0 {
-		cfg.QPS, cfg.Burst = float32(qps), burst
-	}
-
-	watched, err := namespaceList(watchNamespaces)
+	watched, err := o.complete()
 	if err != nil {
-		fail(log, err, "Invalid --watch-namespaces")
+		fail(log, err, "Invalid flags")
 	}
-	informers := controller.InformerOptions(webhookCert.Secret.Namespace, watched...)
+
 	servingCert := &conversionwebhook.ServingCert{}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: controller.NewScheme(),
-		Cache:  informers,
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host:    webhookHost,
-			Port:    webhookPort,
-			TLSOpts: []func(*tls.Config){servingCert.Configure},
-		}),
-		Metrics:                metricsOptions(metricsAddr, metricsSecure, metricsCertDir),
-		HealthProbeBindAddress: probeAddr,
-		PprofBindAddress:       pprofAddr,
-		LeaderElection:         leaderElect,
-		LeaderElectionID:       leaderElectionID,
-		// LeaderElectionNamespace is only needed out of a cluster; in a pod the manager uses
-		// the pod's namespace.
-		LeaderElectionNamespace: leaderElectionNS,
-		LeaseDuration:           &leaseDuration,
-		RenewDeadline:           &renewDeadline,
-		RetryPeriod:             &retry,
-		// On a clean shutdown, hand the Lease over at once instead of making the standby
-		// wait out the lease duration. Safe because the process exits right after.
-		LeaderElectionReleaseOnCancel: true,
-	})
+	mgr, err := newManager(&o, watched, servingCert)
 	if err != nil {
 		fail(log, err, "Unable to create manager")
 	}
-
-	r := &controller.CacheReconciler{
-		Client:        mgr.GetClient(),
-		APIReader:     mgr.GetAPIReader(),
-		Recorder:      mgr.GetEventRecorder("cache-operator"),
-		Images:        images,
-		ClusterDomain: clusterDomain,
-
-		ClusterCheckInterval:  clusterCheckInterval,
-		KeyByKeySlotMigration: !atomicSlotMigration,
-		Rollouts:              &controller.RolloutGate{Limit: maxConcurrentRollouts, ProgressDeadline: rolloutProgressDeadline, Reader: mgr.GetClient()},
-	}
-	if catalogEndpoints != "" {
-		layout.Zone = strings.Trim(layout.Zone, ".")
-		if layout.Zone == "" || catalogTimeout <= 0 || etcd.DialTimeout <= 0 || catalogSweepInterval <= 0 {
-			fail(log, errors.New("--catalog-zone must not be empty and the catalogue timeouts must be positive"),
-				"Invalid catalogue flags")
-		}
-		for _, endpoint := range strings.Split(catalogEndpoints, ",") {
-			etcd.Endpoints = append(etcd.Endpoints, strings.TrimSpace(endpoint))
-		}
-		etcdClient, err := etcd.NewClient()
-		if err != nil {
-			fail(log, err, "Unable to set up the catalogue client")
-		}
-		r.Catalog = metrics.InstrumentCatalog(&catalog.Etcd{Client: etcdClient, Layout: layout, Timeout: catalogTimeout})
-		sweeper := &controller.CatalogSweeper{Catalog: r.Catalog, Cached: mgr.GetClient(), Live: mgr.GetAPIReader(),
-			Recorder: r.Recorder, Interval: catalogSweepInterval, Namespaces: watched}
-		if err := mgr.Add(sweeper); err != nil {
-			fail(log, err, "Unable to set up the catalogue sweep")
-		}
-	}
-	if err := ctrlmetrics.Registry.Register(metrics.NewCachesCollector(mgr.GetCache(), servingCert.Serving)); err != nil {
-		fail(log, err, "Unable to register metrics")
-	}
-	if err := ctrlmetrics.Registry.Register(metrics.NewBackupsCollector(mgr.GetCache())); err != nil {
-		fail(log, err, "Unable to register metrics")
-	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := conversionwebhook.Setup(ctx, mgr, webhookCert, servingCert); err != nil {
-		fail(log, err, "Unable to set up the conversion webhook")
-	}
-	if err := r.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
-		fail(log, err, "Unable to set up the Cache controller")
-	}
-	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), AgentImage: images.Agent, Stall: backupStall}
-	if err := backups.SetupWithManager(ctx, mgr, maxConcurrentReconciles); err != nil {
-		fail(log, err, "Unable to set up the CacheBackup controller")
-	}
-	schedules := &schedulecontroller.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}}
-	if err := schedules.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
-		fail(log, err, "Unable to set up the CacheBackupSchedule controller")
-	}
-	var admissionReader client.Reader = mgr.GetClient()
-	if len(watched) > 0 {
-		admissionReader = mgr.GetAPIReader()
-	}
-	if err := backupcontroller.SetupAdmission(mgr, admissionReader); err != nil {
-		fail(log, err, "Unable to set up the CacheBackup admission webhook")
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		fail(log, err, "Unable to add health check")
-	}
-	// Ready once the webhook serves, so that a Service sends conversions only to replicas that
-	// can answer them.
-	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		fail(log, err, "Unable to add readiness check")
+	if err := setUp(ctx, mgr, &o, watched, servingCert); err != nil {
+		fail(log, err, "Unable to set up the operator")
 	}
 
-	log.Info("Starting manager", "leaderElection", leaderElect, "imageRepository", images.ValkeyRepository, "exporterImage", images.Exporter,
-		"catalog", catalogEndpoints != "", "watchNamespaces", watched)
+	log.Info("Starting manager", "leaderElection", o.leaderElect, "imageRepository", o.images.ValkeyRepository, "exporterImage", o.images.Exporter,
+		"catalog", o.catalogEndpoints != "", "watchNamespaces", watched)
 	// A leader that loses its Lease gets an error here and exits, so it can never write
 	// alongside the new leader.
 	if err := mgr.Start(ctx); err != nil {
 		fail(log, err, "Manager stopped")
 	}
+}
+
+// newManager is the manager of the operator's controllers and webhooks, with its informers
+// limited to the watched namespaces (all when none).
+func newManager(o *options, watched []string, servingCert *conversionwebhook.ServingCert) (manager.Manager, error) {
+	// No client-side limit by default: the workers bound how many requests are in flight, and
+	// the API server's Priority and Fairness queues them fairly among its clients; a limit here
+	// only made a fleet's creation wait on the operator (docs/benchmark-history.md).
+	cfg := ctrl.GetConfigOrDie()
+	if o.qps > 0 {
+		cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	}
+	return ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: controller.NewScheme(),
+		Cache:  controller.InformerOptions(o.webhookCert.Secret.Namespace, watched...),
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:    o.webhookHost,
+			Port:    o.webhookPort,
+			TLSOpts: []func(*tls.Config){servingCert.Configure},
+		}),
+		Metrics:                metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
+		HealthProbeBindAddress: o.probeAddr,
+		PprofBindAddress:       o.pprofAddr,
+		LeaderElection:         o.leaderElect,
+		LeaderElectionID:       o.leaderElectionID,
+		// LeaderElectionNamespace is only needed out of a cluster; in a pod the manager uses
+		// the pod's namespace.
+		LeaderElectionNamespace: o.leaderElectionNS,
+		LeaseDuration:           &o.leaseDuration,
+		RenewDeadline:           &o.renewDeadline,
+		RetryPeriod:             &o.retry,
+		// On a clean shutdown, hand the Lease over at once instead of making the standby
+		// wait out the lease duration. Safe because the process exits right after.
+		LeaderElectionReleaseOnCancel: true,
+	})
+}
+
+// setUp adds to the manager the Cache controller (with the catalogue and its sweep when one is
+// given), the backup and schedule controllers, the conversion and admission webhooks, the
+// operator's metrics and its health checks.
+func setUp(ctx context.Context, mgr manager.Manager, o *options, watched []string, servingCert *conversionwebhook.ServingCert) error {
+	r := &controller.CacheReconciler{
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Recorder:      mgr.GetEventRecorder("cache-operator"),
+		Images:        o.images,
+		ClusterDomain: o.clusterDomain,
+
+		ClusterCheckInterval:  o.clusterCheckInterval,
+		KeyByKeySlotMigration: !o.atomicSlotMigration,
+		Rollouts:              &controller.RolloutGate{Limit: o.maxConcurrentRollouts, ProgressDeadline: o.rolloutProgressDeadline, Reader: mgr.GetClient()},
+	}
+	if o.catalogEndpoints != "" {
+		etcdClient, err := o.etcd.NewClient()
+		if err != nil {
+			return fmt.Errorf("the catalogue's client: %w", err)
+		}
+		r.Catalog = metrics.InstrumentCatalog(&catalog.Etcd{Client: etcdClient, Layout: o.layout, Timeout: o.catalogTimeout})
+		sweeper := &controller.CatalogSweeper{Catalog: r.Catalog, Cached: mgr.GetClient(), Live: mgr.GetAPIReader(),
+			Recorder: r.Recorder, Interval: o.catalogSweepInterval, Namespaces: watched}
+		if err := mgr.Add(sweeper); err != nil {
+			return fmt.Errorf("the catalogue's sweep: %w", err)
+		}
+	}
+	if err := ctrlmetrics.Registry.Register(metrics.NewCachesCollector(mgr.GetCache(), servingCert.Serving)); err != nil {
+		return fmt.Errorf("the Caches' metrics: %w", err)
+	}
+	if err := ctrlmetrics.Registry.Register(metrics.NewBackupsCollector(mgr.GetCache())); err != nil {
+		return fmt.Errorf("the backups' metrics: %w", err)
+	}
+	if err := conversionwebhook.Setup(ctx, mgr, o.webhookCert, servingCert); err != nil {
+		return fmt.Errorf("the conversion webhook: %w", err)
+	}
+	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
+		return fmt.Errorf("the Cache controller: %w", err)
+	}
+	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), AgentImage: o.images.Agent, Stall: o.backupStall}
+	if err := backups.SetupWithManager(ctx, mgr, o.maxConcurrentReconciles); err != nil {
+		return fmt.Errorf("the CacheBackup controller: %w", err)
+	}
+	schedules := &schedulecontroller.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}}
+	if err := schedules.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
+		return fmt.Errorf("the CacheBackupSchedule controller: %w", err)
+	}
+	// An operator scoped to namespaces caches the Caches of those only; the admission webhook
+	// answers for every namespace, so it reads the others' from the API server.
+	var admissionReader client.Reader = mgr.GetClient()
+	if len(watched) > 0 {
+		admissionReader = mgr.GetAPIReader()
+	}
+	if err := backupcontroller.SetupAdmission(mgr, admissionReader); err != nil {
+		return fmt.Errorf("the CacheBackup admission webhook: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("the health check: %w", err)
+	}
+	// Ready once the webhook serves, so that a Service sends conversions only to replicas that
+	// can answer them.
+	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("the readiness check: %w", err)
+	}
+	return nil
 }
 
 // What the operator needs whatever namespaces it manages (the role cache-operator-global, which
@@ -343,9 +257,6 @@ func softMemoryLimit(lookupEnv func(string) (string, bool)) (int64, bool) {
 	}
 	return gcpacing.SoftLimit(limit), true
 }
-
-// podNamespaceFile holds, in a pod, the pod's namespace.
-const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 func fail(log logr.Logger, err error, msg string) {
 	log.Error(err, msg)
