@@ -22,8 +22,9 @@ import (
 )
 
 // DefaultStall is how long a snapshot waits for the next byte before it gives up. While it forks
-// and starts writing, the server sends a newline every second, and it waits
-// repl-diskless-sync-delay (5 s by default) for more replicas before a diskless transfer starts.
+// and starts writing, the server sends a newline every second, as it does while it waits
+// repl-diskless-sync-delay for more replicas before a diskless transfer starts (5 s by default; the
+// operator's servers do not wait).
 const DefaultStall = 30 * time.Second
 
 // Source is a server to take a snapshot of.

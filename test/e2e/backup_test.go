@@ -589,11 +589,12 @@ func TestABackupNeverHoldsAWorker(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "", "--max-concurrent-reconciles=1", "--backup-stall-timeout=60s")
 	namespace, store, cache := readyPagesWithStore(t)
+	delaySnapshots(t, client.ObjectKeyFromObject(cache))
 
 	key := newBackup(t, namespace, "stalled", cache.Name, store.location)
 	source := waitBackup(t, key, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0].Source
-	// The server waits repl-diskless-sync-delay (5 s) before it sends a snapshot: stopped once
-	// the agent has asked for it, it never sends this one.
+	// Stopped once the agent has asked for its snapshot, and before it sends it, the server never
+	// sends this one.
 	waitSnapshotAsked(t, client.ObjectKeyFromObject(cache), source)
 	if err := signalServer(namespace, source, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -617,6 +618,21 @@ func TestABackupNeverHoldsAWorker(t *testing.T) {
 	}
 }
 
+// delaySnapshots has the Cache's servers wait 30 s before they send a snapshot, where the
+// operator starts them with no wait (repl-diskless-sync-delay 0): a test can then stop or remove
+// a server between the agent's asking and the server's sending, a fault no real part produces on
+// demand. A server waiting keeps sending the agent a newline every second, so the backup does not
+// stall meanwhile.
+func delaySnapshots(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	for _, pod := range cachePods(t, key) {
+		c := node(t, &pod)
+		if err := c.Do(context.Background(), c.B().Arbitrary("CONFIG", "SET").Args("repl-diskless-sync-delay", "30").Build()).Error(); err != nil {
+			t.Fatalf("%s: %v", pod.Name, err)
+		}
+	}
+}
+
 // waitSnapshotAsked waits until the backup's agent has asked the pod's server for its snapshot:
 // the server counts it as a replica.
 func waitSnapshotAsked(t *testing.T, key client.ObjectKey, source string) {
@@ -632,14 +648,15 @@ func waitSnapshotAsked(t *testing.T, key client.ObjectKey, source string) {
 	})
 }
 
-// A backup whose source pod is deleted while its snapshot is under way (the server waits
-// repl-diskless-sync-delay, 5 s, before it sends) fails, naming the shard, and leaves nothing in
-// the bucket; a backup taken once the pod is replaced completes.
+// A backup whose source pod is deleted while its snapshot is under way (asked for, not yet sent:
+// delaySnapshots) fails, naming the shard, and leaves nothing in the bucket; a backup taken once
+// the pod is replaced completes.
 func TestABackupWhoseSourceIsReplacedFails(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "")
 	namespace, store, cache := readyPagesWithStore(t)
 	key := client.ObjectKeyFromObject(cache)
+	delaySnapshots(t, key)
 
 	first := newBackup(t, namespace, "replaced", cache.Name, store.location)
 	source := waitBackup(t, first, cachev1alpha1.BackupRunning, time.Minute).Status.Shards[0]
