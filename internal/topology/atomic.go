@@ -106,11 +106,16 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 		slots[p] = append(slots[p], mv.slot)
 	}
 	// The jobs start together, once every target knows who serves the slots it gets, for the
-	// same reason.
+	// same reason, and says its cluster is ok: a node that has just joined may say fail for up
+	// to a node timeout (Valkey's rejoin delay), and a target still saying so when a job hands it
+	// the slots would answer their clients CLUSTERDOWN.
 	var learning []string
 	for _, p := range pairs {
-		if !seesServing(p.to, p.from, slots[p]) {
+		switch {
+		case !seesServing(p.to, p.from, slots[p]):
 			learning = append(learning, fmt.Sprintf("%s to learn that %s serves the slots it gives it", p.to.Pod, p.from.Pod))
+		case p.to.State != clusterStateOK:
+			learning = append(learning, fmt.Sprintf("%s to say cluster_state:ok before it takes slots over (it says %q)", p.to.Pod, p.to.State))
 		}
 	}
 	if len(learning) == 0 {

@@ -86,7 +86,7 @@ func Assess(want Want, members []Member) Health {
 	var notOK []string
 	for _, m := range members {
 		// A leaving server that has forgotten the cluster says fail until its pod goes.
-		if m.State != "ok" && !m.Leaving {
+		if m.State != clusterStateOK && !m.Leaving {
 			notOK = append(notOK, fmt.Sprintf("%s (%s)", m.Pod, m.State))
 		}
 	}

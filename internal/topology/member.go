@@ -6,6 +6,10 @@ import (
 	"example.com/cache-operator/internal/valkey"
 )
 
+// clusterStateOK is the cluster_state of a server that sees every slot served by a primary it
+// reaches, and so serves the keys of its own.
+const clusterStateOK = "ok"
+
 // Member is one pod of the Cache and what its server says.
 type Member struct {
 	Pod  string
@@ -16,7 +20,7 @@ type Member struct {
 	// Nodes is CLUSTER NODES as this member's server reports it; nil when it could not be
 	// asked.
 	Nodes []valkey.ClusterNode
-	// State is cluster_state as the server reports it ("ok" when it serves every slot).
+	// State is cluster_state as the server reports it (clusterStateOK when it serves every slot).
 	State string
 	// Version is the Valkey release the server runs.
 	Version string

@@ -1610,6 +1610,36 @@ func TestAJobWaitsUntilItsTargetKnowsWhoServesTheSlots(t *testing.T) {
 	t.Fatalf("in 20 steps the plan never waited for %s to learn who serves the slots", joining[0])
 }
 
+// A target that has just joined may say cluster_state:fail for a while (Valkey's rejoin delay,
+// up to a node timeout) while it knows who serves every slot: no job starts towards it until it
+// says ok, since it would answer the clients of the slots it takes over CLUSTERDOWN.
+func TestAJobWaitsUntilItsTargetSaysItsClusterIsOK(t *testing.T) {
+	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 5, ReplicasPerShard: 0}
+	s := atomicSim(t, from)
+	joining := simPods(from.Nodes(), to.Nodes())
+	s.add(joining...)
+	for step := 1; step <= 20; step++ {
+		members := s.members()
+		for i := range members {
+			if members[i].Pod == joining[0] {
+				members[i].State = "fail"
+			}
+		}
+		plan := Form(to, members)
+		if atomic, _, _ := slotJobs(plan); atomic > 0 {
+			t.Fatalf("step %d starts jobs while %s says cluster_state:fail: %v", step, joining[0], actions(plan))
+		}
+		if strings.Contains(plan.Waiting, joining[0]+" to say cluster_state:ok") {
+			if atomic, _, _ := slotJobs(Form(to, s.members())); atomic == 0 {
+				t.Errorf("once %s says ok, no job starts", joining[0])
+			}
+			return
+		}
+		s.advance(t, plan)
+	}
+	t.Fatalf("in 20 steps the plan never waited for %s to say its cluster is ok", joining[0])
+}
+
 // A job that failed is started again only once the others have ended: while one runs its target
 // serves none of its slots, and a move computed then would give that target more than its share.
 func TestAFailedJobWaitsForTheOthersToEnd(t *testing.T) {
