@@ -1578,42 +1578,28 @@ func TestAMoveHeldForASyncingReplicaIsStillMigrating(t *testing.T) {
 // its view lists the source serving the slots, nor any other job, since all start together; and
 // the plan says what it waits for.
 func TestAJobWaitsUntilItsTargetKnowsWhoServesTheSlots(t *testing.T) {
-	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 5, ReplicasPerShard: 0}
-	s := atomicSim(t, from)
-	joining := simPods(from.Nodes(), to.Nodes())
-	s.add(joining...)
-	for step := 1; step <= 20; step++ {
-		members := s.members()
-		for i := range members {
-			if members[i].Pod != joining[0] {
-				continue
-			}
-			for j := range members[i].Nodes {
-				if !members[i].Nodes[j].Myself {
-					members[i].Nodes[j].Slots = nil // the others' pings not come yet
-				}
+	jobsWaitWhileTargetIs(t, "knows no slot's owner", "to learn that", func(m *Member) {
+		for j := range m.Nodes {
+			if !m.Nodes[j].Myself {
+				m.Nodes[j].Slots = nil // the others' pings not come yet
 			}
 		}
-		plan := Form(to, members)
-		// Not towards the other new primary either, which knows the owners: all start together.
-		if atomic, _, _ := slotJobs(plan); atomic > 0 {
-			t.Fatalf("step %d starts jobs while %s knows no slot's owner: %v", step, joining[0], actions(plan))
-		}
-		if strings.Contains(plan.Waiting, joining[0]+" to learn that") {
-			if atomic, _, _ := slotJobs(Form(to, s.members())); atomic == 0 {
-				t.Errorf("once %s knows who serves the slots, no job starts", joining[0])
-			}
-			return
-		}
-		s.advance(t, plan)
-	}
-	t.Fatalf("in 20 steps the plan never waited for %s to learn who serves the slots", joining[0])
+	})
 }
 
 // A target that has just joined may say cluster_state:fail for a while (Valkey's rejoin delay,
 // up to a node timeout) while it knows who serves every slot: no job starts towards it until it
 // says ok, since it would answer the clients of the slots it takes over CLUSTERDOWN.
 func TestAJobWaitsUntilItsTargetSaysItsClusterIsOK(t *testing.T) {
+	jobsWaitWhileTargetIs(t, "says cluster_state:fail", "to say cluster_state:ok", func(m *Member) { m.State = "fail" })
+}
+
+// jobsWaitWhileTargetIs scales 3 → 5 atomically with the first new primary's view held back by
+// hold: no job starts, not even towards the other new primary (all start together), until the
+// plan waits with a message that names the pod and says waiting; and once the view is whole,
+// the jobs start.
+func jobsWaitWhileTargetIs(t *testing.T, held, waiting string, hold func(*Member)) {
+	t.Helper()
 	from, to := Want{Shards: 3, ReplicasPerShard: 0}, Want{Shards: 5, ReplicasPerShard: 0}
 	s := atomicSim(t, from)
 	joining := simPods(from.Nodes(), to.Nodes())
@@ -1622,22 +1608,22 @@ func TestAJobWaitsUntilItsTargetSaysItsClusterIsOK(t *testing.T) {
 		members := s.members()
 		for i := range members {
 			if members[i].Pod == joining[0] {
-				members[i].State = "fail"
+				hold(&members[i])
 			}
 		}
 		plan := Form(to, members)
 		if atomic, _, _ := slotJobs(plan); atomic > 0 {
-			t.Fatalf("step %d starts jobs while %s says cluster_state:fail: %v", step, joining[0], actions(plan))
+			t.Fatalf("step %d starts jobs while %s %s: %v", step, joining[0], held, actions(plan))
 		}
-		if strings.Contains(plan.Waiting, joining[0]+" to say cluster_state:ok") {
+		if strings.Contains(plan.Waiting, joining[0]+" "+waiting) {
 			if atomic, _, _ := slotJobs(Form(to, s.members())); atomic == 0 {
-				t.Errorf("once %s says ok, no job starts", joining[0])
+				t.Errorf("once %s no longer %s, no job starts", joining[0], held)
 			}
 			return
 		}
 		s.advance(t, plan)
 	}
-	t.Fatalf("in 20 steps the plan never waited for %s to say its cluster is ok", joining[0])
+	t.Fatalf("in 20 steps the plan never waited for %s %s", joining[0], waiting)
 }
 
 // A job that failed is started again only once the others have ended: while one runs its target
