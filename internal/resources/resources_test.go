@@ -166,6 +166,20 @@ func TestPodsMeetTheRestrictedPodSecurityStandard(t *testing.T) {
 	}
 }
 
+func TestPodsHoldNoAPITokenNorTheNamespacesServiceVariables(t *testing.T) {
+	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
+		cache := testCache()
+		cache.Spec.Mode = mode
+		pod := StatefulSet(cache, DefaultImages).Spec.Template.Spec
+		if ptr.Deref(pod.AutomountServiceAccountToken, true) {
+			t.Errorf("%s: the pods mount a ServiceAccount token, which nothing in them uses", mode)
+		}
+		if ptr.Deref(pod.EnableServiceLinks, true) {
+			t.Errorf("%s: the pods get the namespace's Services as environment variables", mode)
+		}
+	}
+}
+
 // serverDefaulted returns a copy of desired as the API server would store it, plus what other
 // tools add: a restart annotation, a foreign label, a sidecar.
 func serverDefaulted(desired *appsv1.StatefulSet) *appsv1.StatefulSet {

@@ -64,8 +64,13 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 				Spec: corev1.PodSpec{
 					SecurityContext:           podSecurityContext(),
 					TopologySpreadConstraints: spreadOut(cache),
-					Containers:                []corev1.Container{valkeyContainer(cache, images.ValkeyRepository), readinessContainer(cache, images.Agent)},
-					Volumes:                   []corev1.Volume{dataVolumeSource(cache.Spec.Memory)},
+					// Nothing in a cache pod talks to the API server, and Valkey reads no
+					// environment of the namespace's Services: no token to steal, and one volume
+					// and a list of variables less for the kubelet to make at each start.
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					Containers:                   []corev1.Container{valkeyContainer(cache, images.ValkeyRepository), readinessContainer(cache, images.Agent)},
+					Volumes:                      []corev1.Volume{dataVolumeSource(cache.Spec.Memory)},
 				},
 			},
 		},
@@ -142,6 +147,8 @@ func mergeOwnedTemplate(dst, src *corev1.PodTemplateSpec) {
 		}
 	}
 	dst.Spec.SecurityContext = src.Spec.SecurityContext
+	dst.Spec.AutomountServiceAccountToken = src.Spec.AutomountServiceAccountToken
+	dst.Spec.EnableServiceLinks = src.Spec.EnableServiceLinks
 	// The anti-affinity of earlier releases goes with their template; the spread replaces it.
 	dst.Spec.Affinity = src.Spec.Affinity
 	dst.Spec.TopologySpreadConstraints = src.Spec.TopologySpreadConstraints
