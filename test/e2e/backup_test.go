@@ -471,7 +471,7 @@ func TestABackupThatCannotCompleteFailsWithTheReason(t *testing.T) {
 	if err := admin.Create(ctx, typo); err == nil || !strings.Contains(err.Error(), "Cache pagse does not exist in namespace "+namespace) {
 		t.Errorf("a backup of no Cache was admitted (%v); want it refused, naming the Cache", err)
 	}
-	doomed := newCache(t, namespace, "doomed")
+	doomed := newOneNodeCache(t, namespace, "doomed")
 	for _, c := range cases {
 		newBackup(t, namespace, c.name, c.cache, c.location)
 	}
@@ -601,7 +601,7 @@ func TestABackupNeverHoldsAWorker(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = signalServer(namespace, source, syscall.SIGCONT) })
 
-	other := newCache(t, namespace, "other")
+	other := newOneNodeCache(t, namespace, "other")
 	waitReadyAs(t, client.ObjectKeyFromObject(other), metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute)
 	b := &cachev1alpha1.CacheBackup{}
 	if err := admin.Get(context.Background(), key, b); err != nil || b.Status.Phase != cachev1alpha1.BackupRunning {

@@ -77,15 +77,29 @@ func deleteAllCaches(t *testing.T, namespace string) {
 // newCache creates a Standalone Cache of three nodes of the newest Valkey.
 func newCache(t *testing.T, namespace, name string) *cachev2.Cache {
 	t.Helper()
-	return newCacheOf(t, namespace, name, valkeyVersion)
+	return newStandaloneCache(t, namespace, name, 3, valkeyVersion)
 }
 
 // newCacheOf is newCache with the Valkey version given.
 func newCacheOf(t *testing.T, namespace, name, version string) *cachev2.Cache {
 	t.Helper()
+	return newStandaloneCache(t, namespace, name, 3, version)
+}
+
+// newOneNodeCache is newCache with one node, for a test of the operator's bookkeeping, its API
+// or its metrics, which more nodes show nothing more of: each pod costs its node a few
+// CPU-seconds to start and stop, and the tier is bound by the machine's cores.
+func newOneNodeCache(t *testing.T, namespace, name string) *cachev2.Cache {
+	t.Helper()
+	return newStandaloneCache(t, namespace, name, 1, valkeyVersion)
+}
+
+// newStandaloneCache creates a Standalone Cache of the given nodes and Valkey version.
+func newStandaloneCache(t *testing.T, namespace, name string, shards int32, version string) *cachev2.Cache {
+	t.Helper()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 3, Version: version, Memory: resource.MustParse("64Mi")},
+		Spec:       cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: shards, Version: version, Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

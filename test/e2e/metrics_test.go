@@ -58,13 +58,13 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 		"--leader-elect-lease-duration", "60s", "--leader-elect-renew-deadline", "40s")
 	waitLeader(t, o)
 	ns := newNamespace(t)
-	newCache(t, ns, "orders-cache")
+	newOneNodeCache(t, ns, "orders-cache")
 	newClusterCache(t, ns, "sessions-cache", 1, 0) // the Cluster metrics exist for Cluster Caches
 	waitSettled(t, ns, 2*time.Minute)
 	// The backup metrics exist with a backup that completed and one that failed.
 	store := newBackupStore(t, ns)
 	completed := newBackup(t, ns, "orders-nightly", "orders-cache", store.location)
-	doomed := newCache(t, ns, "doomed-cache")
+	doomed := newOneNodeCache(t, ns, "doomed-cache")
 	failed := newBackup(t, ns, "doomed-nightly", doomed.Name, store.location)
 	if err := admin.Delete(context.Background(), doomed); err != nil {
 		t.Fatal(err)

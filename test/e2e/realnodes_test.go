@@ -94,7 +94,7 @@ func helmUpgradeFromTheLatestReleaseRestartsNoCachePod(t *testing.T, previousCha
 	if err := c.Apply(context.Background(), `apiVersion: cache.example.com/v2
 kind: Cache
 metadata: {name: upgraded, namespace: upgraded}
-spec: {mode: Cluster, shards: 3, replicasPerShard: 1, version: "`+valkeyVersion+`", memory: 64Mi}
+spec: {mode: Cluster, shards: 1, replicasPerShard: 1, version: "`+valkeyVersion+`", memory: 64Mi}
 `); err != nil {
 		t.Fatal(err)
 	}

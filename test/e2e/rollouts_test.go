@@ -24,13 +24,13 @@ import (
 	"example.com/cache-operator/test/harness/testenv"
 )
 
-// One change touches 6 Caches at once (their memory, with consent to restart their nodes
+// One change touches 4 Caches at once (their memory, with consent to restart their nodes
 // empty); with --max-concurrent-rollouts=2 no more than two roll out at any moment, as the
 // StatefulSets' own status tells, the others wait with PodTemplateCurrent=False/RolloutQueued,
 // and every one gets the change in the end.
 func TestAChangeToManyCachesRollsOutAFewAtATime(t *testing.T) {
 	runBeside(t, 1)
-	const caches, limit = 6, 2
+	const caches, limit = 4, 2
 	ctx := context.Background()
 	startOperator(t, "a", "", fmt.Sprintf("--max-concurrent-rollouts=%d", limit))
 	ns := newNamespace(t)

@@ -37,8 +37,10 @@ func TestSteadyStateAndRestartMakeNoWrites(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	first := startOperator(t, "first", etcd.Endpoint, "--leader-elect=false")
 	ns := newNamespace(t)
-	for i := range caches {
-		newCache(t, ns, fmt.Sprintf("cache-%d", i))
+	// One Cache of several nodes, whose status sums up its pods; the others of one node each.
+	newCache(t, ns, "cache-0")
+	for i := 1; i < caches; i++ {
+		newOneNodeCache(t, ns, fmt.Sprintf("cache-%d", i))
 	}
 	waitSettled(t, ns, 2*time.Minute)
 	waitIdle(t, first, caches)

@@ -53,8 +53,14 @@ func TestUpgradeFromTheLastV1ReleaseRestartsNoPod(t *testing.T) {
 	old := startOperatorBinary(t, previous, "previous", etcd.Endpoint)
 	ns := newNamespace(t)
 	live := []string{"orders-cache", "sessions-cache", "pages-cache"}
+	// live[0], read back through v1 below, has three nodes; the others, there to be kept or
+	// deleted across the upgrade, one each.
 	for _, name := range append(live, "leaving-cache") {
-		newV1Cache(t, ns, name)
+		replicas := int32(1)
+		if name == live[0] {
+			replicas = 3
+		}
+		newV1Cache(t, ns, name, replicas)
 	}
 	waitSettledV1(t, ns)
 	etcd.Stop(t)
@@ -262,12 +268,12 @@ func installCurrent(t *testing.T) {
 	}
 }
 
-// newV1Cache creates a Cache of three nodes through v1, as a client of the previous release.
-func newV1Cache(t *testing.T, namespace, name string) {
+// newV1Cache creates a Cache of the given nodes through v1, as a client of the previous release.
+func newV1Cache(t *testing.T, namespace, name string, replicas int32) {
 	t.Helper()
 	c := &cachev1.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       cachev1.CacheSpec{Replicas: 3, Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
+		Spec:       cachev1.CacheSpec{Replicas: replicas, Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)

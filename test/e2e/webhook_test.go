@@ -53,7 +53,7 @@ func TestEveryReplicaServesTheConversionWebhook(t *testing.T) {
 	b := startOperator(t, "b", "")
 	waitWebhookServes(t, a, b)
 	ns := newNamespace(t)
-	key := client.ObjectKeyFromObject(newCache(t, ns, "orders-cache"))
+	key := client.ObjectKeyFromObject(newOneNodeCache(t, ns, "orders-cache"))
 	// Replicas that start together settle on one CA between them within moments. A read through
 	// the balancer reaches one replica or the other, so a read alone does not show that the
 	// standby, the one left below, serves a certificate the API server trusts: both must serve
@@ -100,7 +100,7 @@ func TestWebhookCertificateIsRotatedBeforeItExpires(t *testing.T) {
 	})
 	waitWebhookServes(t, o)
 	ns := newNamespace(t)
-	key := client.ObjectKeyFromObject(newCache(t, ns, "orders-cache"))
+	key := client.ObjectKeyFromObject(newOneNodeCache(t, ns, "orders-cache"))
 	first := servingCert(t, o.WebhookAddr)
 
 	testenv.WaitFor(t, time.Minute, "a new serving certificate", func() (bool, string) {
