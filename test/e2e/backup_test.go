@@ -144,7 +144,7 @@ func assertBackupHolds(t *testing.T, store *backupStore, b *cachev1alpha1.CacheB
 		t.Fatalf("the backup lists %d shards, want %d: %+v", len(b.Status.Shards), shards, b.Status.Shards)
 	}
 	var total int64
-	ips := testenv.LoopbackIPs(2 + shards)[2:]
+	ips := loopbackIPs(shards)
 	for i, s := range b.Status.Shards {
 		dir := t.TempDir()
 		if err := backup.Fetch(context.Background(), store.bucket(t), backup.ShardCopy{Object: s.Object, Bytes: s.Bytes,

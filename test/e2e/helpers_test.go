@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,4 +206,31 @@ func noErrorLogged(t *testing.T, o *testenv.Operator, while string) {
 			t.Errorf("error logged %s: %s", while, line)
 		}
 	}
+}
+
+// loopbackIPs are n addresses of the loopback interface for servers a test starts on the
+// machine, none of them handed to another test in the last testenv.LoopbackIPs's worth: the
+// tests run beside each other, and two that took the same addresses (testenv.LoopbackIPs gives
+// the same ones to every caller of a process) started their servers on one address, and one
+// failed to bind it. The addresses go round once all were taken, long after the servers of the
+// first ones ended with their tests.
+func loopbackIPs(n int) []string {
+	loopback.Lock()
+	defer loopback.Unlock()
+	all := testenv.LoopbackIPs(loopbackPerRun)
+	ips := make([]string, n)
+	for i := range ips {
+		ips[i] = all[loopback.next]
+		loopback.next = (loopback.next + 1) % loopbackPerRun
+	}
+	return ips
+}
+
+// loopbackPerRun is how many loopback addresses testenv gives a process.
+const loopbackPerRun = 254
+
+// loopback is where loopbackIPs goes on from.
+var loopback struct {
+	sync.Mutex
+	next int
 }
