@@ -31,6 +31,8 @@ import (
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/valkey"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
@@ -229,6 +231,80 @@ func firstMigrationStep(t *testing.T, operator *testenv.Operator, namespace stri
 	return time.Time{}
 }
 
+// serversAgreeOn polls the servers at the addresses addrs gives (asked afresh each time, as pods
+// come and go) every 20 ms until every one of them lists the same primaries, primaries of them,
+// serving all 16384 slots between them, and returns when that first held: the end of a
+// rebalancing as a cluster client sees it, whoever made it. It gives up when ctx ends.
+func serversAgreeOn(ctx context.Context, addrs func() []string, primaries int) (time.Time, error) {
+	servers := map[string]*valkey.Server{}
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	agree := func() bool {
+		seen := ""
+		all := addrs()
+		for i, addr := range all {
+			s := servers[addr]
+			if s == nil {
+				var err error
+				if s, err = valkey.Connect(addr, 6379, valkey.Auth{}); err != nil {
+					return false
+				}
+				servers[addr] = s
+			}
+			nodes, err := s.ClusterNodes(ctx)
+			if err != nil {
+				return false
+			}
+			var served []string
+			slots := 0
+			for _, n := range nodes {
+				if n.PrimaryID == "" && n.SlotsServed() > 0 {
+					served = append(served, fmt.Sprint(n.ID, n.Slots))
+					slots += n.SlotsServed()
+				}
+			}
+			slices.Sort(served)
+			view := strings.Join(served, " ")
+			if len(served) != primaries || slots != valkey.SlotCount || i > 0 && view != seen {
+				return false
+			}
+			seen = view
+		}
+		return len(all) > 0
+	}
+	for tick := time.NewTicker(20 * time.Millisecond); ; {
+		if agree() {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// podAddresses are the addresses of the Cache's pods that have one and are not going away.
+func podAddresses(key client.ObjectKey) func() []string {
+	return func() []string {
+		var list corev1.PodList
+		if err := admin.List(context.Background(), &list, client.InNamespace(key.Namespace),
+			client.MatchingLabels{resources.LabelInstance: key.Name}); err != nil {
+			return nil
+		}
+		var addrs []string
+		for _, pod := range list.Items {
+			if pod.DeletionTimestamp == nil && pod.Status.PodIP != "" {
+				addrs = append(addrs, pod.Status.PodIP)
+			}
+		}
+		return addrs
+	}
+}
+
 // measureScaleOut is one run of TestMeasureScaleOutAgainstValkeyCLI, in the mode given.
 func measureScaleOut(t *testing.T, operator *testenv.Operator, data dataSet, replicas int32, run int, atomic bool) {
 	ns := newNamespace(t)
@@ -245,8 +321,18 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, data dataSet, rep
 	c := clusterClient(t, key)
 	data.load(t, c)
 
+	// When every server sees the five primaries, beside the Cache's Ready, which also waits for
+	// the new primaries' pods to be Ready: their readiness probe passes only once they serve slots.
+	agreeing := make(chan time.Time, 1)
+	watch, stopWatch := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer stopWatch()
+	go func() {
+		at, _ := serversAgreeOn(watch, podAddresses(key), 5)
+		agreeing <- at
+	}()
 	load, _, began, done := scaleUnderLoad(t, key, 5, 10*time.Minute)
-	took, migrating := done.Sub(began), done.Sub(firstMigrationStep(t, operator, ns))
+	firstStep := firstMigrationStep(t, operator, ns)
+	took, migrating, moved := done.Sub(began), done.Sub(firstStep), (<-agreeing).Sub(firstStep)
 	lost, acked := load.lost(t, c)
 	missing := data.missing(t, clusterClient(t, key))
 
@@ -260,21 +346,25 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, data dataSet, rep
 		run, mode, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.errorKinds(), in.longestOutage.Round(time.Millisecond),
 		inLost, inAcked, inMissing, data.keys)
 
-	cli := valkeyCLIRebalance(t, data, int(replicas), atomic)
-	t.Logf("run %d, %s: operator 3 → 5: %s from the patch, %s from its first migration step (%.2f × valkey-cli); valkey-cli rebalance: %s; "+
+	cli, cliMoved := valkeyCLIRebalance(t, data, int(replicas), atomic)
+	t.Logf("run %d, %s: operator 3 → 5: %s from the patch, %s from its first migration step to Ready; every server sees 5 primaries %s after that step "+
+		"(%.2f × valkey-cli's, which took %s, its servers agreeing %s after it began); "+
 		"client: %d requests, %d failed (%s), longest failing stretch %s; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
-		run, mode, took.Round(100*time.Millisecond), migrating.Round(100*time.Millisecond), migrating.Seconds()/cli.Seconds(), cli.Round(100*time.Millisecond),
+		run, mode, took.Round(100*time.Millisecond), migrating.Round(100*time.Millisecond), moved.Round(10*time.Millisecond),
+		moved.Seconds()/cliMoved.Seconds(), cli.Round(10*time.Millisecond), cliMoved.Round(10*time.Millisecond),
 		load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond), lost, acked, missing, data.keys)
 	deleteAllCaches(t, ns)
 }
 
 // valkeyCLIRebalance forms a cluster of 3 plain primaries, each with replicas replicas, with the
 // data given, adds 2 empty primaries with as many replicas, and times valkey-cli --cluster
-// rebalance --cluster-use-empty-masters, with --cluster-use-atomic-slot-migration if atomic.
-func valkeyCLIRebalance(t *testing.T, data dataSet, replicas int, atomic bool) time.Duration {
+// rebalance --cluster-use-empty-masters, with --cluster-use-atomic-slot-migration if atomic, under
+// the client the operator's scale-out has: how long the command took, and how long from its
+// start until every server saw the five primaries.
+func valkeyCLIRebalance(t *testing.T, data dataSet, replicas int, atomic bool) (took, moved time.Duration) {
 	t.Helper()
 	perShard := 1 + replicas
-	ips := testenv.LoopbackIPs(5 * perShard)
+	ips := loopbackIPs(5 * perShard)
 	addr := func(i int) string { return net.JoinHostPort(ips[i], "6379") }
 	for _, ip := range ips {
 		testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes", "--cluster-node-timeout", "5000")
@@ -318,13 +408,29 @@ func valkeyCLIRebalance(t *testing.T, data dataSet, replicas int, atomic bool) t
 	if atomic {
 		rebalance = append(rebalance, "--cluster-use-atomic-slot-migration")
 	}
+	// Under the same client as the operator's scale-out: the changes it writes to the slots
+	// moving are what an atomic job streams before it hands them over.
+	load := &upgradeLoad{}
+	loading, stopLoad := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { load.run(loading, plain) })
 	began := time.Now()
 	cli(rebalance...)
-	took := time.Since(began)
+	took = time.Since(began)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	agreed, err := serversAgreeOn(ctx, func() []string { return ips }, 5)
+	stopLoad()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the plain servers never agreed on 5 primaries after valkey-cli's rebalance: %v", err)
+	}
+	t.Logf("valkey-cli's client: %d requests, %d failed (%s), longest failing stretch %s",
+		load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond))
 	if missing := data.missing(t, plain); missing > 0 {
 		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
 	}
-	return took
+	return took, agreed.Sub(began)
 }
 
 // waitPlainReplicasInSync waits until every plain server that is a replica has its link to its
