@@ -275,7 +275,9 @@ func serversAgreeOn(ctx context.Context, addrs func() []string, primaries int) (
 		}
 		return len(all) > 0
 	}
-	for tick := time.NewTicker(20 * time.Millisecond); ; {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
 		if agree() {
 			return time.Now(), nil
 		}
@@ -331,8 +333,11 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, data dataSet, rep
 		agreeing <- at
 	}()
 	load, _, began, done := scaleUnderLoad(t, key, 5, 10*time.Minute)
-	firstStep := firstMigrationStep(t, operator, ns)
-	took, migrating, moved := done.Sub(began), done.Sub(firstStep), (<-agreeing).Sub(firstStep)
+	firstStep, agreed := firstMigrationStep(t, operator, ns), <-agreeing
+	if agreed.IsZero() {
+		t.Fatal("Ready, but the servers never all saw the five primaries")
+	}
+	took, migrating, moved := done.Sub(began), done.Sub(firstStep), agreed.Sub(firstStep)
 	lost, acked := load.lost(t, c)
 	missing := data.missing(t, clusterClient(t, key))
 
