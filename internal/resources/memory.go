@@ -10,7 +10,9 @@ import (
 // pages a fork's child copies as writes land (a backup's snapshot, a replica's full sync) and
 // allocator fragmentation, so the kernel's OOM killer never gets there before eviction does.
 // Three quarters of the whole limit left too little at the smallest: a 64Mi node, filled and
-// evicting under 1 MiB/s of writes while it forked for a full sync, peaked at 62.9 MiB.
+// evicting under 1 MiB/s of writes while it forked for a full sync, peaked at 62.9 MiB. Under
+// eviction, fragmentation takes part of the last quarter too: filled 64Mi servers held 55.4 to
+// 56.0 MiB before any fork, which leaves a fork's copies 8 to 10 MiB (docs/placement.md).
 func MaxMemory(limit resource.Quantity) int64 {
 	return max(limit.Value()-serverBaseline, 0) / 4 * 3
 }
