@@ -270,12 +270,12 @@ func TestClusterFormsServesAndIsListedInTheCatalogue(t *testing.T) {
 
 // Ready is True only while Valkey says the cluster serves; each way of breaking it makes the Cache
 // not Ready with a reason and a message that names what is wrong, and mending it makes it Ready
-// again.
+// again. One shard with a replica has each thing to break: a replica's link, a primary's slot.
 func TestClusterReadyFallsWithWhatValkeyReports(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
-	key := newClusterCache(t, ns, "sessions", 3, 1)
+	key := newClusterCache(t, ns, "sessions", 1, 1)
 	c := waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonClusterReady, 3*time.Minute)
 	replicaPod, replica := podOfRole(t, c, cachev2.RoleReplica)
 	var primaryPod *corev1.Pod
