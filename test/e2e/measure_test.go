@@ -16,10 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	valkeygo "github.com/valkey-io/valkey-go"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -169,15 +171,15 @@ func scaleUnderLoad(t *testing.T, key client.ObjectKey, shards int32, timeout ti
 }
 
 // Scale-out of a Cluster Cache 3 → 5 primaries, under a client writing and reading all along,
-// against valkey-cli --cluster rebalance --cluster-use-empty-masters on plain servers of the same
-// release with the same data and the same replicas, in the same run, on the same machine; then
-// the scale-in back to 3. Ours moves slots with atomic slot migration (the default on Valkey 9)
-// and, with --atomic-slot-migration=false, key by key; valkey-cli too, with and without
-// --cluster-use-atomic-slot-migration. With the reference data, 200,000 keys of 100 B, and with
-// 1 GB of data that does not compress; with one replica per shard, the shape users run, and
-// without. It logs, per run: the operator's time from the patch to Ready, valkey-cli's time,
-// the client's requests, failures (valkey-go follows MOVED and ASK itself, so every failure is
-// an error other than a redirection) and longest stretch of failures, and the keys lost.
+// then the scale-in back to 3, against valkey-cli --cluster rebalance --cluster-use-empty-masters
+// on the same servers afterwards, under the same client (valkeyCLIRebalance). Ours moves slots
+// with atomic slot migration (the default on Valkey 9) and, with --atomic-slot-migration=false,
+// key by key; valkey-cli too, with and without --cluster-use-atomic-slot-migration. With the
+// reference data, 200,000 keys of 100 B, and with 1 GB of data that does not compress; with one
+// replica per shard, the shape users run, and without. It logs, per run: the operator's time
+// from the patch to Ready, valkey-cli's time, the client's requests, failures (valkey-go follows
+// MOVED and ASK itself, so every failure is an error other than a redirection) and longest
+// stretch of failures, and the keys lost.
 func TestMeasureScaleOutAgainstValkeyCLI(t *testing.T) {
 	runs := measureRuns(t)
 	for _, data := range []dataSet{smallData, largeData} {
@@ -351,7 +353,7 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, data dataSet, rep
 		run, mode, inDone.Sub(inBegan).Round(100*time.Millisecond), in.requests, in.failures, in.errorKinds(), in.longestOutage.Round(time.Millisecond),
 		inLost, inAcked, inMissing, data.keys)
 
-	cli, cliMoved := valkeyCLIRebalance(t, data, int(replicas), atomic)
+	cli, cliMoved := valkeyCLIRebalance(t, operator, key, data, int(replicas), atomic)
 	t.Logf("run %d, %s: operator 3 → 5: %s from the patch, %s from its first migration step to Ready; every server sees 5 primaries %s after that step "+
 		"(%.2f × valkey-cli's, which took %s, its servers agreeing %s after it began); "+
 		"client: %d requests, %d failed (%s), longest failing stretch %s; %d of %d load keys lost their last acknowledged write; %d of %d reference keys missing",
@@ -361,18 +363,26 @@ func measureScaleOut(t *testing.T, operator *testenv.Operator, data dataSet, rep
 	deleteAllCaches(t, ns)
 }
 
-// valkeyCLIRebalance forms a cluster of 3 plain primaries, each with replicas replicas, with the
-// data given, adds 2 empty primaries with as many replicas, and times valkey-cli --cluster
-// rebalance --cluster-use-empty-masters, with --cluster-use-atomic-slot-migration if atomic, under
-// the client the operator's scale-out has: how long the command took, and how long from its
-// start until every server saw the five primaries.
-func valkeyCLIRebalance(t *testing.T, data dataSet, replicas int, atomic bool) (took, moved time.Duration) {
+// valkeyCLIRebalance times valkey-cli --cluster rebalance --cluster-use-empty-masters, with
+// --cluster-use-atomic-slot-migration if atomic, on the Cache's own servers, after the operator
+// scaled them out and back in: the same servers, nodes, network, data and client, so that what
+// differs is only who moves the slots. With the operator stopped (it would undo the rest), the
+// Cache's StatefulSet is scaled by hand to five shards' pods, whose servers valkey-cli adds to the
+// cluster, the replicas with --cluster-slave. It returns how long the command took, and how long
+// from its start until every server saw the five primaries. The Cache's finalizers are taken off
+// at once, since no operator is there to when it is deleted.
+func valkeyCLIRebalance(t *testing.T, operator *testenv.Operator, key client.ObjectKey, data dataSet, replicas int, atomic bool) (took, moved time.Duration) {
 	t.Helper()
+	ctx := context.Background()
+	operator.Stop(t, syscall.SIGKILL)
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+	if err := admin.Patch(ctx, cache, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		t.Fatal(err)
+	}
 	perShard := 1 + replicas
-	ips := loopbackIPs(5 * perShard)
-	addr := func(i int) string { return net.JoinHostPort(ips[i], "6379") }
-	for _, ip := range ips {
-		testenv.StartValkey(t, ip, 6379, "--cluster-enabled", "yes", "--cluster-node-timeout", "5000")
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+	if err := admin.Patch(ctx, sts, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, 5*perShard))); err != nil {
+		t.Fatal(err)
 	}
 	cli := func(args ...string) string {
 		t.Helper()
@@ -383,21 +393,28 @@ func valkeyCLIRebalance(t *testing.T, data dataSet, replicas int, atomic bool) (
 		}
 		return strings.TrimSpace(string(out))
 	}
-	create := []string{"--cluster", "create"}
-	for i := range 3 * perShard {
-		create = append(create, addr(i))
-	}
-	cli(append(create, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...)
-	waitPlainClusterKnows(t, ips[:3*perShard])
-	plain, err := valkeygo.NewClient(valkeygo.ClientOption{InitAddress: []string{addr(0)}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	data.load(t, plain)
+	// The servers by the ordinal of their pods, the new ones answering.
+	ips := make([]string, 5*perShard)
+	testenv.WaitFor(t, 2*time.Minute, "the five shards' pods' servers answering", func() (bool, string) {
+		for i := range ips {
+			pod := &corev1.Pod{}
+			if err := admin.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: fmt.Sprintf("%s-%d", key.Name, i)}, pod); err != nil || pod.Status.PodIP == "" {
+				return false, fmt.Sprintf("pod %d: no address (%v)", i, err)
+			}
+			ips[i] = pod.Status.PodIP
+			if out, err := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), "-h", ips[i], "ping").Output(); err != nil || strings.TrimSpace(string(out)) != "PONG" {
+				return false, fmt.Sprintf("pod %d: %s %v", i, out, err)
+			}
+		}
+		return true, ""
+	})
+	addr := func(i int) string { return net.JoinHostPort(ips[i], strconv.Itoa(resources.Port)) }
 	// valkey-cli refuses to add a node while the nodes disagree about the cluster, as they do
 	// until every one has learnt of the node added before: each is added once all know the last.
 	for i := 3 * perShard; i < 5*perShard; i++ {
+		// A new server refuses its replicas until its fence is lifted, as the operator lifts it
+		// once the server is a member (resources.FenceRule).
+		cli("-h", ips[i], "acl", "setuser", "default", "+sync", "+psync")
 		if (i-3*perShard)%perShard == 0 {
 			cli("--cluster", "add-node", addr(i), addr(0))
 		} else {
@@ -406,44 +423,45 @@ func valkeyCLIRebalance(t *testing.T, data dataSet, replicas int, atomic bool) (
 		}
 		// MIGRATE is refused while its target says the cluster is down: every server, the new
 		// ones too, must also say ok.
-		waitPlainClusterKnows(t, ips[:i+1])
+		waitClusterKnows(t, ips[:i+1])
 	}
-	waitPlainReplicasInSync(t, ips)
+	waitReplicasInSync(t, ips)
 	rebalance := []string{"--cluster", "rebalance", addr(0), "--cluster-use-empty-masters"}
 	if atomic {
 		rebalance = append(rebalance, "--cluster-use-atomic-slot-migration")
 	}
 	// Under the same client as the operator's scale-out: the changes it writes to the slots
 	// moving are what an atomic job streams before it hands them over.
+	c := clusterClient(t, key)
 	load := &upgradeLoad{}
-	loading, stopLoad := context.WithCancel(context.Background())
+	loading, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { load.run(loading, plain) })
+	wg.Go(func() { load.run(loading, c) })
 	began := time.Now()
 	cli(rebalance...)
 	took = time.Since(began)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	watch, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	agreed, err := serversAgreeOn(ctx, func() []string { return ips }, 5)
+	agreed, err := serversAgreeOn(watch, func() []string { return ips }, 5)
 	stopLoad()
 	wg.Wait()
 	if err != nil {
-		t.Fatalf("the plain servers never agreed on 5 primaries after valkey-cli's rebalance: %v", err)
+		t.Fatalf("the servers never agreed on 5 primaries after valkey-cli's rebalance: %v", err)
 	}
 	t.Logf("valkey-cli's client: %d requests, %d failed (%s), longest failing stretch %s",
 		load.requests, load.failures, load.errorKinds(), load.longestOutage.Round(time.Millisecond))
-	if missing := data.missing(t, plain); missing > 0 {
+	if missing := data.missing(t, c); missing > 0 {
 		t.Errorf("valkey-cli's rebalance lost %d keys", missing)
 	}
 	return took, agreed.Sub(began)
 }
 
-// waitPlainReplicasInSync waits until every plain server that is a replica has its link to its
+// waitReplicasInSync waits until every server at ips that is a replica has its link to its
 // primary up.
-func waitPlainReplicasInSync(t *testing.T, ips []string) {
+func waitReplicasInSync(t *testing.T, ips []string) {
 	t.Helper()
 	cli := filepath.Join(testenv.BinDir(), "valkey-cli")
-	testenv.WaitFor(t, time.Minute, "every plain replica in sync", func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, "every replica in sync", func() (bool, string) {
 		for _, ip := range ips {
 			info, err := exec.Command(cli, "-h", ip, "info", "replication").Output()
 			if err != nil || strings.Contains(string(info), "role:slave") && !strings.Contains(string(info), "master_link_status:up") {
@@ -454,12 +472,12 @@ func waitPlainReplicasInSync(t *testing.T, ips []string) {
 	})
 }
 
-// waitPlainClusterKnows waits until every plain server at ips knows all of them, with no
-// handshake under way, and says cluster_state:ok.
-func waitPlainClusterKnows(t *testing.T, ips []string) {
+// waitClusterKnows waits until every server at ips knows all of them, with no handshake under
+// way, and says cluster_state:ok.
+func waitClusterKnows(t *testing.T, ips []string) {
 	t.Helper()
 	cli := filepath.Join(testenv.BinDir(), "valkey-cli")
-	testenv.WaitFor(t, time.Minute, fmt.Sprintf("every plain server to know all %d and say cluster_state:ok", len(ips)), func() (bool, string) {
+	testenv.WaitFor(t, time.Minute, fmt.Sprintf("every server to know all %d and say cluster_state:ok", len(ips)), func() (bool, string) {
 		for _, ip := range ips {
 			nodes, err := exec.Command(cli, "-h", ip, "cluster", "nodes").Output()
 			if err != nil || strings.Count(string(nodes), "\n") < len(ips) || strings.Contains(string(nodes), "handshake") {
