@@ -152,8 +152,10 @@ func scaleUnderLoad(t *testing.T, key client.ObjectKey, shards int32, timeout ti
 	t.Helper()
 	load = &upgradeLoad{}
 	ctx, stop := context.WithCancel(context.Background())
+	// Seeded before the patch: the pods it makes have no address yet.
+	c := clusterClient(t, key)
 	var wg sync.WaitGroup
-	wg.Go(func() { load.run(ctx, clusterClient(t, key)) })
+	wg.Go(func() { load.run(ctx, c) })
 	began = time.Now()
 	patchCache(t, key, fmt.Sprintf(`{"spec":{"shards":%d}}`, shards))
 	testenv.WaitFor(t, timeout, fmt.Sprintf("the scaling to %d shards done", shards), func() (bool, string) {
