@@ -253,7 +253,7 @@ func serversAgreeOn(ctx context.Context, addrs func() []string, primaries int) (
 			s := servers[addr]
 			if s == nil {
 				var err error
-				if s, err = valkey.Connect(addr, 6379, valkey.Auth{}); err != nil {
+				if s, err = valkey.Connect(addr, resources.Port, valkey.Auth{}); err != nil {
 					return false
 				}
 				servers[addr] = s
@@ -388,7 +388,7 @@ func valkeyCLIRebalance(t *testing.T, operator *testenv.Operator, key client.Obj
 	}
 	cli := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), args...)
+		cmd := exec.Command(valkeyCLI(), args...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("valkey-cli %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -404,7 +404,7 @@ func valkeyCLIRebalance(t *testing.T, operator *testenv.Operator, key client.Obj
 				return false, fmt.Sprintf("pod %d: no address (%v)", i, err)
 			}
 			ips[i] = pod.Status.PodIP
-			if out, err := exec.Command(filepath.Join(testenv.BinDir(), "valkey-cli"), "-h", ips[i], "ping").Output(); err != nil || strings.TrimSpace(string(out)) != "PONG" {
+			if out, err := exec.Command(valkeyCLI(), "-h", ips[i], "ping").Output(); err != nil || strings.TrimSpace(string(out)) != "PONG" {
 				return false, fmt.Sprintf("pod %d: %s %v", i, out, err)
 			}
 		}
@@ -458,11 +458,14 @@ func valkeyCLIRebalance(t *testing.T, operator *testenv.Operator, key client.Obj
 	return took, agreed.Sub(began)
 }
 
+// valkeyCLI is the valkey-cli the toolchain links into bin/ (Valkey 9.1's).
+func valkeyCLI() string { return filepath.Join(testenv.BinDir(), "valkey-cli") }
+
 // waitReplicasInSync waits until every server at ips that is a replica has its link to its
 // primary up.
 func waitReplicasInSync(t *testing.T, ips []string) {
 	t.Helper()
-	cli := filepath.Join(testenv.BinDir(), "valkey-cli")
+	cli := valkeyCLI()
 	testenv.WaitFor(t, time.Minute, "every replica in sync", func() (bool, string) {
 		for _, ip := range ips {
 			info, err := exec.Command(cli, "-h", ip, "info", "replication").Output()
@@ -478,7 +481,7 @@ func waitReplicasInSync(t *testing.T, ips []string) {
 // way, and says cluster_state:ok.
 func waitClusterKnows(t *testing.T, ips []string) {
 	t.Helper()
-	cli := filepath.Join(testenv.BinDir(), "valkey-cli")
+	cli := valkeyCLI()
 	testenv.WaitFor(t, time.Minute, fmt.Sprintf("every server to know all %d and say cluster_state:ok", len(ips)), func() (bool, string) {
 		for _, ip := range ips {
 			nodes, err := exec.Command(cli, "-h", ip, "cluster", "nodes").Output()
