@@ -80,7 +80,7 @@ func describe(plan Plan) string {
 
 // Assess judges a formed cluster by what its servers report: it is ready only when every server
 // says cluster_state:ok, all 16384 slots are served by primaries that no server sees failing,
-// and every shard has its replicas attached with the link up. (A formed cluster has no slot
+// every server routes each slot to the primary that serves it, and every shard has its replicas attached with the link up. (A formed cluster has no slot
 // migrating or importing: Form finishes or closes such a slot first.)
 func Assess(want Want, members []Member) Health {
 	var notOK []string
@@ -123,14 +123,11 @@ func Assess(want Want, members []Member) Health {
 			}
 		}
 	}
-	served := 0
-	for _, ok := range servedBy {
-		if ok {
-			served++
-		}
-	}
-	if served < valkey.SlotCount {
+	if served := countTrue(servedBy); served < valkey.SlotCount {
 		return Health{SlotsUnserved, fmt.Sprintf("%d of %d slots are served by reachable primaries", served, valkey.SlotCount)}
+	}
+	if stale := staleRouting(members); stale != "" {
+		return Health{SlotsUnserved, stale}
 	}
 	for _, id := range primaries {
 		if linked[id] < want.ReplicasPerShard {
@@ -138,4 +135,56 @@ func Assess(want Want, members []Member) Health {
 		}
 	}
 	return Health{}
+}
+
+// staleRouting names a server whose own map of the slots sends a client elsewhere than to the
+// primary that serves a slot, or to a primary it cannot reach or has no address for, and how many
+// slots it misroutes; empty when every server agrees with the primaries. A cluster client learns
+// the map from whichever server it asks (CLUSTER SHARDS or SLOTS), and a server's cluster_state
+// can be ok while gossip has not yet brought it a change: a client that asked it would find a
+// slot with no node and fail its commands.
+func staleRouting(members []Member) string {
+	owner := make([]string, valkey.SlotCount)
+	for _, m := range members {
+		if self, ok := m.self(); ok && self.PrimaryID == "" {
+			for _, r := range self.Slots {
+				for s := r.Start; s <= r.End; s++ {
+					owner[s] = self.ID
+				}
+			}
+		}
+	}
+	for _, m := range members {
+		if m.Leaving || m.Nodes == nil {
+			continue
+		}
+		routed := make([]bool, valkey.SlotCount)
+		for _, n := range m.Nodes {
+			// A server may not know its own address (a single node was never met), and its
+			// clients use the one they asked it at.
+			if !n.Primary || n.Failing || n.Suspected || (n.IP == "" && !n.Myself) {
+				continue
+			}
+			for _, r := range n.Slots {
+				for s := r.Start; s <= r.End; s++ {
+					routed[s] = owner[s] == n.ID
+				}
+			}
+		}
+		if misrouted := valkey.SlotCount - countTrue(routed); misrouted > 0 {
+			return fmt.Sprintf("%s routes %d slots to no primary or to another than the one that serves them", m.Pod, misrouted)
+		}
+	}
+	return ""
+}
+
+// countTrue is the number of true values.
+func countTrue(values []bool) int {
+	n := 0
+	for _, v := range values {
+		if v {
+			n++
+		}
+	}
+	return n
 }

@@ -36,6 +36,12 @@ func TestNextIsReadyOnlyWhenEverythingHolds(t *testing.T) {
 		{"a server cannot be asked", func(m []Member) { m[1].Nodes = nil }, Healing, "cannot ask pod-1"},
 		{"cluster state", func(m []Member) { m[2].State = "fail" }, ClusterStateNotOK, "cluster_state is not ok on pod-2 (fail)"},
 		{"a primary seen failing", func(m []Member) { m[2].Nodes[1].Failing = true }, SlotsUnserved, "8192 of 16384 slots"},
+		{"a server's map not yet updated", func(m []Member) {
+			// pod-2 has not heard yet that slots 8000-8191 came back to pod-0 from pod-1.
+			m[2].Nodes[1].Slots = []valkey.SlotRange{r(0, 7999)}
+			m[2].Nodes[2].Slots = []valkey.SlotRange{r(8000, 16383)}
+		}, SlotsUnserved, "pod-2 routes 192 slots"},
+		{"a primary a server has no address for", func(m []Member) { m[3].Nodes[1].IP = "" }, SlotsUnserved, "pod-3 routes 8192 slots"},
 		{"a replica's link down", func(m []Member) { m[3].LinkUp = false }, ReplicasMissing, "primary id-pod-1 has 0 of 1"},
 		{"a slot migrating", func(m []Member) {
 			m[0].Nodes[0].Migrating = map[int]string{100: "id-pod-1"}

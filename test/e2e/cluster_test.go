@@ -154,8 +154,20 @@ func writeKeys(t *testing.T, key client.ObjectKey, n int) {
 	}
 	for i, res := range c.DoMulti(context.Background(), cmds...) {
 		if err := res.Error(); err != nil {
+			logRouting(t, key)
 			t.Fatalf("SET key-%d: %v", i, err)
 		}
+	}
+}
+
+// logRouting logs the map of the slots that each of the Cache's servers gives a cluster client
+// (CLUSTER SHARDS), for a test whose client could not route a command.
+func logRouting(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	for _, pod := range cachePods(t, key) {
+		v := node(t, &pod)
+		shards, err := v.Do(context.Background(), v.B().ClusterShards().Build()).ToAny()
+		t.Logf("%s: CLUSTER SHARDS %v, %v", pod.Name, shards, err)
 	}
 }
 
@@ -176,6 +188,7 @@ func assertKeysRead(t *testing.T, key client.ObjectKey, n int) {
 		}
 	}
 	if missing > 0 {
+		logRouting(t, key)
 		t.Fatalf("%d of %d keys missing or wrong", missing, n)
 	}
 }
