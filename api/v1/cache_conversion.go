@@ -11,9 +11,9 @@ import (
 )
 
 // AnnotationV2Fields holds, on a Cache read through v1, what its v2 form has that v1 cannot
-// express (a Cluster's mode, shards beyond v1's bound, replicas per shard, the backup a Cache was
-// restored from, its auth, its pods' settings, metrics, Valkey settings and TLS, the cluster's
-// status), as JSON. Written back through v1, the object converts to the same v2 object it came
+// express (a Cluster's or Replicated Cache's mode, shards beyond v1's bound, replicas per shard,
+// the backup a Cache was restored from, its auth, its pods' settings, metrics, Valkey settings and
+// TLS, the cluster's or the replication's status), as JSON. Written back through v1, the object converts to the same v2 object it came
 // from, as Cluster API carries its hub's fields. A v1 client never needs to touch it; a change
 // it makes to spec.replicas still takes effect, as the number of shards.
 const AnnotationV2Fields = "cache.example.com/v2-fields"
@@ -39,6 +39,7 @@ type v2Fields struct {
 	SlotsToMove       int32                  `json:"slotsToMove,omitempty"`
 	SlotsMoved        int32                  `json:"slotsMoved,omitempty"`
 	Nodes             []cachev2.ClusterNode  `json:"nodes,omitempty"`
+	Primary           string                 `json:"primary,omitempty"`
 	CertificateSerial string                 `json:"certificateSerial,omitempty"`
 	Rollout           *cachev2.RolloutStatus `json:"rollout,omitempty"`
 }
@@ -75,7 +76,7 @@ func (src *Cache) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Status.ReadyShards = fields.StatusReadyShards
 	dst.Status.SlotsAssigned = fields.SlotsAssigned
 	dst.Status.SlotsToMove, dst.Status.SlotsMoved = fields.SlotsToMove, fields.SlotsMoved
-	dst.Status.Nodes = fields.Nodes
+	dst.Status.Nodes, dst.Status.Primary = fields.Nodes, fields.Primary
 	dst.Status.CertificateSerial = fields.CertificateSerial
 	dst.Status.Rollout = fields.Rollout
 	return nil
@@ -144,6 +145,7 @@ func (dst *Cache) ConvertFrom(srcRaw conversion.Hub) error {
 		SlotsToMove:       src.Status.SlotsToMove,
 		SlotsMoved:        src.Status.SlotsMoved,
 		Nodes:             src.Status.Nodes,
+		Primary:           src.Status.Primary,
 		CertificateSerial: src.Status.CertificateSerial,
 		Rollout:           src.Status.Rollout,
 	})

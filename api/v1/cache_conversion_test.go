@@ -33,7 +33,7 @@ func TestV2ToV1AndBackIsLossless(t *testing.T) {
 		var original cachev2.Cache
 		f.Fill(&original)
 		if r := rand.New(rand.NewPCG(uint64(i), 0)); i%2 == 0 { // half of them the kind the operator makes
-			original.Spec.Mode = []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster}[r.IntN(2)]
+			original.Spec.Mode = []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster, cachev2.ModeReplicated}[r.IntN(3)]
 			original.Spec.Shards = r.Int32N(cachev2.MaxClusterShards) + 1
 		}
 		delete(original.Annotations, AnnotationV2Fields)

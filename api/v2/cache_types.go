@@ -7,7 +7,7 @@ import (
 )
 
 // Mode is how a Cache's nodes work together.
-// +kubebuilder:validation:Enum=Standalone;Cluster
+// +kubebuilder:validation:Enum=Standalone;Cluster;Replicated
 type Mode string
 
 const (
@@ -17,6 +17,11 @@ const (
 	// ModeCluster runs a Valkey Cluster: the 16384 hash slots spread over Shards primaries,
 	// each with ReplicasPerShard replicas. Clients use any node as a seed.
 	ModeCluster Mode = "Cluster"
+	// ModeReplicated runs one primary, which holds every key, and ReplicasPerShard replicas of
+	// it, for clients that do not speak the cluster protocol: they write and read through the
+	// Service <name>-primary, which the operator keeps on the current primary, and may read
+	// from <name>-replicas. The operator fails the primary over to a replica when it is lost.
+	ModeReplicated Mode = "Replicated"
 )
 
 // Bounds of the spec, for code and documentation. The schema markers on CacheSpec state the same
@@ -28,8 +33,10 @@ const (
 	// MaxClusterShards is the most primaries a Cluster Cache may have: with two replicas each,
 	// 300 nodes, well within what Valkey Cluster's gossip handles.
 	MaxClusterShards = 100
-	// MaxReplicasPerShard is the most replicas a shard may have.
+	// MaxReplicasPerShard is the most replicas a Cluster's shard may have.
 	MaxReplicasPerShard = 2
+	// MaxReplicatedReplicas is the most replicas a Replicated Cache's primary may have.
+	MaxReplicatedReplicas = 5
 )
 
 // CacheSpec is the user's intent for a Cache: how its nodes work together, how many there are,
@@ -39,19 +46,25 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",message="restoreFrom is set when a Cache is created and cannot be changed or removed: the restore happens once, at the nodes' first start"
 // +kubebuilder:validation:XValidation:rule="has(self.auth) == has(oldSelf.auth)",message="auth is set when a Cache is created and cannot be added or removed: clients and nodes that speak with and without credentials cannot serve side by side; create a new Cache (restoreFrom a backup keeps the data)"
 // +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls is set when a Cache is created and cannot be added or removed: clients and nodes that speak with and without TLS cannot serve side by side; create a new Cache (restoreFrom a backup keeps the data)"
-// +kubebuilder:validation:XValidation:rule="self.mode == 'Cluster' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster mode only; a Standalone Cache has no replicas"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster and Replicated modes only; a Standalone Cache has no replicas"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !has(self.replicasPerShard) || self.replicasPerShard <= 2",message="a Cluster's shard has at most 2 replicas"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || self.shards == 1",message="a Replicated Cache has one primary, which holds every key: set shards: 1 (its default, 3, is the other modes'), and its replicas in replicasPerShard"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || (!has(self.restoreFrom) && !has(self.auth) && !has(self.tls))",message="restoreFrom, auth and tls are not supported in Replicated mode yet"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !self.version.matches('^[0-9]+[.]') || int(self.version.split('.')[0]) >= 8",message="a Cluster needs Valkey 8.0 or later: the operator relies on a primary passing slot migrations on to its replicas, so that a migration survives a failover of its target, which Valkey does from 8.0"
 type CacheSpec struct {
-	// Mode is Standalone (independent nodes, each holding the keys that clients send it) or
-	// Cluster (a Valkey Cluster with replicas, formed and kept whole by the operator). It cannot
-	// be changed once set: the keys would be lost. Defaults to Cluster.
+	// Mode is Standalone (independent nodes, each holding the keys that clients send it),
+	// Cluster (a Valkey Cluster with replicas, formed and kept whole by the operator) or
+	// Replicated (one primary with every key, and its replicas, behind a Service that follows
+	// the primary through failovers). It cannot be changed once set: the keys would be lost.
+	// Defaults to Cluster.
 	// +kubebuilder:default=Cluster
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="mode cannot be changed: the two modes keep keys in different places, so changing it would drop every key; create a new Cache instead"
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
 
 	// Shards is the number of nodes of a Standalone Cache (1 to 9), or the number of primaries
-	// of a Cluster Cache (1 to 100), over which the 16384 hash slots are spread. The scale
+	// of a Cluster Cache (1 to 100), over which the 16384 hash slots are spread; a Replicated
+	// Cache has one primary, and shards must be 1. The scale
 	// subresource reads and writes it, so `kubectl scale` targets the Cache. Defaults to 3.
 	// Changing it in Cluster mode moves slots: to the new primaries when it grows; off the
 	// primaries that go, before their pods are removed, when it shrinks.
@@ -61,12 +74,13 @@ type CacheSpec struct {
 	// +optional
 	Shards int32 `json:"shards,omitempty"`
 
-	// ReplicasPerShard is the number of replicas of each primary of a Cluster Cache, 0 to 2; with
-	// at least one, the cluster survives losing a primary by promoting its replica. Unset means
-	// 0. Not allowed in Standalone mode. Lowering it removes replicas only: a primary on a pod
-	// that goes hands its shard to a replica that stays first.
+	// ReplicasPerShard is the number of replicas of each primary of a Cluster Cache, 0 to 2, or
+	// of a Replicated Cache's primary, 0 to 5; with at least one, the Cache survives losing a
+	// primary by promoting a replica. Unset means 0. Not allowed in Standalone mode. Lowering it
+	// removes replicas only: a primary on a pod that goes hands its shard to a replica that
+	// stays first.
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=2
+	// +kubebuilder:validation:Maximum=5
 	// +optional
 	ReplicasPerShard *int32 `json:"replicasPerShard,omitempty"`
 
@@ -413,9 +427,9 @@ type RestoreSource struct {
 }
 
 // Nodes is the number of cache node pods the spec asks for: one per shard in Standalone mode, a
-// primary and its replicas per shard in Cluster mode.
+// primary and its replicas per shard in the other modes.
 func (s *CacheSpec) Nodes() int32 {
-	if s.Mode != ModeCluster {
+	if s.Mode != ModeCluster && s.Mode != ModeReplicated {
 		return s.Shards
 	}
 	return s.Shards * (1 + s.ReplicasOrZero())
@@ -472,7 +486,12 @@ type CacheStatus struct {
 	// +optional
 	SlotsMoved int32 `json:"slotsMoved,omitempty"`
 
-	// Nodes are, in Cluster mode, the cluster's nodes as Valkey reports them, by pod.
+	// Primary is, in Replicated mode, the pod whose server takes writes, behind the Service
+	// <name>-primary; empty while no server does.
+	// +optional
+	Primary string `json:"primary,omitempty"`
+
+	// Nodes are, in Cluster and Replicated modes, the nodes as Valkey reports them, by pod.
 	// +listType=map
 	// +listMapKey=pod
 	// +optional

@@ -98,6 +98,27 @@ const (
 	ReasonClusterReady = "ClusterReady"
 )
 
+// Reasons of a Replicated Cache's Ready condition beyond those above (ReasonReplicasMissing is
+// shared): what its servers report about their replication.
+const (
+	// ReasonReplicationForming means the Cache's servers have no roles yet: the operator makes
+	// one the primary once every server answers, and the others its replicas.
+	ReasonReplicationForming = "ReplicationForming"
+
+	// ReasonPrimaryLost means no server takes writes: the primary is gone, back empty, or
+	// unreachable. The message says which replica takes over, or what the failover waits for.
+	ReasonPrimaryLost = "PrimaryLost"
+
+	// ReasonNodesUnreachable means the operator cannot ask some server for its replication, or
+	// the replicas follow a primary that it cannot reach (it does not fail over a primary that a
+	// replica still reaches).
+	ReasonNodesUnreachable = "NodesUnreachable"
+
+	// ReasonReplicationReady means one server takes writes, its pod alone is behind the
+	// <name>-primary Service, and every replica is linked to it.
+	ReasonReplicationReady = "ReplicationReady"
+)
+
 // Registered reports whether the Cache is listed in the external service catalogue, where
 // clients outside Kubernetes discover its nodes. It is absent when the operator runs without a
 // catalogue.

@@ -4,6 +4,7 @@ package v2_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 
@@ -57,8 +58,8 @@ func TestSchemaRejectsBadSpecsAtAdmission(t *testing.T) {
 	}{
 		{"zero shards", "shards", int64(0), "spec.shards", "greater than or equal to 1"},
 		{"too many Standalone shards", "shards", int64(10), "spec", "a Standalone Cache has at most 9 shards"},
-		{"replicas per shard in Standalone mode", "replicasPerShard", int64(1), "spec", "replicasPerShard applies to Cluster mode only"},
-		{"unknown mode", "mode", "Sentinel", "spec.mode", `supported values: "Standalone", "Cluster"`},
+		{"replicas per shard in Standalone mode", "replicasPerShard", int64(1), "spec", "replicasPerShard applies to Cluster and Replicated modes only"},
+		{"unknown mode", "mode", "Sentinel", "spec.mode", `supported values: "Standalone", "Cluster", "Replicated"`},
 		{"two-part version", "version", "1.2", "spec.version", "MAJOR.MINOR.PATCH"},
 		{"tag instead of version", "version", "latest", "spec.version", "MAJOR.MINOR.PATCH"},
 		{"v-prefixed version", "version", "v1.2.3", "spec.version", "MAJOR.MINOR.PATCH"},
@@ -206,7 +207,7 @@ func TestSchemaTakesAClusterOfUpTo100ShardsWithUpTo2Replicas(t *testing.T) {
 		{"largest", cachev2.MaxClusterShards, cachev2.MaxReplicasPerShard, ""},
 		{"no replicas", 1, 0, ""},
 		{"too many shards", cachev2.MaxClusterShards + 1, 0, "spec.shards: Invalid value"},
-		{"too many replicas", 3, cachev2.MaxReplicasPerShard + 1, "spec.replicasPerShard: Invalid value"},
+		{"too many replicas", 3, cachev2.MaxReplicasPerShard + 1, "a Cluster's shard has at most 2 replicas"},
 	} {
 		u := cacheObject("cluster-"+strings.ReplaceAll(tc.name, " ", "-"),
 			map[string]any{"mode": "Cluster", "shards": tc.shards, "replicasPerShard": tc.replicas, "version": "8.1.1"})
@@ -219,6 +220,40 @@ func TestSchemaTakesAClusterOfUpTo100ShardsWithUpTo2Replicas(t *testing.T) {
 		}
 		if tc.wantText != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.wantText)) {
 			t.Errorf("%s: got %v, want invalid: %s", tc.name, err, tc.wantText)
+		}
+	}
+}
+
+// A Replicated Cache has one primary and up to 5 replicas, takes its replicas in
+// replicasPerShard, and has no restore, auth or TLS yet.
+func TestSchemaTakesAReplicatedCacheOfOnePrimaryAndUpTo5Replicas(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		spec map[string]any
+		want string // empty: accepted
+	}{
+		{"largest", map[string]any{"shards": int64(1), "replicasPerShard": int64(cachev2.MaxReplicatedReplicas)}, ""},
+		{"no replicas", map[string]any{"shards": int64(1)}, ""},
+		{"too many replicas", map[string]any{"shards": int64(1), "replicasPerShard": int64(cachev2.MaxReplicatedReplicas + 1)}, "spec.replicasPerShard: Invalid value"},
+		{"shards left at the default", map[string]any{"replicasPerShard": int64(1)}, "set shards: 1"},
+		{"two primaries", map[string]any{"shards": int64(2)}, "a Replicated Cache has one primary"},
+		{"a restore", map[string]any{"shards": int64(1), "restoreFrom": map[string]any{"backup": "b"}}, "not supported in Replicated mode yet"},
+		{"auth", map[string]any{"shards": int64(1), "auth": map[string]any{}}, "not supported in Replicated mode yet"},
+		{"tls", map[string]any{"shards": int64(1), "tls": map[string]any{}}, "not supported in Replicated mode yet"},
+	} {
+		spec := map[string]any{"mode": "Replicated", "version": "9.1.2"}
+		maps.Copy(spec, tc.spec)
+		u := cacheObject("replicated-"+strings.ReplaceAll(tc.name, " ", "-"), spec)
+		err := k8s.Create(ctx, u)
+		if err == nil {
+			t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+		}
+		if tc.want == "" && err != nil {
+			t.Errorf("%s: rejected: %v", tc.name, err)
+		}
+		if tc.want != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: got %v, want invalid: %s", tc.name, err, tc.want)
 		}
 	}
 }
