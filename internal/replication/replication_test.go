@@ -1,0 +1,164 @@
+package replication
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var hold = Address{"127.0.0.1", 1}
+
+func want(nodes int) Want { return Want{Nodes: nodes, FailoverAfter: 5 * time.Second, Hold: hold} }
+
+func ip(pod string) string { return "198.18.0." + strings.TrimPrefix(pod, "pod-") }
+
+// held is a server that has had no role since it started.
+func held(pod string) Member {
+	return Member{Pod: pod, IP: ip(pod), Port: 6379, Reached: true, PrimaryIP: hold.IP, PrimaryPort: hold.Port}
+}
+
+func primary(pod string, offset int64) Member {
+	return Member{Pod: pod, IP: ip(pod), Port: 6379, Reached: true, Primary: true, Offset: offset, Labelled: true}
+}
+
+func replica(pod, of string, offset int64) Member {
+	return Member{Pod: pod, IP: ip(pod), Port: 6379, Reached: true, PrimaryIP: ip(of), PrimaryPort: 6379, LinkUp: true, Offset: offset}
+}
+
+// lostLink is a replica whose link to its primary has been down for the time given.
+func lostLink(m Member, down time.Duration) Member {
+	m.LinkUp, m.LinkDownFor = false, down
+	return m
+}
+
+func steps(p Plan) []string {
+	var out []string
+	for _, a := range p.Actions {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+func TestANewCacheGetsItsFirstServerAsPrimaryOnceEveryServerAnswers(t *testing.T) {
+	p := Next(want(3), []Member{held("pod-0"), held("pod-1")})
+	if p.Problem != Forming || len(p.Actions) > 0 || p.Waiting != "2/3 nodes answer" {
+		t.Errorf("two of three servers: %+v, want to wait for the third", p)
+	}
+	unreached := held("pod-2")
+	unreached.Reached = false
+	if p := Next(want(3), []Member{held("pod-0"), held("pod-1"), unreached}); len(p.Actions) > 0 {
+		t.Errorf("a server not reached may be a primary cut off: %v, want no step", steps(p))
+	}
+	p = Next(want(3), []Member{held("pod-2"), held("pod-1"), held("pod-0")})
+	if got := steps(p); !slices.Equal(got, []string{"pod-0: REPLICAOF NO ONE"}) || p.Problem != Forming {
+		t.Errorf("every server held: %v (%s), want pod-0 promoted", got, p.Problem)
+	}
+}
+
+func TestTheOthersFollowThePrimaryAndTheLabelMovesOffBeforeItMovesOn(t *testing.T) {
+	newPrimary := primary("pod-1", 100)
+	newPrimary.Labelled = false
+	oldPrimary := held("pod-0")
+	oldPrimary.Labelled = true
+	p := Next(want(3), []Member{oldPrimary, newPrimary, lostLink(replica("pod-2", "pod-0", 90), time.Second)})
+	wantSteps := []string{
+		"label pod pod-0 as the replica",
+		"pod-0: REPLICAOF 198.18.0.1 6379",
+		"label pod pod-1 as the primary",
+		"pod-2: REPLICAOF 198.18.0.1 6379",
+	}
+	if got := steps(p); !slices.Equal(got, wantSteps) {
+		t.Errorf("steps %q, want %q", got, wantSteps)
+	}
+	if p.Primary != "pod-1" || p.Problem != ReplicasMissing {
+		t.Errorf("primary %q, problem %q; want pod-1, ReplicasMissing", p.Primary, p.Problem)
+	}
+}
+
+func TestReadyOnlyWhenEveryReplicaIsLinkedToThePrimary(t *testing.T) {
+	healthy := func() []Member {
+		return []Member{primary("pod-0", 100), replica("pod-1", "pod-0", 100), replica("pod-2", "pod-0", 100)}
+	}
+	if p := Next(want(3), healthy()); p.Problem != "" || len(p.Actions) > 0 || p.Primary != "pod-0" {
+		t.Errorf("healthy: %+v, want ready with nothing to do", p)
+	}
+	for _, tc := range []struct {
+		name    string
+		breaks  func([]Member) []Member
+		problem Problem
+		message string
+	}{
+		{"a replica's link down", func(m []Member) []Member { m[2] = lostLink(m[2], time.Second); return m }, ReplicasMissing, "the primary pod-0 has 1 of 2 replicas in sync; not yet: pod-2"},
+		{"a server not reached", func(m []Member) []Member { m[1].Reached = false; return m }, NodesUnreached, "cannot ask pod-1"},
+		{"a pod missing", func(m []Member) []Member { return m[:2] }, ReplicasMissing, "2/3 nodes are running"},
+		{"the label on a replica too", func(m []Member) []Member { m[1].Labelled = true; return m }, ReplicasMissing, "next step: label pod pod-1 as the replica"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Next(want(3), tc.breaks(healthy()))
+			if p.Problem != tc.problem || !strings.HasPrefix(p.Message, tc.message) {
+				t.Errorf("got %s %q, want %s %q", p.Problem, p.Message, tc.problem, tc.message)
+			}
+		})
+	}
+}
+
+// The primary's server restarted in place comes back empty and held at the same address: the
+// replica furthest into its writes takes over at once, and the empty server is never the one.
+func TestAPrimaryBackEmptyIsReplacedAtOnceByTheFurthestReplica(t *testing.T) {
+	members := []Member{held("pod-0"), lostLink(replica("pod-1", "pod-0", 90), 0), lostLink(replica("pod-2", "pod-0", 120), 0)}
+	members[0].Labelled = true
+	p := Next(want(3), members)
+	if got := steps(p); !slices.Equal(got, []string{"pod-2: REPLICAOF NO ONE"}) || p.FailedOver != "pod-0" {
+		t.Errorf("steps %v, failed over %q; want pod-2 promoted in pod-0's place", got, p.FailedOver)
+	}
+}
+
+// A primary the operator cannot reach is failed over only once every replica has lost it for
+// FailoverAfter; while a replica still reaches it, it serves, and nobody is promoted.
+func TestAnUnreachablePrimaryIsFailedOverOnlyOnceEveryReplicaHasLostItLongEnough(t *testing.T) {
+	unreached := primary("pod-0", 100)
+	unreached.Reached = false
+	for _, tc := range []struct {
+		name     string
+		replicas []Member
+		promote  string
+	}{
+		{"a replica still linked", []Member{lostLink(replica("pod-1", "pod-0", 100), time.Minute), replica("pod-2", "pod-0", 100)}, ""},
+		{"lost for less than the timeout", []Member{lostLink(replica("pod-1", "pod-0", 100), time.Minute), lostLink(replica("pod-2", "pod-0", 100), 4*time.Second)}, ""},
+		{"lost for the timeout", []Member{lostLink(replica("pod-1", "pod-0", 100), 5*time.Second), lostLink(replica("pod-2", "pod-0", 99), time.Minute)}, "pod-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Next(want(3), append([]Member{unreached}, tc.replicas...))
+			var got string
+			if len(p.Actions) == 1 && p.Actions[0].Kind == KindPromote {
+				got = p.Actions[0].On
+			}
+			if got != tc.promote || (got == "" && len(p.Actions) > 0) {
+				t.Errorf("steps %v (%s), want promoted %q", steps(p), p.Message, tc.promote)
+			}
+		})
+	}
+}
+
+// A primary whose pod goes is lost with what it held: a replica takes over without waiting.
+func TestAPrimaryWhosePodGoesIsReplacedWithoutWaiting(t *testing.T) {
+	going := primary("pod-0", 100)
+	going.Gone, going.Reached = true, false
+	p := Next(want(2), []Member{going, lostLink(replica("pod-1", "pod-0", 100), 0)})
+	if got := steps(p); !slices.Equal(got, []string{"pod-1: REPLICAOF NO ONE"}) {
+		t.Errorf("steps %v, want pod-1 promoted", got)
+	}
+}
+
+// Two servers that take writes: the one the replicas follow stays, the other replicates it.
+func TestOfTwoPrimariesTheOneTheReplicasFollowStays(t *testing.T) {
+	back := primary("pod-0", 50)
+	current := primary("pod-1", 200)
+	current.Labelled = false
+	p := Next(want(3), []Member{back, current, replica("pod-2", "pod-1", 200)})
+	wantSteps := []string{"label pod pod-0 as the replica", "pod-0: REPLICAOF 198.18.0.1 6379"}
+	if got := steps(p); !slices.Equal(got, wantSteps) || p.Primary != "pod-1" {
+		t.Errorf("steps %v, primary %q; want %v and pod-1", got, p.Primary, wantSteps)
+	}
+}
