@@ -53,9 +53,10 @@ const (
 
 // Options is how the agent reaches its server, and which rule makes it ready.
 type Options struct {
-	// Cluster: the server is a Cluster node, ready as ClusterNodeReady says; otherwise it is
-	// ready when it answers.
-	Cluster bool
+	// Cluster: the server is a Cluster node, ready as ClusterNodeReady says; Replicated: a
+	// Replicated Cache's node, ready as ReplicatedNodeReady says; otherwise it is ready when it
+	// answers.
+	Cluster, Replicated bool
 	// Socket is the server's Unix socket; empty, the agent connects to 127.0.0.1:ServerPort.
 	Socket     string
 	ServerPort int
@@ -68,6 +69,9 @@ func (o Options) Command() []string {
 	args := []string{Program, "--server-port", strconv.Itoa(o.ServerPort)}
 	if o.Cluster {
 		args = append(args, "--cluster")
+	}
+	if o.Replicated {
+		args = append(args, "--replicated")
 	}
 	if o.Socket != "" {
 		args = append(args, "--socket", o.Socket)
@@ -83,6 +87,7 @@ func ParseArgs(args []string) (Options, error) {
 	var o Options
 	flags := flag.NewFlagSet(Program, flag.ContinueOnError)
 	flags.BoolVar(&o.Cluster, "cluster", false, "The server is a Valkey Cluster node.")
+	flags.BoolVar(&o.Replicated, "replicated", false, "The server is a node of a Replicated Cache.")
 	flags.StringVar(&o.Socket, "socket", "", "The server's Unix socket; empty: TCP to 127.0.0.1.")
 	flags.IntVar(&o.ServerPort, "server-port", 6379, "The server's port, without --socket.")
 	flags.StringVar(&o.User, "user", "", "The user to authenticate as, with the password in $"+EnvPassword+".")
@@ -211,10 +216,13 @@ func (a *Agent) check(ctx context.Context) error {
 		}
 		a.server = s
 	}
-	if !a.options.Cluster {
-		return a.server.Ping(ctx)
+	switch {
+	case a.options.Cluster:
+		return ClusterNodeReady(ctx, a.server)
+	case a.options.Replicated:
+		return ReplicatedNodeReady(ctx, a.server)
 	}
-	return ClusterNodeReady(ctx, a.server)
+	return a.server.Ping(ctx)
 }
 
 func (a *Agent) connect() (*valkey.Server, error) {
@@ -282,4 +290,19 @@ func ClusterNodeReady(ctx context.Context, s *valkey.Server) error {
 		return nil
 	}
 	return errors.New("a primary that serves no slot")
+}
+
+// ReplicatedNodeReady reports why the Replicated Cache's node is not ready, or nil: it is ready as
+// the primary, or as a replica whose link to its primary is up. A server the operator has not
+// given a role yet is a replica of no one it can reach (resources.HoldAddress), and not ready: it
+// serves none of the Cache's keys.
+func ReplicatedNodeReady(ctx context.Context, s *valkey.Server) error {
+	status, err := s.Status(ctx)
+	switch {
+	case err != nil:
+		return err
+	case status.Primary, status.LinkUp:
+		return nil
+	}
+	return errors.New("a replica whose link to its primary is down, or a server not given a role yet")
 }

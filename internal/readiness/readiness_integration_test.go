@@ -74,6 +74,38 @@ func TestAClusterNodeIsReadyServingSlotsOrAsAReplicaInSync(t *testing.T) {
 	}
 }
 
+// A Replicated node is ready as the primary, or as a replica whose link is up; held, as every
+// server starts (a replica of an address where nothing listens), it is not. On real servers.
+func TestAReplicatedNodeIsReadyAsThePrimaryOrAsAReplicaInSync(t *testing.T) {
+	ips := testenv.LoopbackIPs(17)[15:]
+	first, second := ips[0], ips[1]
+	for _, ip := range ips {
+		testenv.StartValkey(t, ip, 6379, "--replicaof", "127.0.0.1", "1", "--repl-diskless-sync-delay", "0")
+	}
+	replicated := Options{Replicated: true}
+	firstAgent, secondAgent := agentOf(first, replicated, ""), agentOf(second, replicated, "")
+	t.Cleanup(firstAgent.Close)
+	t.Cleanup(secondAgent.Close)
+	if err := probe(firstAgent); err == nil {
+		t.Error("a server given no role is ready")
+	}
+	c := testenv.Valkey(t, first, 6379)
+	if err := c.Do(t.Context(), c.B().Replicaof().No().One().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := probe(firstAgent); err != nil {
+		t.Errorf("the primary is not ready: %v", err)
+	}
+	c = testenv.Valkey(t, second, 6379)
+	if err := c.Do(t.Context(), c.B().Replicaof().Host(first).Port(6379).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the replica in sync to be ready", func() (bool, string) {
+		err := probe(secondAgent)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
 // A Standalone node with auth is ready once the agent is let in: a server that refuses its
 // password is not ready. Through the server's Unix socket, as with TLS.
 func TestAStandaloneNodeIsReadyWhenItLetsTheAgentIn(t *testing.T) {

@@ -11,6 +11,7 @@ func TestTheCommandLineReadsBackAsItsOptions(t *testing.T) {
 		{ServerPort: 6379},
 		{Cluster: true, ServerPort: 6379, User: "operator"},
 		{Cluster: true, ServerPort: 6379, Socket: "/data/valkey.sock", User: "operator"},
+		{Replicated: true, ServerPort: 6379},
 	} {
 		command := o.Command()
 		got, err := ParseArgs(command[1:])

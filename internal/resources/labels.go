@@ -12,9 +12,13 @@ const (
 	LabelInstance  = "app.kubernetes.io/instance"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	LabelVersion   = "app.kubernetes.io/version"
-	// LabelMode is on the pods of a Cluster Cache only, with the value Cluster: the operator's
-	// informer caches those pods, whose addresses it needs, and no others.
+	// LabelMode is on the pods of Cluster and Replicated Caches only, with the mode as its
+	// value: the operator's informer caches those pods, whose addresses it needs, and no others.
 	LabelMode = "cache.example.com/mode"
+	// LabelRole is on the pods of a Replicated Cache, set by the operator as their servers'
+	// roles change (replication.RolePrimary or RoleReplica), not by the pod template: the
+	// Services <name>-primary and <name>-replicas select on it.
+	LabelRole = "cache.example.com/role"
 
 	// AppName is the value of app.kubernetes.io/name: what runs in the pods.
 	AppName = "valkey"
@@ -46,8 +50,8 @@ var podLabelKeys = []string{LabelName, LabelInstance, LabelManagedBy, LabelVersi
 func podLabels(cache *cachev2.Cache) map[string]string {
 	l := Labels(cache)
 	l[LabelVersion] = cache.Spec.Version
-	if cache.Spec.Mode == cachev2.ModeCluster {
-		l[LabelMode] = string(cachev2.ModeCluster)
+	if cache.Spec.Mode == cachev2.ModeCluster || cache.Spec.Mode == cachev2.ModeReplicated {
+		l[LabelMode] = string(cache.Spec.Mode)
 	}
 	return l
 }

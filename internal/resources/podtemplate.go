@@ -134,12 +134,12 @@ func refusesDowngrade(cache *cachev2.Cache, running string) bool {
 
 // awaitsRolloutConsent reports whether a change of the spec's version, memory, pod settings or
 // metrics is held because rolling it out would empty every node: no replica holds a node's keys
-// while it restarts (a Standalone Cache; a Cluster without replicas), and the Cache does not carry
+// while it restarts (a Standalone Cache; a Cluster or Replicated Cache without replicas), and the Cache does not carry
 // the consent (AnnotationRolloutEmptiesNodes). Persistence is off, so a restarted node comes
 // back empty; a user who changes a version should not find the cache cold without having said
 // so. A template edited by hand is no change of the spec: it is undone, as ever.
 func awaitsRolloutConsent(cache *cachev2.Cache, sts, desired *appsv1.StatefulSet) bool {
-	noReplicas := cache.Spec.Mode != cachev2.ModeCluster || cache.Spec.ReplicasOrZero() == 0
+	noReplicas := cache.Spec.Mode == cachev2.ModeStandalone || cache.Spec.ReplicasOrZero() == 0
 	return noReplicas && cache.Annotations[cachev2.AnnotationRolloutEmptiesNodes] != cachev2.RolloutEmptiesNodesAllowed &&
 		templateAsWritten(sts) && specInputs(&sts.Spec.Template) != specInputs(&desired.Spec.Template)
 }

@@ -47,7 +47,7 @@ const readinessPeriodSeconds = 2
 // the server's Unix socket, which needs no certificate; with auth, as the node user. It
 // lives as long as the server: stopped with the pod, it answers until its server is gone.
 func readinessContainer(cache *cachev2.Cache, image string) corev1.Container {
-	options := readiness.Options{Cluster: cache.Spec.Mode == cachev2.ModeCluster, ServerPort: Port}
+	options := readiness.Options{Cluster: cache.Spec.Mode == cachev2.ModeCluster, Replicated: cache.Spec.Mode == cachev2.ModeReplicated, ServerPort: Port}
 	c := corev1.Container{
 		Name:  ReadinessContainerName,
 		Image: image,

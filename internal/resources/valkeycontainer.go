@@ -62,8 +62,11 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 		SecurityContext: containerSecurityContext(),
 		VolumeMounts:    []corev1.VolumeMount{{Name: dataVolume, MountPath: dataPath}},
 	}
-	if cache.Spec.Mode == cachev2.ModeCluster {
+	switch cache.Spec.Mode { //nolint:exhaustive // a Standalone node is the server as the image starts it
+	case cachev2.ModeCluster:
 		clusterNode(&c, cache.Spec.Version, cache.Spec.Auth != nil, cli)
+	case cachev2.ModeReplicated:
+		replicatedNode(&c)
 	}
 	if cache.Spec.Auth != nil {
 		authenticated(&c, cache)
@@ -112,8 +115,8 @@ func authenticated(c *corev1.Container, cache *cachev2.Cache) {
 // before it starts the server, in order, or nil when there is nothing to do and the image's
 // entrypoint starts it: with auth, the ACL file written (envACL); on a Cluster node, its identity
 // and data removed (freshStart); on a Standalone node restored from a backup, the data of an
-// earlier start removed (restoredStart); and on both, a restore's RDB taken as the one the server
-// loads (takeRestore).
+// earlier start removed (restoredStart); on both, a restore's RDB taken as the one the server
+// loads (takeRestore); and on a Replicated node, its data removed (emptyStart).
 func startSteps(cache *cachev2.Cache) []string {
 	var steps []string
 	if cache.Spec.Auth != nil {
@@ -122,6 +125,8 @@ func startSteps(cache *cachev2.Cache) []string {
 	switch {
 	case cache.Spec.Mode == cachev2.ModeCluster:
 		steps = slices.Concat(steps, freshStart, takeRestore)
+	case cache.Spec.Mode == cachev2.ModeReplicated:
+		steps = slices.Concat(steps, emptyStart)
 	case cache.Spec.RestoreFrom != nil:
 		steps = slices.Concat(steps, restoredStart, takeRestore)
 	}

@@ -158,6 +158,14 @@ type Status struct {
 	Primary bool
 	LinkUp  bool
 	Offset  int64
+	// PrimaryIP and PrimaryPort are, for a replica, where its primary is, and LinkDownFor how
+	// long its link has been down (0 when up, or never made).
+	PrimaryIP   string
+	PrimaryPort int
+	LinkDownFor time.Duration
+	// StreamOffset is how far into its stream of writes the server has got, a primary's own or
+	// the one a replica copies (master_repl_offset).
+	StreamOffset int64
 	// Time is the server's clock when it answered (server_time_usec): what the times it reports
 	// (SlotMigrations) compare with.
 	Time time.Time
@@ -169,15 +177,34 @@ func (s *Server) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, s.wrap("INFO server replication", err)
 	}
-	offset, _ := strconv.ParseInt(InfoField(reply, "slave_repl_offset"), 10, 64)
-	usec, _ := strconv.ParseInt(InfoField(reply, "server_time_usec"), 10, 64)
+	number := func(field string) int64 {
+		n, _ := strconv.ParseInt(InfoField(reply, field), 10, 64)
+		return n
+	}
 	return Status{
-		Version: versionOf(reply),
-		Primary: InfoField(reply, "role") == "master",
-		LinkUp:  InfoField(reply, "master_link_status") == "up",
-		Offset:  offset,
-		Time:    time.UnixMicro(usec),
+		Version:      versionOf(reply),
+		Primary:      InfoField(reply, "role") == "master",
+		LinkUp:       InfoField(reply, "master_link_status") == "up",
+		Offset:       number("slave_repl_offset"),
+		PrimaryIP:    InfoField(reply, "master_host"),
+		PrimaryPort:  int(number("master_port")),
+		LinkDownFor:  time.Duration(max(number("master_link_down_since_seconds"), 0)) * time.Second,
+		StreamOffset: number("master_repl_offset"),
+		Time:         time.UnixMicro(number("server_time_usec")),
 	}, nil
+}
+
+// ReplicaOf makes this server a replica of the server at ip:port (REPLICAOF), outside Cluster
+// mode.
+func (s *Server) ReplicaOf(ctx context.Context, ip string, port int) error {
+	return s.wrap("REPLICAOF", s.do(ctx, s.client.B().Replicaof().Host(ip).Port(int64(port)).Build()).Error())
+}
+
+// Promote makes this server, a replica outside Cluster mode, a primary that takes writes
+// (REPLICAOF NO ONE). It keeps its data, and its former primary's stream of writes as its own
+// past, so that the other replicas of that primary can continue from where they are.
+func (s *Server) Promote(ctx context.Context) error {
+	return s.wrap("REPLICAOF NO ONE", s.do(ctx, s.client.B().Replicaof().No().One().Build()).Error())
 }
 
 // Ping checks that the server answers commands: PING is refused before authentication, and
