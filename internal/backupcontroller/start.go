@@ -25,7 +25,7 @@ import (
 
 // start starts the backup's Job once its Cache is Ready, and records it Running with the shards
 // it copies; until then the backup is Pending, with the reason. A backup whose Cache does not
-// exist fails.
+// exist fails, and so does one of a Replicated Cache (not supported yet).
 func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
 	if b.Spec.ImportPath != "" {
 		return r.startImport(ctx, b, status)
@@ -37,6 +37,11 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 		return nil
 	} else if err != nil {
 		return err
+	}
+	if cache.Spec.Mode == cachev2.ModeReplicated {
+		setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed,
+			fmt.Sprintf("Cache %s is Replicated, whose backups are not supported yet", cache.Name))
+		return nil
 	}
 	ready := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady)
 	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != cache.Generation {

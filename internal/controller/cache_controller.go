@@ -89,8 +89,8 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	// mounts or loads at its start, with which the operator then speaks to its server. A
 	// Cluster's servers are asked who they are before the children change, so that a scale-in
 	// removes no pod whose server still holds slots. The finalizer goes on, and the catalogue
-	// lists the Cache, once its children exist; the Cluster's step follows, then everything the
-	// status reports, written last and once.
+	// lists the Cache, once its children exist; the Cluster's or the Replicated Cache's step
+	// follows, then everything the status reports, written last and once.
 	p := &pass{cache: cache}
 	for _, phase := range []phase{
 		r.restorePhase,
@@ -100,6 +100,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		r.childrenPhase,
 		r.registrationPhase,
 		r.clusterPhase,
+		r.replicatedPhase,
 		r.statusPhase,
 		r.rolloutPhase,
 		r.servingPhase,

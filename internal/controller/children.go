@@ -32,18 +32,26 @@ type children struct {
 	pending bool
 }
 
-// ensureChildren makes the Cache's Service, StatefulSet and PodDisruptionBudget match its spec,
+// ensureChildren makes the Cache's Services, StatefulSet and PodDisruptionBudget match its spec,
 // with the number of pods given (nodesToRun), and, for a restored Cache, the restore's init step
-// (set when the StatefulSet is made, never after). The Service comes first: the StatefulSet's
-// pods get their DNS names from it. running is the newest Valkey release the primaries run
+// (set when the StatefulSet is made, never after). The Services come first: the StatefulSet's
+// pods get their DNS names from the headless one; a Replicated Cache's clients use the other two. running is the newest Valkey release the primaries run
 // (primariesRelease, resources.JudgeStatefulSet).
 func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32, running string, restore *corev1.Container) (children, error) {
-	serviceCreated, servicePending, err := r.ensureService(ctx, cache)
-	if err != nil {
-		return children{}, fmt.Errorf("ensuring Service: %w", err)
+	services := []*corev1.Service{resources.Service(cache)}
+	if cache.Spec.Mode == cachev2.ModeReplicated {
+		services = append(services, resources.RoleServices(cache)...)
 	}
-	if servicePending {
-		return children{pending: true}, nil
+	serviceCreated := false
+	for _, desired := range services {
+		created, pending, err := r.ensureService(ctx, cache, desired)
+		if err != nil {
+			return children{}, fmt.Errorf("ensuring Service %s: %w", desired.Name, err)
+		}
+		if pending {
+			return children{pending: true}, nil
+		}
+		serviceCreated = serviceCreated || created
 	}
 	made, err := r.ensureStatefulSet(ctx, cache, nodes, running, restore)
 	if err != nil {
@@ -128,11 +136,11 @@ func (r *CacheReconciler) ensureStatefulSet(ctx context.Context, cache *cachev2.
 	return children{sts: sts, hold: hold, created: op == controllerutil.OperationResultCreated}, err
 }
 
-// ensureService decides from the informer's copy of the Service, which keeps only the owned
-// fields (see InformerOptions), whether anything needs writing. It reports whether it created
-// the Service, or found it pending (see getCachedChild) and did nothing.
-func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache) (created, pending bool, err error) {
-	desired := resources.Service(cache)
+// ensureService makes one of the Cache's Services match desired, deciding from the informer's
+// copy, which keeps only the owned fields (see InformerOptions), whether anything needs writing.
+// It reports whether it created the Service, or found it pending (see getCachedChild) and did
+// nothing.
+func (r *CacheReconciler) ensureService(ctx context.Context, cache *cachev2.Cache, desired *corev1.Service) (created, pending bool, err error) {
 	cached := &corev1.Service{}
 	pending, err = r.getCachedChild(ctx, client.ObjectKeyFromObject(desired), cached)
 	if pending {

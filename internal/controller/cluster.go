@@ -245,8 +245,10 @@ func observeMember(ctx context.Context, m *topology.Member, auth valkey.Auth, na
 	m.Nodes = nodes
 }
 
-// clusterReport is what a Cluster Cache's servers say, in the terms of its status.
+// clusterReport is what a Cluster or Replicated Cache's servers say, in the terms of its status.
 type clusterReport struct {
+	// primary is a Replicated Cache's primary pod.
+	primary                            string
 	shards, readyShards, slotsAssigned int32
 	// slotsToMove is how many slots the operation under way still has to move.
 	slotsToMove int32

@@ -74,10 +74,7 @@ func InformerOptions(operatorNamespace string, watched ...string) cache.Options 
 			&batchv1.Job{}:      {Label: managed},
 			&corev1.ConfigMap{}: {Label: managed},
 			&corev1.Pod{}: {
-				Label: labels.SelectorFromSet(labels.Set{
-					resources.LabelManagedBy: resources.ManagedBy,
-					resources.LabelMode:      string(cachev2.ModeCluster),
-				}),
+				Label: labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy}).Add(podsOfModes),
 				Transform: func(in any) (any, error) {
 					if pod, ok := in.(*corev1.Pod); ok {
 						return clusterMemberPod(pod), nil
@@ -88,6 +85,16 @@ func InformerOptions(operatorNamespace string, watched ...string) cache.Options 
 		},
 	}
 }
+
+// podsOfModes selects the pods the informer caches: those of Cluster and Replicated Caches,
+// whose servers the operator talks to.
+var podsOfModes = func() labels.Requirement {
+	r, err := labels.NewRequirement(resources.LabelMode, selection.In, []string{string(cachev2.ModeCluster), string(cachev2.ModeReplicated)})
+	if err != nil {
+		panic(err)
+	}
+	return *r
+}()
 
 // clusterMemberPod is what the reconciler reads of a Cluster Cache's pod: which it is, whether it
 // is going away, its node and IP, and when its handover was seen in an upgrade.

@@ -74,20 +74,23 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 	status.ReadyReplicas = sts.Status.ReadyReplicas
 	// Each Standalone node is a shard; a Cluster's shards are counted from what Valkey reports.
 	status.Shards, status.ReadyShards, status.SlotsAssigned, status.Nodes = status.Replicas, status.ReadyReplicas, 0, nil
-	status.SlotsToMove, status.SlotsMoved = 0, 0
+	status.SlotsToMove, status.SlotsMoved, status.Primary = 0, 0, ""
 	ready := readyCondition(cache, sts)
 	if cluster != nil {
 		status.Shards, status.ReadyShards = cluster.shards, cluster.readyShards
-		status.SlotsAssigned, status.Nodes = cluster.slotsAssigned, cluster.nodes
+		status.SlotsAssigned, status.Nodes, status.Primary = cluster.slotsAssigned, cluster.nodes, cluster.primary
 		status.SlotsToMove, status.SlotsMoved = cluster.slotsToMove, slotsMoved(cache.Status, cluster.slotsToMove)
 		switch {
 		case ready.Status == metav1.ConditionTrue:
 			ready = cluster.ready // the pods' progress is the news until they are all up
-		case slices.Contains(clusterOperations, cluster.ready.Reason) || cluster.ready.Reason == cachev2.ReasonClusterForming:
+		case slices.Contains(clusterOperations, cluster.ready.Reason) || cluster.ready.Reason == cachev2.ReasonClusterForming ||
+			cluster.ready.Reason == cachev2.ReasonReplicationForming || cluster.ready.Reason == cachev2.ReasonPrimaryLost:
 			// Pods come and go within an operation (scaling, restarting): it stays the reason.
 			// So does the forming of a new cluster, whose pods start one by one: stored, it is
 			// how the next passes know that the cluster has never been whole (tendCluster), and
-			// do not call the attaching of a late pod's node healing.
+			// do not call the attaching of a late pod's node healing. A Replicated Cache's pods
+			// are not ready until they have a role, and with no primary none is: what the
+			// servers say is the news.
 			ready.Reason, ready.Message = cluster.ready.Reason, cluster.ready.Message+"; "+ready.Message
 		}
 	}

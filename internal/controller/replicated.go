@@ -1,0 +1,192 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/replication"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/valkey"
+)
+
+// failoverAfter is how long every replica of a Replicated Cache must have lost a primary that the
+// operator cannot reach either before a replica takes over. A primary known lost (its pod going,
+// its server back empty) is replaced at once.
+const failoverAfter = 5 * time.Second
+
+// replicatedMember is a pod of a Replicated Cache and what its server reports.
+type replicatedMember struct {
+	replication.Member
+	pod *corev1.Pod
+}
+
+// replicatedPhase takes a Replicated Cache's servers one step towards one primary that the
+// others replicate, with the primary's label on its pod alone (replication.Next), and reports what
+// they say. Like a Cluster, it is looked at again on a timer: Valkey sends no events.
+func (r *CacheReconciler) replicatedPhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
+	if p.cache.Spec.Mode != cachev2.ModeReplicated {
+		return nil, nil
+	}
+	members, err := r.observeReplicated(ctx, p.cache, p.creds.auth)
+	if err != nil {
+		return end(ctrl.Result{}, err)
+	}
+	plan := replication.Next(replication.Want{Nodes: int(p.cache.Spec.Nodes()), FailoverAfter: failoverAfter, Hold: resources.HoldAddress},
+		replicationMembers(members))
+	if plan.FailedOver != "" {
+		r.Recorder.Eventf(p.cache, nil, corev1.EventTypeWarning, cachev2.ReasonPrimaryLost, "Failover",
+			"the primary %s is lost: %s", plan.FailedOver, plan.Message)
+	}
+	if err := r.actReplicated(ctx, members, plan.Actions, p.creds.auth); err != nil {
+		p.failed = append(p.failed, err)
+	}
+	p.cluster = reportReplicated(members, plan, p.cache.Generation)
+	poll := r.ClusterCheckInterval
+	switch {
+	case len(plan.Actions) > 0:
+		poll = clusterPollAfterStep
+	case plan.Problem != "":
+		poll = clusterPollWhileNotReady
+	}
+	p.pollAfter = soonest(p.pollAfter, poll)
+	return nil, nil
+}
+
+func replicationMembers(members []replicatedMember) []replication.Member {
+	out := make([]replication.Member, len(members))
+	for i := range members {
+		out[i] = members[i].Member
+	}
+	return out
+}
+
+// observeReplicated asks the server of every pod of the Cache, all at once, for its replication.
+// A pod that is deleted, or has no address or no running server, is Gone; a server that cannot be
+// asked, or that says it is another pod's (an address gone to another pod), is not Reached.
+func (r *CacheReconciler) observeReplicated(ctx context.Context, cache *cachev2.Cache, auth valkey.Auth) ([]replicatedMember, error) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
+		return nil, fmt.Errorf("listing the Cache's pods: %w", err)
+	}
+	members := make([]replicatedMember, len(pods.Items))
+	var wg sync.WaitGroup
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		m := &members[i]
+		m.pod, m.Pod, m.IP, m.Port = pod, pod.Name, pod.Status.PodIP, resources.Port
+		m.Labelled = pod.Labels[resources.LabelRole] == string(replication.RolePrimary)
+		m.Gone = pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning
+		if !m.Gone {
+			wg.Go(func() { observeReplica(ctx, &m.Member, auth, resources.NodeName(cache.Namespace, m.Pod)) })
+		}
+	}
+	wg.Wait()
+	return members, nil
+}
+
+// observeReplica fills in what m's server says of its replication, once it has said it is the
+// pod expected; on any failure, m is not Reached, and the log says why.
+func observeReplica(ctx context.Context, m *replication.Member, auth valkey.Auth, name string) {
+	logger := log.FromContext(ctx).WithValues("pod", m.Pod)
+	server, err := valkey.Connect(m.IP, m.Port, auth)
+	if err != nil {
+		logger.Info("Cannot reach the Valkey server", "error", err.Error())
+		return
+	}
+	defer server.Close()
+	announced, err := server.NodeName(ctx)
+	if err != nil || announced != name {
+		logger.Info("The Valkey server at the pod's address is not the pod's", "says", announced, "error", fmt.Sprint(err))
+		return
+	}
+	status, err := server.Status(ctx)
+	if err != nil {
+		logger.Info("Cannot read the Valkey server's replication", "error", err.Error())
+		return
+	}
+	m.Reached, m.Primary, m.LinkUp, m.LinkDownFor = true, status.Primary, status.LinkUp, status.LinkDownFor
+	m.PrimaryIP, m.PrimaryPort, m.Offset = status.PrimaryIP, status.PrimaryPort, status.StreamOffset
+}
+
+// actReplicated takes the plan's actions one after the other, in their order, which matters: the
+// primary's label comes off a pod before it goes on another. It stops at the first that fails.
+func (r *CacheReconciler) actReplicated(ctx context.Context, members []replicatedMember, actions []replication.Action, auth valkey.Auth) error {
+	byPod := map[string]*replicatedMember{}
+	for i := range members {
+		byPod[members[i].Pod] = &members[i]
+	}
+	for _, a := range actions {
+		log.FromContext(ctx).Info("Valkey replication step", "step", a.String())
+		m := byPod[a.On]
+		if err := r.actOnReplica(ctx, m, a, auth); err != nil {
+			return fmt.Errorf("tending the Valkey replication: %s: %w", a, err)
+		}
+	}
+	return nil
+}
+
+func (r *CacheReconciler) actOnReplica(ctx context.Context, m *replicatedMember, a replication.Action, auth valkey.Auth) error {
+	if a.Kind == replication.KindLabel {
+		return client.IgnoreNotFound(r.labelRole(ctx, m.pod, a.Role))
+	}
+	server, err := valkey.Connect(m.IP, m.Port, auth)
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	if a.Kind == replication.KindPromote {
+		return server.Promote(ctx)
+	}
+	return server.ReplicaOf(ctx, a.Primary.IP, a.Primary.Port)
+}
+
+// labelRole sets the role label of the pod, if it is still the pod that was observed.
+func (r *CacheReconciler) labelRole(ctx context.Context, pod *corev1.Pod, role replication.Role) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":    pod.UID, // a precondition: the API server refuses to change it
+		"labels": map[string]string{resources.LabelRole: string(role)},
+	}})
+	if err != nil {
+		return err
+	}
+	return r.Patch(ctx, pod.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
+}
+
+// reportReplicated sums up what a Replicated Cache's servers say in the terms of its status: one
+// shard, the nodes' roles, the primary, and the verdict.
+func reportReplicated(members []replicatedMember, plan replication.Plan, generation int64) *clusterReport {
+	report := &clusterReport{shards: 1, primary: plan.Primary}
+	byAddress := map[string]string{}
+	for _, m := range members {
+		byAddress[m.IP] = m.Pod
+	}
+	for _, m := range members {
+		node := cachev2.ClusterNode{Pod: m.Pod}
+		switch {
+		case m.Pod == plan.Primary:
+			node.Role = cachev2.RolePrimary
+		case m.Reached && !m.Primary && m.PrimaryIP == byAddress[plan.Primary] && plan.Primary != "":
+			node.Role, node.PrimaryPod = cachev2.RoleReplica, plan.Primary
+		}
+		report.nodes = append(report.nodes, node)
+	}
+	report.ready = metav1.Condition{Type: cachev2.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: string(plan.Problem), Message: plan.Message, ObservedGeneration: generation}
+	if plan.Problem == "" {
+		report.readyShards = 1
+		report.ready.Status, report.ready.Reason = metav1.ConditionTrue, cachev2.ReasonReplicationReady
+		report.ready.Message = fmt.Sprintf("%s takes writes behind its Service, with %d replicas in sync", plan.Primary, len(members)-1)
+	}
+	return report
+}
