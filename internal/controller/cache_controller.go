@@ -144,6 +144,7 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconc
 		// The CA published for clients, made again at once if deleted by hand.
 		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(cacheOfCredentials)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(cacheOfPod), replicatedPodChanged).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles, RateLimiter: retryBackoff()}).
 		Complete(routineConflicts{r})
 }

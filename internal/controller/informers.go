@@ -96,8 +96,10 @@ var podsOfModes = func() labels.Requirement {
 	return *r
 }()
 
-// clusterMemberPod is what the reconciler reads of a Cluster Cache's pod: which it is, whether it
-// is going away, its node and IP, and when its handover was seen in an upgrade.
+// clusterMemberPod is what the reconciler reads of a Cluster or Replicated Cache's pod: which it
+// is, whether it is going away, its node and IP, when its handover was seen in an upgrade, and
+// how often its containers restarted (a Replicated primary's server restarted in place is failed
+// over at once: replicatedPodChanged).
 func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
 	meta := resources.CachedMeta(pod.ObjectMeta)
 	if seen, ok := pod.Annotations[annotationHandoverSeen]; ok {
@@ -107,8 +109,17 @@ func clusterMemberPod(pod *corev1.Pod) *corev1.Pod {
 		TypeMeta:   pod.TypeMeta,
 		ObjectMeta: meta,
 		Spec:       corev1.PodSpec{NodeName: pod.Spec.NodeName},
-		Status:     corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
+		Status:     corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP, ContainerStatuses: restarts(pod)},
 	}
+}
+
+// restarts are the pod's container statuses cut down to their names and restart counts.
+func restarts(pod *corev1.Pod) []corev1.ContainerStatus {
+	var out []corev1.ContainerStatus
+	for _, c := range pod.Status.ContainerStatuses {
+		out = append(out, corev1.ContainerStatus{Name: c.Name, RestartCount: c.RestartCount})
+	}
+	return out
 }
 
 // secretsCached are the Secrets the informer caches: those of Caches' credentials, the operator's

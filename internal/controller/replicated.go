@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -167,20 +172,24 @@ func (r *CacheReconciler) labelRole(ctx context.Context, pod *corev1.Pod, role r
 // shard, the nodes' roles, the primary, and the verdict.
 func reportReplicated(members []replicatedMember, plan replication.Plan, generation int64) *clusterReport {
 	report := &clusterReport{shards: 1, primary: plan.Primary}
-	byAddress := map[string]string{}
+	primaryIP := ""
 	for _, m := range members {
-		byAddress[m.IP] = m.Pod
+		if m.Pod == plan.Primary {
+			primaryIP = m.IP
+		}
 	}
 	for _, m := range members {
 		node := cachev2.ClusterNode{Pod: m.Pod}
 		switch {
 		case m.Pod == plan.Primary:
 			node.Role = cachev2.RolePrimary
-		case m.Reached && !m.Primary && m.PrimaryIP == byAddress[plan.Primary] && plan.Primary != "":
+		case m.Reached && !m.Primary && primaryIP != "" && m.PrimaryIP == primaryIP:
 			node.Role, node.PrimaryPod = cachev2.RoleReplica, plan.Primary
 		}
 		report.nodes = append(report.nodes, node)
 	}
+	// In the pods' order, not the informer's: a pass that sees the same should write nothing.
+	slices.SortFunc(report.nodes, func(a, b cachev2.ClusterNode) int { return strings.Compare(a.Pod, b.Pod) })
 	report.ready = metav1.Condition{Type: cachev2.ConditionReady, Status: metav1.ConditionFalse,
 		Reason: string(plan.Problem), Message: plan.Message, ObservedGeneration: generation}
 	if plan.Problem == "" {
@@ -189,4 +198,40 @@ func reportReplicated(members []replicatedMember, plan replication.Plan, generat
 		report.ready.Message = fmt.Sprintf("%s takes writes behind its Service, with %d replicas in sync", plan.Primary, len(members)-1)
 	}
 	return report
+}
+
+// replicatedPodChanged maps a change of a Replicated Cache's pod that the servers' roles depend
+// on to its Cache: a pod that appears, goes, is being deleted, gets or loses its address or its
+// running server, or has a container restarted. A primary's pod deleted, or its server restarted
+// in place, is failed over at once, not at the next timed look (30 s by default) nor once its
+// readiness probe has failed three times; the role label, the operator's own write, brings
+// nothing back.
+var replicatedPodChanged = builder.WithPredicates(predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { return ofReplicatedCache(e.Object) },
+	DeleteFunc:  func(e event.DeleteEvent) bool { return ofReplicatedCache(e.Object) },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, current := e.ObjectOld.(*corev1.Pod), e.ObjectNew.(*corev1.Pod)
+		return ofReplicatedCache(current) && (old.DeletionTimestamp.IsZero() != current.DeletionTimestamp.IsZero() ||
+			old.Status.PodIP != current.Status.PodIP || old.Status.Phase != current.Status.Phase ||
+			restartCount(old) != restartCount(current))
+	},
+})
+
+// restartCount is how often the pod's containers have restarted in all.
+func restartCount(pod *corev1.Pod) int32 {
+	var n int32
+	for _, c := range pod.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
+}
+
+func ofReplicatedCache(pod client.Object) bool {
+	return pod.GetLabels()[resources.LabelMode] == string(cachev2.ModeReplicated)
+}
+
+// cacheOfPod maps a pod to its Cache.
+func cacheOfPod(_ context.Context, pod client.Object) []ctrl.Request {
+	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: pod.GetNamespace(), Name: pod.GetLabels()[resources.LabelInstance]}}}
 }

@@ -23,7 +23,14 @@ var HoldAddress = replication.Address{IP: "127.0.0.1", Port: 1}
 //
 // Like a Cluster node, it says which pod it is (cluster-announce-human-nodename, which Valkey
 // keeps outside Cluster mode too): the operator checks it before it sends a server any command.
-func replicatedNode(c *corev1.Container) {
+//
+// A primary whose pod goes of itself (deleted, evicted by a node drain) hands over to a replica in
+// sync first, in its preStop hook (scripts/fail-over.sh, Valkey's FAILOVER): the replica takes
+// over with every write the primary acknowledged, rather than once the server has gone.
+func replicatedNode(c *corev1.Container, cli nodeCLI) {
+	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+		Command: scriptCommand(failOverScript, "fail-over.sh", cli.local),
+	}}}
 	c.Args = append(c.Args,
 		"--replicaof", HoldAddress.IP, strconv.Itoa(HoldAddress.Port),
 		"--cluster-announce-human-nodename", NodeName("$(POD_NAMESPACE)", "$(POD_NAME)"))

@@ -13,6 +13,8 @@ var (
 	startScript string
 	//go:embed scripts/hand-over.sh
 	handOverScript string
+	//go:embed scripts/fail-over.sh
+	failOverScript string
 )
 
 // scriptCommand is the command that runs script with the image's shell and args; name is what the

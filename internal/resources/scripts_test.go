@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	cachev2 "example.com/cache-operator/api/v2"
 )
 
@@ -133,7 +135,7 @@ case "$*" in
 *"INFO replication"*) printf 'role:master\nconnected_slaves:1\nslave0:ip=x,port=6379,state=%s,offset=1,lag=0\n' "${REPLICA_STATE:-online}" ;;
 *"CLUSTER MYID"*) echo 07c37dfeb235213a872192d90877d0cd55635b91 ;;
 *"CLUSTER REPLICAS"*) echo "292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f $REPLICA_ADDR slave 07c37dfeb235213a872192d90877d0cd55635b91 0 1 1 connected" ;;
-*"CLUSTER FAILOVER"*)
+*FAILOVER*)
 	if [ -n "${REFUSES:-}" ]; then echo "ERR Master is down or failed, please use CLUSTER FAILOVER FORCE"; exit 0; fi
 	[ -n "${NEVER_TAKES_OVER:-}" ] || touch "$TOOK_OVER"
 	echo OK ;;
@@ -178,14 +180,26 @@ func handOver(t *testing.T, hook []string, replicaAddr string) []string {
 	return calls
 }
 
-// The preStop hook hands over only what it can, and never holds the pod's stop longer than its
-// bound: a replica, or a primary whose replica is still syncing, asks nobody; a primary whose
-// replica refuses stops at once; one whose replica never takes over asks its role 50 times
-// (10 s of 0.2 s sleeps) and gives up. It exits 0 in every case: the server is stopped after it
-// anyway, and a failed hook only delays that.
+// The preStop hooks, a Cluster node's and a Replicated node's, hand over only what they can, and
+// never hold the pod's stop longer than their bound: a replica, or a primary whose replica is still
+// syncing, asks nobody; a primary whose replica refuses stops at once; one whose replica never
+// takes over asks its role 50 times (10 s of 0.2 s sleeps) and gives up. They exit 0 in every
+// case: the server is stopped after them anyway, and a failed hook only delays that.
 func TestHandOverAsksOnlyWhenItCanAndIsBounded(t *testing.T) {
-	hook := handOverCommand(nodeCLI{local: "valkey-cli -p 6379"})
-	failover := "-h 198.18.1.2 -p 6379 CLUSTER FAILOVER"
+	cli := nodeCLI{local: "valkey-cli -p 6379"}
+	t.Run("Cluster", func(t *testing.T) {
+		handOverIsBounded(t, handOverCommand(cli), "-p 6379 -h 198.18.1.2 -p 6379 CLUSTER FAILOVER")
+	})
+	t.Run("Replicated", func(t *testing.T) {
+		var c corev1.Container
+		replicatedNode(&c, cli)
+		handOverIsBounded(t, c.Lifecycle.PreStop.Exec.Command, "-p 6379 FAILOVER TIMEOUT 5000")
+	})
+}
+
+// handOverIsBounded is TestHandOverAsksOnlyWhenItCanAndIsBounded of one hook, which asks for a
+// failover with the valkey-cli arguments given.
+func handOverIsBounded(t *testing.T, hook []string, failover string) {
 	for _, tc := range []struct {
 		name      string
 		env       []string
@@ -208,7 +222,7 @@ func TestHandOverAsksOnlyWhenItCanAndIsBounded(t *testing.T) {
 					roleCalls++
 				}
 			}
-			if asked := slices.Contains(calls, "-p 6379 "+failover); asked != tc.asked || tookOver || roleCalls != tc.roleCalls {
+			if asked := slices.Contains(calls, failover); asked != tc.asked || tookOver || roleCalls != tc.roleCalls {
 				t.Errorf("asked for a failover %t, took over %t, asked its role %d times; want %t, false, %d; it ran:\n%s",
 					asked, tookOver, roleCalls, tc.asked, tc.roleCalls, strings.Join(calls, "\n"))
 			}

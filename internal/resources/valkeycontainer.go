@@ -66,7 +66,7 @@ func valkeyContainer(cache *cachev2.Cache, imageRepository string) corev1.Contai
 	case cachev2.ModeCluster:
 		clusterNode(&c, cache.Spec.Version, cache.Spec.Auth != nil, cli)
 	case cachev2.ModeReplicated:
-		replicatedNode(&c)
+		replicatedNode(&c, cli)
 	}
 	if cache.Spec.Auth != nil {
 		authenticated(&c, cache)

@@ -1,0 +1,40 @@
+package controller
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/replication"
+)
+
+// The status names the primary, and as its replicas the servers that replicate it, in the pods'
+// order; a server held or replicating another address has no role yet.
+func TestAReplicatedCachesStatusSaysWhoReplicatesWhom(t *testing.T) {
+	member := func(pod, ip, primaryIP string) replicatedMember {
+		return replicatedMember{Member: replication.Member{Pod: pod, IP: ip, Reached: true, Primary: primaryIP == "", PrimaryIP: primaryIP}}
+	}
+	members := []replicatedMember{
+		member("c-2", "198.18.0.3", "127.0.0.1"),
+		member("c-1", "198.18.0.2", ""),
+		member("c-0", "198.18.0.1", "198.18.0.2"),
+	}
+	report := reportReplicated(members, replication.Plan{Primary: "c-1", Problem: replication.ReplicasMissing}, 7)
+	want := []cachev2.ClusterNode{
+		{Pod: "c-0", Role: cachev2.RoleReplica, PrimaryPod: "c-1"},
+		{Pod: "c-1", Role: cachev2.RolePrimary},
+		{Pod: "c-2"},
+	}
+	if len(report.nodes) != len(want) {
+		t.Fatalf("nodes %+v, want %+v", report.nodes, want)
+	}
+	for i := range want {
+		if report.nodes[i] != want[i] {
+			t.Errorf("node %d: %+v, want %+v", i, report.nodes[i], want[i])
+		}
+	}
+	if report.primary != "c-1" || report.ready.Status != metav1.ConditionFalse || report.ready.Reason != cachev2.ReasonReplicasMissing || report.readyShards != 0 {
+		t.Errorf("primary %q, Ready %s %s, %d ready shards; want c-1, False ReplicasMissing, 0", report.primary, report.ready.Status, report.ready.Reason, report.readyShards)
+	}
+}
