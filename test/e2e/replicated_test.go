@@ -1,0 +1,314 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/test/harness/testenv"
+)
+
+// newReplicatedCache creates a Replicated Cache of one primary and the replicas given.
+func newReplicatedCache(t *testing.T, namespace, name string, replicas int32) client.ObjectKey {
+	t.Helper()
+	c := &cachev2.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: cachev2.CacheSpec{Mode: cachev2.ModeReplicated, Shards: 1, ReplicasPerShard: &replicas,
+			Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
+	}
+	if err := admin.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return client.ObjectKeyFromObject(c)
+}
+
+// waitPrimaryServed waits until the Cache is ReplicationReady with a primary other than not, the
+// primary's pod alone carries the primary's label, and the Service <name>-primary sends clients
+// to it alone; it returns the primary's pod.
+func waitPrimaryServed(t *testing.T, key client.ObjectKey, not string) *corev1.Pod {
+	t.Helper()
+	var primary *corev1.Pod
+	testenv.WaitFor(t, 3*time.Minute, "a primary behind its Service, every replica in sync", func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := readyOf(c)
+		if ready.Reason != cachev2.ReasonReplicationReady || ready.ObservedGeneration != c.Generation || c.Status.Primary == not {
+			return false, fmt.Sprintf("primary %q; Ready %s %s: %s", c.Status.Primary, ready.Status, ready.Reason, ready.Message)
+		}
+		for _, pod := range cachePods(t, key) {
+			labelled := pod.Labels[resources.LabelRole] == "primary"
+			if labelled != (pod.Name == c.Status.Primary) {
+				return false, fmt.Sprintf("%s labelled %q with %s the primary", pod.Name, pod.Labels[resources.LabelRole], c.Status.Primary)
+			}
+			if labelled {
+				primary = &pod
+			}
+		}
+		served := endpointsOf(t, key.Namespace, resources.PrimaryServiceName(&cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}))
+		if primary == nil || len(served) != 1 || served[0] != primary.Status.PodIP {
+			return false, fmt.Sprintf("the primary's Service sends clients to %v", served)
+		}
+		return true, ""
+	})
+	return primary
+}
+
+// readyOf is the Cache's Ready condition, empty if it has none.
+func readyOf(c *cachev2.Cache) metav1.Condition {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == cachev2.ConditionReady {
+			return cond
+		}
+	}
+	return metav1.Condition{}
+}
+
+// endpointsOf are the ready addresses behind the Service.
+func endpointsOf(t *testing.T, namespace, service string) []string {
+	t.Helper()
+	var slices discoveryv1.EndpointSliceList
+	if err := admin.List(context.Background(), &slices, client.InNamespace(namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
+		t.Fatal(err)
+	}
+	var addresses []string
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				addresses = append(addresses, e.Addresses...)
+			}
+		}
+	}
+	return addresses
+}
+
+// A Replicated Cache forms: one primary, behind its Service; every replica in sync and refusing
+// writes. Its primary's server killed (restarted in place, empty), the replica furthest into its
+// writes takes over, the Service follows, and an application that writes through the Service by
+// its DNS name, from a pod, keeps every write that a replica acknowledged (WAIT 1); the restarted
+// server comes back as a replica of the new primary. Then the new primary's pod is deleted: it
+// hands over first, and the same holds.
+func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
+	runBeside(t, 1)
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newReplicatedCache(t, ns, "sessions", 2)
+	primary := waitPrimaryServed(t, key, "")
+	c, err := getCache(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.Shards != 1 || c.Status.ReadyShards != 1 || len(c.Status.Nodes) != 3 {
+		t.Errorf("status: %d shards, %d ready, %d nodes; want 1, 1, 3", c.Status.Shards, c.Status.ReadyShards, len(c.Status.Nodes))
+	}
+	for _, n := range c.Status.Nodes {
+		if want := (cachev2.ClusterNode{Pod: n.Pod, Role: cachev2.RoleReplica, PrimaryPod: primary.Name}); n.Pod != primary.Name && n != want {
+			t.Errorf("status of %s: %+v, want a replica of %s", n.Pod, n, primary.Name)
+		}
+	}
+	for _, pod := range cachePods(t, key) {
+		if pod.Name == primary.Name {
+			continue
+		}
+		// A replica refuses writes.
+		v := node(t, &pod)
+		if err := v.Do(context.Background(), v.B().Set().Key("x").Value("1").Build()).Error(); err == nil || !strings.Contains(err.Error(), "READONLY") {
+			t.Errorf("SET on the replica %s: %v, want READONLY", pod.Name, err)
+		}
+	}
+
+	writer := startServiceWriter(t, key)
+	writer.waitAcked(t, 20)
+	if err := crashServer(ns, primary.Name); err != nil {
+		t.Fatal(err)
+	}
+	newPrimary := waitPrimaryServed(t, key, primary.Name)
+	waitEvents(t, key, cachev2.ReasonPrimaryLost+"/Failover")
+	writer.waitAcked(t, writer.acked(t)+20)
+	report := writer.stop(t)
+	t.Logf("through the failover: %s", report)
+
+	// Every write a replica acknowledged is on the new primary.
+	assertKeysOn(t, newPrimary, report.ackedKeys)
+	// The restarted server is a replica of the new primary, in sync.
+	waitReplicaOf(t, key, primary.Name, newPrimary.Name)
+
+	// The new primary's pod deleted: it hands over to a replica in sync in its preStop hook
+	// (FAILOVER), and the Service follows.
+	writer = startServiceWriter(t, key)
+	writer.waitAcked(t, 20)
+	if err := admin.Delete(context.Background(), newPrimary); err != nil {
+		t.Fatal(err)
+	}
+	third := waitPrimaryServed(t, key, newPrimary.Name)
+	writer.waitAcked(t, writer.acked(t)+20)
+	report = writer.stop(t)
+	t.Logf("through the primary's pod deleted: %s", report)
+	assertKeysOn(t, third, report.ackedKeys)
+	waitReplicaOf(t, key, newPrimary.Name, third.Name)
+}
+
+// assertKeysOn checks that every key is on the pod's server, with its number as value.
+func assertKeysOn(t *testing.T, pod *corev1.Pod, keys []string) {
+	t.Helper()
+	v := node(t, pod)
+	for _, k := range keys {
+		if got, err := v.Do(context.Background(), v.B().Get().Key(k).Build()).ToString(); err != nil || got != strings.TrimPrefix(k, "k") {
+			t.Errorf("GET %s on %s = %q, %v: an acknowledged write was lost", k, pod.Name, got, err)
+		}
+	}
+}
+
+// waitReplicaOf waits until the Cache is ready with the pod a replica of the primary's pod.
+func waitReplicaOf(t *testing.T, key client.ObjectKey, pod, primary string) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, pod+" a replica of "+primary, func() (bool, string) {
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, n := range c.Status.Nodes {
+			if n.Pod == pod {
+				return n.Role == cachev2.RoleReplica && n.PrimaryPod == primary && readyOf(c).Status == metav1.ConditionTrue,
+					fmt.Sprintf("%s: %+v; Ready %s", n.Pod, n, readyOf(c).Message)
+			}
+		}
+		return false, "not in the status"
+	})
+}
+
+// serviceWriter is an application in a pod of the cluster: it writes k1, k2, … through the
+// Service <cache>-primary, by its DNS name, each on a new connection, and after each asks WAIT 1
+// (a replica has it); it prints one line per write.
+type serviceWriter struct {
+	namespace, pod string
+}
+
+// writerScript prints "<n> <milliseconds since the epoch> <replies>" for write n, the replies
+// "OK 1" when a replica acknowledged it.
+const writerScript = `i=0
+while :; do
+  i=$((i+1))
+  out=$(printf 'SET k%d %d\nWAIT 1 1000\n' "$i" "$i" | timeout 3 valkey-cli -h "$SERVICE" 2>&1 | tr '\n' ' ')
+  echo "$i $(date +%s%3N) $out"
+done`
+
+func startServiceWriter(t *testing.T, key client.ObjectKey) *serviceWriter {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: key.Name + "-writer-", Namespace: key.Namespace},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{
+				Name:    "writer",
+				Image:   resources.DefaultImages.ValkeyRepository + ":" + valkeyVersion,
+				Command: []string{"sh", "-c", writerScript},
+				Env:     []corev1.EnvVar{{Name: "SERVICE", Value: resources.PrimaryServiceName(&cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name}})}},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+				},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+			}},
+		},
+	}
+	if err := admin.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), pod) })
+	return &serviceWriter{namespace: key.Namespace, pod: pod.Name}
+}
+
+// writerReport is what the writer's lines say: the writes, those a replica acknowledged, those
+// that failed, and the longest time from the end of a write that succeeded to the end of the next
+// one that did, with failures between.
+type writerReport struct {
+	writes, failed int
+	longestFailing time.Duration
+	ackedKeys      []string
+}
+
+func (r writerReport) String() string {
+	return fmt.Sprintf("%d writes, %d acknowledged by a replica, %d failed, the longest failing stretch %s",
+		r.writes, len(r.ackedKeys), r.failed, r.longestFailing)
+}
+
+// read reads the writer's log so far.
+func (w *serviceWriter) read(t *testing.T) writerReport {
+	t.Helper()
+	out, err := cluster.KubectlOutput(context.Background(), "logs", "-n", w.namespace, w.pod)
+	if err != nil {
+		return writerReport{}
+	}
+	var r writerReport
+	var lastGood int64
+	failing := false
+	for line := range strings.Lines(out) {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		if _, err := strconv.Atoi(fields[0]); err != nil {
+			continue
+		}
+		at, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		r.writes++
+		replies := fields[2:]
+		if len(replies) == 0 || replies[0] != "OK" {
+			r.failed++
+			failing = true
+			continue
+		}
+		if len(replies) == 2 && replies[1] != "0" {
+			r.ackedKeys = append(r.ackedKeys, "k"+fields[0])
+		}
+		if failing && lastGood > 0 {
+			r.longestFailing = max(r.longestFailing, time.Duration(at-lastGood)*time.Millisecond)
+		}
+		lastGood, failing = at, false
+	}
+	return r
+}
+
+func (w *serviceWriter) acked(t *testing.T) int { return len(w.read(t).ackedKeys) }
+
+// waitAcked waits until the writer has had n writes acknowledged by a replica.
+func (w *serviceWriter) waitAcked(t *testing.T, n int) {
+	t.Helper()
+	testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d writes acknowledged through the Service", n), func() (bool, string) {
+		r := w.read(t)
+		return len(r.ackedKeys) >= n, r.String()
+	})
+}
+
+// stop stops the writer and returns what it did.
+func (w *serviceWriter) stop(t *testing.T) writerReport {
+	t.Helper()
+	r := w.read(t)
+	_ = admin.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: w.pod, Namespace: w.namespace}})
+	return r
+}
