@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,18 +103,22 @@ func (r *CacheReconciler) observeReplicated(ctx context.Context, cache *cachev2.
 }
 
 // observeReplica fills in what m's server says of its replication, once it has said it is the
-// pod expected; on any failure, m is not Reached, and the log says why.
+// pod expected; on any failure, m is not Reached, and the log says why. A connection refused
+// says that no server runs at the pod's address (Refused).
 func observeReplica(ctx context.Context, m *replication.Member, auth valkey.Auth, name string) {
 	logger := log.FromContext(ctx).WithValues("pod", m.Pod)
 	server, err := valkey.Connect(m.IP, m.Port, auth)
-	if err != nil {
-		logger.Info("Cannot reach the Valkey server", "error", err.Error())
-		return
+	if err == nil {
+		defer server.Close()
+		var announced string
+		if announced, err = server.NodeName(ctx); err == nil && announced != name {
+			logger.Info("The Valkey server at the pod's address is not the pod's", "says", announced)
+			return
+		}
 	}
-	defer server.Close()
-	announced, err := server.NodeName(ctx)
-	if err != nil || announced != name {
-		logger.Info("The Valkey server at the pod's address is not the pod's", "says", announced, "error", fmt.Sprint(err))
+	if err != nil {
+		m.Refused = errors.Is(err, syscall.ECONNREFUSED)
+		logger.Info("Cannot reach the Valkey server", "error", err.Error())
 		return
 	}
 	status, err := server.Status(ctx)

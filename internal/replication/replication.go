@@ -30,7 +30,10 @@ type Member struct {
 	// Gone marks a pod that is going away (deleted) or whose server cannot run (no address):
 	// whatever it served is lost, and it is never given a role.
 	Gone bool
-	// Reached is set when the server answered; the fields below are its answer.
+	// Refused is set when the pod's address refused the connection: no server listens there,
+	// so one that was the primary has lost what it held (persistence is off), however soon it
+	// starts again. Reached is set when the server answered; the fields below are its answer.
+	Refused bool
 	Reached bool
 	// Primary is set for a server that takes writes (role:master). A replica says where its
 	// primary is (PrimaryIP, PrimaryPort), whether its link is up, and for how long it has been
@@ -154,7 +157,7 @@ func Next(want Want, members []Member) Plan {
 	case 1:
 		return follow(want, members, primaries[0])
 	}
-	return oneOf(want, members, primaries)
+	return oneOf(members, primaries)
 }
 
 // follow brings every other server to replicate the primary, and the label to its pod alone:
@@ -206,8 +209,8 @@ func follow(want Want, members []Member, primary *Member) Plan {
 
 // elect gives a Cache with no primary one: a new Cache's first server, once every server runs
 // and none has a role; or, in a failover, the replica furthest into the lost primary's writes,
-// once that primary is certainly lost (its pod gone, or its server back empty and held) or
-// unreachable to the operator and to every replica for FailoverAfter.
+// once that primary is certainly lost (its pod gone, its server not running or back empty and
+// held) or unreachable to the operator and to every replica for FailoverAfter.
 func elect(want Want, members []Member) Plan {
 	var unreached []string
 	var candidates []*Member
@@ -280,17 +283,17 @@ func lostPrimary(members []Member, replica *Member) *Member {
 	return nil
 }
 
-// certainlyLost reports whether what the primary held is gone for good: its pod is going, or its
-// server started again empty (held).
+// certainlyLost reports whether what the primary held is gone for good: its pod is going, its
+// server is not running (Refused), or it started again empty (held).
 func certainlyLost(want Want, primary *Member) bool {
-	return primary.Gone || primary.Held(want.Hold)
+	return primary.Gone || primary.Refused || primary.Held(want.Hold)
 }
 
 // oneOf keeps one of several servers that take writes, the one most replicas follow (then the
 // furthest into its writes), and makes the others replicate it: two primaries are a split the
 // operator did not make (a primary cut off from everything while a replica took over comes
 // back), and the writes the other took since are lost.
-func oneOf(want Want, members []Member, primaries []*Member) Plan {
+func oneOf(members []Member, primaries []*Member) Plan {
 	followers := func(p *Member) int {
 		n := 0
 		for i := range members {

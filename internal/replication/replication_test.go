@@ -141,6 +141,21 @@ func TestAnUnreachablePrimaryIsFailedOverOnlyOnceEveryReplicaHasLostItLongEnough
 	}
 }
 
+// A primary whose server is not running (its address refuses connections) has lost what it held,
+// and one that cannot be reached otherwise (a timeout) may still serve: the first is replaced at
+// once, the second only after FailoverAfter.
+func TestAPrimaryWhoseServerIsDownIsReplacedWithoutWaiting(t *testing.T) {
+	down := primary("pod-0", 100)
+	down.Reached, down.Refused = false, true
+	if got := steps(Next(want(2), []Member{down, lostLink(replica("pod-1", "pod-0", 100), 0)})); !slices.Equal(got, []string{"pod-1: REPLICAOF NO ONE"}) {
+		t.Errorf("refused: steps %v, want pod-1 promoted", got)
+	}
+	down.Refused = false
+	if got := steps(Next(want(2), []Member{down, lostLink(replica("pod-1", "pod-0", 100), 0)})); len(got) > 0 {
+		t.Errorf("timed out: steps %v, want none before FailoverAfter", got)
+	}
+}
+
 // A primary whose pod goes is lost with what it held: a replica takes over without waiting.
 func TestAPrimaryWhosePodGoesIsReplacedWithoutWaiting(t *testing.T) {
 	going := primary("pod-0", 100)

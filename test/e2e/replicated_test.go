@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -47,9 +48,9 @@ func waitPrimaryServed(t *testing.T, key client.ObjectKey, not string) *corev1.P
 		if err != nil {
 			return false, err.Error()
 		}
-		ready := readyOf(c)
-		if ready.Reason != cachev2.ReasonReplicationReady || ready.ObservedGeneration != c.Generation || c.Status.Primary == not {
-			return false, fmt.Sprintf("primary %q; Ready %s %s: %s", c.Status.Primary, ready.Status, ready.Reason, ready.Message)
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+		if ok, why := settled(c); !ok || ready.Reason != cachev2.ReasonReplicationReady || c.Status.Primary == not {
+			return false, fmt.Sprintf("primary %q; %s", c.Status.Primary, why)
 		}
 		for _, pod := range cachePods(t, key) {
 			labelled := pod.Labels[resources.LabelRole] == "primary"
@@ -67,16 +68,6 @@ func waitPrimaryServed(t *testing.T, key client.ObjectKey, not string) *corev1.P
 		return true, ""
 	})
 	return primary
-}
-
-// readyOf is the Cache's Ready condition, empty if it has none.
-func readyOf(c *cachev2.Cache) metav1.Condition {
-	for _, cond := range c.Status.Conditions {
-		if cond.Type == cachev2.ConditionReady {
-			return cond
-		}
-	}
-	return metav1.Condition{}
 }
 
 // endpointsOf are the ready addresses behind the Service.
@@ -183,10 +174,10 @@ func waitReplicaOf(t *testing.T, key client.ObjectKey, pod, primary string) {
 		if err != nil {
 			return false, err.Error()
 		}
+		ok, why := settled(c)
 		for _, n := range c.Status.Nodes {
 			if n.Pod == pod {
-				return n.Role == cachev2.RoleReplica && n.PrimaryPod == primary && readyOf(c).Status == metav1.ConditionTrue,
-					fmt.Sprintf("%s: %+v; Ready %s", n.Pod, n, readyOf(c).Message)
+				return ok && n.Role == cachev2.RoleReplica && n.PrimaryPod == primary, fmt.Sprintf("%s: %+v; %s", n.Pod, n, why)
 			}
 		}
 		return false, "not in the status"
