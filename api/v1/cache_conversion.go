@@ -12,8 +12,8 @@ import (
 
 // AnnotationV2Fields holds, on a Cache read through v1, what its v2 form has that v1 cannot
 // express (a Cluster's or Replicated Cache's mode, shards beyond v1's bound, replicas per shard,
-// the backup a Cache was restored from, its auth, its pods' settings, metrics, Valkey settings and
-// TLS, the cluster's or the replication's status), as JSON. Written back through v1, the object converts to the same v2 object it came
+// the backup a Cache was restored from, its auth, its pods' settings, metrics, Valkey settings,
+// TLS and replication settings, the cluster's or the replication's status), as JSON. Written back through v1, the object converts to the same v2 object it came
 // from, as Cluster API carries its hub's fields. A v1 client never needs to touch it; a change
 // it makes to spec.replicas still takes effect, as the number of shards.
 const AnnotationV2Fields = "cache.example.com/v2-fields"
@@ -32,6 +32,7 @@ type v2Fields struct {
 	Metrics     *cachev2.Metrics       `json:"metrics,omitempty"`
 	Config      *cachev2.ValkeyConfig  `json:"config,omitempty"`
 	TLS         *cachev2.TLS           `json:"tls,omitempty"`
+	Replication *cachev2.Replication   `json:"replication,omitempty"`
 
 	StatusShards      int32                  `json:"statusShards,omitempty"`
 	StatusReadyShards int32                  `json:"statusReadyShards,omitempty"`
@@ -69,6 +70,7 @@ func (src *Cache) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Spec.Metrics = fields.Metrics
 	dst.Spec.Config = fields.Config
 	dst.Spec.TLS = fields.TLS
+	dst.Spec.Replication = fields.Replication
 	if src.Spec.Replicas == fields.Replicas {
 		dst.Spec.Shards = fields.Shards
 	}
@@ -139,6 +141,7 @@ func (dst *Cache) ConvertFrom(srcRaw conversion.Hub) error {
 		Metrics:           src.Spec.Metrics,
 		Config:            src.Spec.Config,
 		TLS:               src.Spec.TLS,
+		Replication:       src.Spec.Replication,
 		StatusShards:      src.Status.Shards,
 		StatusReadyShards: src.Status.ReadyShards,
 		SlotsAssigned:     src.Status.SlotsAssigned,

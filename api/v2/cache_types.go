@@ -1,6 +1,8 @@
 package v2
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,6 +52,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !has(self.replicasPerShard) || self.replicasPerShard <= 2",message="a Cluster's shard has at most 2 replicas"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || self.shards == 1",message="a Replicated Cache has one primary, which holds every key: set shards: 1 (its default, 3, is the other modes'), and its replicas in replicasPerShard"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || (!has(self.restoreFrom) && !has(self.auth) && !has(self.tls))",message="restoreFrom, auth and tls are not supported in Replicated mode yet"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Replicated' || !has(self.replication)",message="replication applies to Replicated mode only"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !self.version.matches('^[0-9]+[.]') || int(self.version.split('.')[0]) >= 8",message="a Cluster needs Valkey 8.0 or later: the operator relies on a primary passing slot migrations on to its replicas, so that a migration survives a failover of its target, which Valkey does from 8.0"
 type CacheSpec struct {
 	// Mode is Standalone (independent nodes, each holding the keys that clients send it),
@@ -143,11 +146,30 @@ type CacheSpec struct {
 	// +optional
 	TLS *TLS `json:"tls,omitempty"`
 
+	// Replication is how a Replicated Cache fails its primary over. Only in Replicated mode.
+	// Unset, every setting has the value its field names as the default.
+	// +optional
+	Replication *Replication `json:"replication,omitempty"`
+
 	// Config is the Valkey settings the user may choose, each within bounds that keep the node a
 	// cache the operator can run. A change of it restarts the pods as a change of pod settings
 	// does. Unset, every setting has the value its field names as the default.
 	// +optional
 	Config *ValkeyConfig `json:"config,omitempty"`
+}
+
+// Replication is how a Replicated Cache fails its primary over.
+type Replication struct {
+	// FailoverAfter is how long a primary that the operator cannot reach, and that every replica
+	// has lost its link to, may stay so before the replica furthest into its writes takes over.
+	// Shorter fails over sooner; longer rides out a brief network fault without a failover, whose
+	// writes the replicas had not received are lost. A primary known lost (its pod going, its
+	// server not running or back empty) is replaced at once, whatever this says. Defaults to 5s;
+	// 1s to 5m.
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('5m')",message="failoverAfter must be between 1s and 5m"
+	// +optional
+	FailoverAfter *metav1.Duration `json:"failoverAfter,omitempty"`
 }
 
 // ValkeyConfig is the Valkey settings a user may choose for a Cache's servers.
@@ -441,6 +463,18 @@ func (s *CacheSpec) ReplicasOrZero() int32 {
 		return 0
 	}
 	return *s.ReplicasPerShard
+}
+
+// DefaultFailoverAfter is Replication.FailoverAfter when unset.
+const DefaultFailoverAfter = 5 * time.Second
+
+// FailoverAfter is how long a Replicated Cache's unreachable primary may stay so before a replica
+// takes over (Replication.FailoverAfter).
+func (s *CacheSpec) FailoverAfter() time.Duration {
+	if s.Replication == nil || s.Replication.FailoverAfter == nil {
+		return DefaultFailoverAfter
+	}
+	return s.Replication.FailoverAfter.Duration
 }
 
 // MetricsEnabled reports whether the Cache's pods run a metrics exporter.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -241,6 +242,9 @@ func TestSchemaTakesAReplicatedCacheOfOnePrimaryAndUpTo5Replicas(t *testing.T) {
 		{"a restore", map[string]any{"shards": int64(1), "restoreFrom": map[string]any{"backup": "b"}}, "not supported in Replicated mode yet"},
 		{"auth", map[string]any{"shards": int64(1), "auth": map[string]any{}}, "not supported in Replicated mode yet"},
 		{"tls", map[string]any{"shards": int64(1), "tls": map[string]any{}}, "not supported in Replicated mode yet"},
+		{"a failover after a second", map[string]any{"shards": int64(1), "replication": map[string]any{"failoverAfter": "1s"}}, ""},
+		{"a failover at once", map[string]any{"shards": int64(1), "replication": map[string]any{"failoverAfter": "0s"}}, "failoverAfter must be between 1s and 5m"},
+		{"a failover after an hour", map[string]any{"shards": int64(1), "replication": map[string]any{"failoverAfter": "1h"}}, "failoverAfter must be between 1s and 5m"},
 	} {
 		spec := map[string]any{"mode": "Replicated", "version": "9.1.2"}
 		maps.Copy(spec, tc.spec)
@@ -255,6 +259,27 @@ func TestSchemaTakesAReplicatedCacheOfOnePrimaryAndUpTo5Replicas(t *testing.T) {
 		if tc.want != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: got %v, want invalid: %s", tc.name, err, tc.want)
 		}
+	}
+}
+
+// The replication settings are a Replicated Cache's only, and an empty one has the default the
+// operator uses when they are unset.
+func TestSchemaKeepsReplicationToReplicatedCachesAndDefaultsIt(t *testing.T) {
+	ctx := context.Background()
+	cluster := cacheObject("cluster-with-replication", map[string]any{"mode": "Cluster", "shards": int64(3), "version": "9.1.2",
+		"replication": map[string]any{}})
+	if err := k8s.Create(ctx, cluster); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "replication applies to Replicated mode only") {
+		t.Errorf("a Cluster with replication settings: got %v, want invalid", err)
+	}
+	u := cacheObject("replicated-default-failover", map[string]any{"mode": "Replicated", "shards": int64(1), "version": "9.1.2",
+		"replication": map[string]any{}})
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, u) })
+	got, _, _ := unstructured.NestedString(u.Object, "spec", "replication", "failoverAfter")
+	if d, err := time.ParseDuration(got); err != nil || d != cachev2.DefaultFailoverAfter {
+		t.Errorf("replication: {} defaults failoverAfter to %q, want %v, as when unset", got, cachev2.DefaultFailoverAfter)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,11 +25,6 @@ import (
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/valkey"
 )
-
-// failoverAfter is how long every replica of a Replicated Cache must have lost a primary that the
-// operator cannot reach either before a replica takes over. A primary known lost (its pod going,
-// its server back empty) is replaced at once.
-const failoverAfter = 5 * time.Second
 
 // replicatedMember is a pod of a Replicated Cache and what its server reports.
 type replicatedMember struct {
@@ -49,7 +43,7 @@ func (r *CacheReconciler) replicatedPhase(ctx context.Context, p *pass) (*ctrl.R
 	if err != nil {
 		return end(ctrl.Result{}, err)
 	}
-	plan := replication.Next(replication.Want{Nodes: int(p.cache.Spec.Nodes()), FailoverAfter: failoverAfter, Hold: resources.HoldAddress},
+	plan := replication.Next(replication.Want{Nodes: int(p.cache.Spec.Nodes()), FailoverAfter: p.cache.Spec.FailoverAfter(), Hold: resources.HoldAddress},
 		replicationMembers(members))
 	if plan.FailedOver != "" {
 		r.Recorder.Eventf(p.cache, nil, corev1.EventTypeWarning, cachev2.ReasonPrimaryLost, "Failover",
