@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,10 +95,11 @@ func endpointsOf(t *testing.T, namespace, service string) []string {
 // writes takes over, the Service follows, and an application that writes through the Service by
 // its DNS name, from a pod, keeps every write that a replica acknowledged (WAIT 1); the restarted
 // server comes back as a replica of the new primary. Then the new primary's pod is deleted: it
-// hands over first, and the same holds.
+// hands over first, and the same holds. Then the operator is SIGKILLed and the primary's server
+// killed while none runs: the next operator fails it over, and the same holds.
 func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
 	runBeside(t, 1)
-	startOperator(t, "a", "", clusterCheckInterval)
+	first := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
 	key := newReplicatedCache(t, ns, "sessions", 2)
 	primary := waitPrimaryServed(t, key, "")
@@ -153,6 +155,22 @@ func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
 	t.Logf("through the primary's pod deleted: %s", report)
 	assertKeysOn(t, third, report.ackedKeys)
 	waitReplicaOf(t, key, newPrimary.Name, third.Name)
+
+	// The operator SIGKILLed, and the primary's server killed while none runs: the next operator
+	// finds the servers as they are, with no memory of the last, and fails the primary over.
+	writer = startServiceWriter(t, key)
+	writer.waitAcked(t, 20)
+	first.Stop(t, syscall.SIGKILL)
+	if err := crashServer(ns, third.Name); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, "b", "", clusterCheckInterval)
+	fourth := waitPrimaryServed(t, key, third.Name)
+	writer.waitAcked(t, writer.acked(t)+20)
+	report = writer.stop(t)
+	t.Logf("with the operator killed before the failover: %s", report)
+	assertKeysOn(t, fourth, report.ackedKeys)
+	waitReplicaOf(t, key, third.Name, fourth.Name)
 }
 
 // assertKeysOn checks that every key is on the pod's server, with its number as value.
