@@ -35,8 +35,9 @@ type children struct {
 // ensureChildren makes the Cache's Services, StatefulSet and PodDisruptionBudget match its spec,
 // with the number of pods given (nodesToRun), and, for a restored Cache, the restore's init step
 // (set when the StatefulSet is made, never after). The Services come first: the StatefulSet's
-// pods get their DNS names from the headless one; a Replicated Cache's clients use the other two. running is the newest Valkey release the primaries run
-// (primariesRelease, resources.JudgeStatefulSet).
+// pods get their DNS names from the headless one; a Replicated Cache's clients use the other two.
+// running is the newest Valkey release the primaries run (primariesRelease,
+// resources.JudgeStatefulSet).
 func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32, running string, restore *corev1.Container) (children, error) {
 	services := []*corev1.Service{resources.Service(cache)}
 	if cache.Spec.Mode == cachev2.ModeReplicated {
