@@ -144,9 +144,14 @@ func (s *Server) Forget(ctx context.Context, nodeID string) error {
 }
 
 // FailoverTakeover makes this server, a replica, the primary of its shard at once, without the
-// agreement of the other primaries.
+// agreement of the other primaries. A server that is a primary already, as when the cluster's own
+// election won the race with the operator's step, has what the step wanted: no error.
 func (s *Server) FailoverTakeover(ctx context.Context) error {
-	return s.wrap("CLUSTER FAILOVER TAKEOVER", s.do(ctx, s.client.B().ClusterFailover().Takeover().Build()).Error())
+	err := s.do(ctx, s.client.B().ClusterFailover().Takeover().Build()).Error()
+	if err != nil && strings.Contains(err.Error(), "You should send CLUSTER FAILOVER to a replica") {
+		return nil
+	}
+	return s.wrap("CLUSTER FAILOVER TAKEOVER", err)
 }
 
 // Status is what a server says of its release and, a replica, of its replication: whether its
