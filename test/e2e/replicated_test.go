@@ -126,51 +126,45 @@ func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
 		}
 	}
 
+	// The primary's server killed, restarted in place, empty.
+	second := failOver(t, key, primary, "the primary's server killed", func() {
+		if err := crashServer(ns, primary.Name); err != nil {
+			t.Fatal(err)
+		}
+	})
+	waitEvents(t, key, cachev2.ReasonPrimaryLost+"/Failover")
+	// Its pod deleted: it hands over to a replica in sync in its preStop hook (FAILOVER).
+	third := failOver(t, key, second, "the primary's pod deleted", func() {
+		if err := admin.Delete(context.Background(), second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The operator SIGKILLed, and the primary's server killed while none runs: the next operator
+	// finds the servers as they are, with no memory of the last.
+	failOver(t, key, third, "the operator killed before the failover", func() {
+		first.Stop(t, syscall.SIGKILL)
+		if err := crashServer(ns, third.Name); err != nil {
+			t.Fatal(err)
+		}
+		startOperator(t, "b", "", clusterCheckInterval)
+	})
+}
+
+// failOver loses the primary by lose while an application writes through the Cache's primary
+// Service, and returns the primary that takes over: every write a replica acknowledged is on
+// it, and the lost one comes back as its replica.
+func failOver(t *testing.T, key client.ObjectKey, primary *corev1.Pod, what string, lose func()) *corev1.Pod {
+	t.Helper()
 	writer := startServiceWriter(t, key)
 	writer.waitAcked(t, 20)
-	if err := crashServer(ns, primary.Name); err != nil {
-		t.Fatal(err)
-	}
-	newPrimary := waitPrimaryServed(t, key, primary.Name)
-	waitEvents(t, key, cachev2.ReasonPrimaryLost+"/Failover")
+	lose()
+	next := waitPrimaryServed(t, key, primary.Name)
 	writer.waitAcked(t, writer.acked(t)+20)
 	report := writer.stop(t)
-	t.Logf("through the failover: %s", report)
-
-	// Every write a replica acknowledged is on the new primary.
-	assertKeysOn(t, newPrimary, report.ackedKeys)
-	// The restarted server is a replica of the new primary, in sync.
-	waitReplicaOf(t, key, primary.Name, newPrimary.Name)
-
-	// The new primary's pod deleted: it hands over to a replica in sync in its preStop hook
-	// (FAILOVER), and the Service follows.
-	writer = startServiceWriter(t, key)
-	writer.waitAcked(t, 20)
-	if err := admin.Delete(context.Background(), newPrimary); err != nil {
-		t.Fatal(err)
-	}
-	third := waitPrimaryServed(t, key, newPrimary.Name)
-	writer.waitAcked(t, writer.acked(t)+20)
-	report = writer.stop(t)
-	t.Logf("through the primary's pod deleted: %s", report)
-	assertKeysOn(t, third, report.ackedKeys)
-	waitReplicaOf(t, key, newPrimary.Name, third.Name)
-
-	// The operator SIGKILLed, and the primary's server killed while none runs: the next operator
-	// finds the servers as they are, with no memory of the last, and fails the primary over.
-	writer = startServiceWriter(t, key)
-	writer.waitAcked(t, 20)
-	first.Stop(t, syscall.SIGKILL)
-	if err := crashServer(ns, third.Name); err != nil {
-		t.Fatal(err)
-	}
-	startOperator(t, "b", "", clusterCheckInterval)
-	fourth := waitPrimaryServed(t, key, third.Name)
-	writer.waitAcked(t, writer.acked(t)+20)
-	report = writer.stop(t)
-	t.Logf("with the operator killed before the failover: %s", report)
-	assertKeysOn(t, fourth, report.ackedKeys)
-	waitReplicaOf(t, key, third.Name, fourth.Name)
+	t.Logf("%s: %s", what, report)
+	assertKeysOn(t, next, report.ackedKeys)
+	waitReplicaOf(t, key, primary.Name, next.Name)
+	return next
 }
 
 // assertKeysOn checks that every key is on the pod's server, with its number as value.
