@@ -51,7 +51,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster and Replicated modes only; a Standalone Cache has no replicas"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !has(self.replicasPerShard) || self.replicasPerShard <= 2",message="a Cluster's shard has at most 2 replicas"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || self.shards == 1",message="a Replicated Cache has one primary, which holds every key: set shards: 1 (its default, 3, is the other modes'), and its replicas in replicasPerShard"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || (!has(self.restoreFrom) && !has(self.auth) && !has(self.tls))",message="restoreFrom, auth and tls are not supported in Replicated mode yet"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || !has(self.restoreFrom)",message="restoreFrom is not supported in Replicated mode yet"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Replicated' || !has(self.replication)",message="replication applies to Replicated mode only"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !self.version.matches('^[0-9]+[.]') || int(self.version.split('.')[0]) >= 8",message="a Cluster needs Valkey 8.0 or later: the operator relies on a primary passing slot migrations on to its replicas, so that a migration survives a failover of its target, which Valkey does from 8.0"
 type CacheSpec struct {

@@ -49,15 +49,23 @@ const backdate = time.Hour
 
 // CertificateNames are the DNS names in a Cache's certificate: its Service's, which lists every
 // node, and each node's under it (<pod>.<service>), in each form a client in a cluster of the
-// given DNS domain may dial, and localhost, for a port-forward. The certificate also names the
-// IPs of the Cache's pods, to which a Cluster sends its clients (NextCertificates).
+// given DNS domain may dial; a Replicated Cache's Services of its primary and of its replicas
+// (RoleServices), which clients dial rather than a node; and localhost, for a port-forward. The
+// certificate also names the IPs of the Cache's pods, to which a Cluster sends its clients
+// (NextCertificates).
 func CertificateNames(cache *cachev2.Cache, clusterDomain string) []string {
 	service := cache.Name + "." + cache.Namespace
-	return []string{
+	names := []string{
 		cache.Name, service, service + ".svc", "*." + service + ".svc",
 		service + ".svc." + clusterDomain, "*." + service + ".svc." + clusterDomain,
-		"localhost",
 	}
+	if cache.Spec.Mode == cachev2.ModeReplicated {
+		for _, name := range []string{PrimaryServiceName(cache), ReplicasServiceName(cache)} {
+			role := name + "." + cache.Namespace
+			names = append(names, name, role, role+".svc", role+".svc."+clusterDomain)
+		}
+	}
+	return append(names, "localhost")
 }
 
 // ServerName is the name by which the operator, and a client that dials a node whose IP the

@@ -84,6 +84,32 @@ func TestTheFirstCertificatesServeAndAuthenticateByTheCachesNames(t *testing.T) 
 	}
 }
 
+// A Replicated Cache's clients dial the Services of its primary and of its replicas: its
+// certificate names both, in each form, and the other modes' names neither.
+func TestAReplicatedCachesCertificateNamesItsRoleServices(t *testing.T) {
+	roleNames := []string{"orders-cache-primary", "orders-cache-primary.shop.svc", "orders-cache-replicas.shop.svc.cluster.local"}
+	for _, mode := range []cachev2.Mode{cachev2.ModeReplicated, cachev2.ModeCluster} {
+		cache := tlsCache(24 * time.Hour)
+		cache.Spec.Mode = mode
+		now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+		certs, _ := next(t, cache, nil, Certificates{}, now)
+		cert, err := LeafCertificate(certs.TLS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		config, err := TLSClientConfig(cache, certs.TLS[TLSCAKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range roleNames {
+			_, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: config.RootCAs, CurrentTime: now})
+			if (err == nil) != (mode == cachev2.ModeReplicated) {
+				t.Errorf("%s: the certificate for %s: %v", mode, name, err)
+			}
+		}
+	}
+}
+
 // What the Secret holds stays while it is valid; the certificate is renewed, by the same CA
 // and with a new serial, once it is due, when it was taken away, or when it names another
 // Cache; the CA is replaced only when it is gone or broken.

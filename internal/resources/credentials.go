@@ -31,12 +31,15 @@ const (
 	// and checks a restore. Its password is in no pod.
 	OperatorUser = "operator"
 	// ReplicationUser is the one a replica authenticates as to its primary (masteruser). A
-	// Cluster node starts with it fenced (ReplicationFence).
+	// Cluster node starts with it fenced (ReplicationFence); a Standalone Cache, which has no
+	// replicas, has no such user.
 	ReplicationUser = "replication"
 	// ExporterUser is the metrics exporter's: it reads what the server reports, nothing else.
 	ExporterUser = "exporter"
 	// NodeUser is what a pod's own containers speak to their server as: the readiness agent's
-	// checks, and a Cluster node's preStop hook, which asks a replica to take over. An
+	// checks, and the preStop hook of a Cluster or Replicated node, which has a replica take
+	// over (CLUSTER FAILOVER on the replica; FAILOVER on a Replicated primary, which Users
+	// grants it in that mode only). An
 	// administrator's valkey-cli in the container speaks as it too (REDISCLI_AUTH), and may also
 	// read the cluster's state as the runbooks do.
 	NodeUser = "node"
@@ -56,7 +59,8 @@ var internalUsers = []string{OperatorUser, ReplicationUser, ExporterUser, NodeUs
 // (redis_config_*, redis_slowlog_last_id), and reads maxmemory from INFO.
 //
 // The node and backup users read no key and change no setting: each has the commands of
-// readiness.ClusterNodeReady and handOverScript, or of the backup agent (package backup), and no
+// readiness.ClusterNodeReady, readiness.ReplicatedNodeReady, handOverScript and failOverScript, or
+// of the backup agent (package backup), and no
 // more, so that a pod, or a backup's Job, holds no password that could. Every rule in the ACL
 // file must name a command of every release the Cache may run: Valkey 8 refuses to start on one
 // it does not know (such as 9's CLUSTER GETSLOTMIGRATIONS).
@@ -255,16 +259,23 @@ func (a ACL) Equal(b ACL) bool {
 		a.PreviousUntil.Equal(b.PreviousUntil) && a.Applied == b.Applied
 }
 
-// Users are what each user is to have, by user: its password hashes, and its rights, but for the
-// replication user's, whose fence the operator lifts on a running server (ReplicationFence).
-// What the operator gives the running servers (valkey.SetUsers), and what the ACL file holds.
+// Users are what each user is to have, by user: its password hashes, and its rights, but for a
+// Cluster's replication user's, whose fence the operator lifts on a running server
+// (ReplicationFence). What the operator gives the running servers (valkey.SetUsers), and what the
+// ACL file holds. A Replicated node needs no fence: it starts as a replica of HoldAddress, which
+// serves no resynchronisation.
 func (a ACL) Users(cache *cachev2.Cache) map[string]valkey.User {
 	users := map[string]valkey.User{cachev2.AppUser: {Hashes: a.AppHashes, Rights: appRights(cache)}}
 	for _, user := range internalUsers {
 		switch {
+		case user == ReplicationUser && cache.Spec.Mode == cachev2.ModeStandalone:
 		case user == ReplicationUser && cache.Spec.Mode == cachev2.ModeCluster:
 			users[user] = valkey.User{Hashes: []string{PasswordHash(a.Passwords[user])}}
-		case user != ReplicationUser:
+		case user == NodeUser && cache.Spec.Mode == cachev2.ModeReplicated:
+			// A Replicated primary's preStop hook hands over with FAILOVER (failOverScript),
+			// which no other mode's node needs: Cluster mode refuses it.
+			users[user] = valkey.User{Hashes: []string{PasswordHash(a.Passwords[user])}, Rights: userRules[user] + " +failover"}
+		default:
 			users[user] = valkey.User{Hashes: []string{PasswordHash(a.Passwords[user])}, Rights: userRules[user]}
 		}
 	}
@@ -291,7 +302,7 @@ func (a ACL) File(cache *cachev2.Cache) string {
 	b.WriteString("user default off resetkeys resetchannels -@all\n")
 	for _, name := range slices.Sorted(maps.Keys(users)) {
 		rules := users[name].Rights
-		if name == ReplicationUser {
+		if name == ReplicationUser && cache.Spec.Mode == cachev2.ModeCluster {
 			rules = strings.Join(slices.DeleteFunc(strings.Fields(userRules[name]), func(r string) bool {
 				return slices.Contains(ReplicationFence, "-"+strings.TrimPrefix(r, "+"))
 			}), " ")

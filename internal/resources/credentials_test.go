@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/readiness"
@@ -17,6 +18,9 @@ import (
 func authCache(mode cachev2.Mode, grace time.Duration) *cachev2.Cache {
 	c := testCache()
 	c.Spec.Mode = mode
+	if mode == cachev2.ModeReplicated {
+		c.Spec.Shards, c.Spec.ReplicasPerShard = 1, ptr.To[int32](2)
+	}
 	c.Spec.Auth = &cachev2.Auth{RotationGracePeriod: &metav1.Duration{Duration: grace}}
 	return c
 }
@@ -65,8 +69,11 @@ func TestNextACLRotatesTheApplicationPasswordWithAGracePeriod(t *testing.T) {
 	}
 }
 
+// The ACL file turns Valkey's default user off and holds hashes, not passwords. A Cluster node's
+// replication user starts fenced; a Replicated node's may sync from the start (it starts held,
+// a replica of an address that serves no sync); a Standalone Cache has no replication user.
 func TestTheACLFileTurnsTheDefaultUserOffAndFencesReplication(t *testing.T) {
-	for _, mode := range []cachev2.Mode{cachev2.ModeCluster, cachev2.ModeStandalone} {
+	for _, mode := range []cachev2.Mode{cachev2.ModeCluster, cachev2.ModeStandalone, cachev2.ModeReplicated} {
 		cache := authCache(mode, time.Minute)
 		acl, _ := NextACL(cache, ReadACL(nil), "first-password-0001", time.Now())
 		lines := strings.Split(strings.TrimSpace(acl.File(cache)), "\n")
@@ -84,12 +91,17 @@ func TestTheACLFileTurnsTheDefaultUserOffAndFencesReplication(t *testing.T) {
 		if strings.Contains(acl.File(cache), acl.Passwords[OperatorUser]) {
 			t.Errorf("%s: the file holds a password rather than its hash", mode)
 		}
+		if failover := strings.HasSuffix(users[NodeUser], " +failover"); failover != (mode == cachev2.ModeReplicated) {
+			t.Errorf("%s: node user %q: FAILOVER %t, want it in Replicated mode only, for its preStop hook", mode, users[NodeUser], failover)
+		}
 		replication, ok := users[ReplicationUser]
 		switch {
 		case mode == cachev2.ModeStandalone && ok:
 			t.Errorf("a Standalone Cache has a replication user: %q", replication)
 		case mode == cachev2.ModeCluster && (!strings.Contains(replication, "+replconf") || strings.Contains(replication, "sync")):
 			t.Errorf("replication user %q, want REPLCONF and no SYNC or PSYNC until the fence is lifted", replication)
+		case mode == cachev2.ModeReplicated && !strings.HasSuffix(replication, " "+userRules[ReplicationUser]):
+			t.Errorf("replication user %q, want it to sync from the start: %q", replication, userRules[ReplicationUser])
 		}
 	}
 }
@@ -109,12 +121,12 @@ func TestAppPasswordRefusesWhatCannotBeUsed(t *testing.T) {
 }
 
 // TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates: the server loads the ACL file from
-// the ACL Secret at each start, a Cluster node's replicas authenticate as the replication user,
-// and the readiness agent and the preStop hook speak as the node user: no pod holds the
-// operator's password. A Cache without auth builds the containers it always did.
+// the ACL Secret at each start, the replicas of a Cluster or Replicated node authenticate as the
+// replication user, and the readiness agent and the preStop hook speak as the node user: no pod
+// holds the operator's password. A Cache without auth builds the containers it always did.
 func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 	plain := StatefulSet(testCache(), DefaultImages).Spec.Template.Spec.Containers[0]
-	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
+	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster, cachev2.ModeReplicated} {
 		cache := authCache(mode, time.Minute)
 		template := StatefulSet(cache, DefaultImages).Spec.Template
 		c := template.Spec.Containers[0]
@@ -127,7 +139,7 @@ func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 		}
 		secrets := secretVariables(c)
 		// valkey-cli's password is for the preStop hook, which a Standalone node has not.
-		if secrets[envACL] != "orders-cache-acl/"+ACLFileKey || (secrets[envCLIAuth] == "orders-cache-acl/"+NodeUser) != (mode == cachev2.ModeCluster) {
+		if secrets[envACL] != "orders-cache-acl/"+ACLFileKey || (secrets[envCLIAuth] == "orders-cache-acl/"+NodeUser) != (mode != cachev2.ModeStandalone) {
 			t.Errorf("%s: variables from Secrets %v", mode, secrets)
 		}
 		agent := container(&template, ReadinessContainerName)
@@ -140,10 +152,10 @@ func TestAContainerWithAuthLoadsTheACLAndItsProbeAuthenticates(t *testing.T) {
 				t.Errorf("%s: container %s holds the operator's password: %v", mode, c.Name, v)
 			}
 		}
-		if mode == cachev2.ModeCluster {
-			if !strings.Contains(args, "--masteruser "+ReplicationUser+" --masterauth $("+envReplicationPassword+")") {
-				t.Errorf("args %q, want replicas to authenticate as %s", args, ReplicationUser)
-			}
+		if replicas := strings.Contains(args, "--masteruser "+ReplicationUser+" --masterauth $("+envReplicationPassword+")"); replicas != (mode != cachev2.ModeStandalone) {
+			t.Errorf("%s: args %q: replicas authenticate as %s %t", mode, args, ReplicationUser, replicas)
+		}
+		if mode != cachev2.ModeStandalone {
 			for _, call := range handOver(t, c.Lifecycle.PreStop.Exec.Command, "198.18.1.2:6379@16379") {
 				if !strings.HasPrefix(call, "--user "+NodeUser+" ") {
 					t.Errorf("the preStop hook ran valkey-cli %q, not as the node user", call)

@@ -44,7 +44,7 @@ func listening(cache *cachev2.Cache) []string {
 
 // servingTLS makes the container's server speak TLS with the certificate of the TLS Secret: to
 // clients, which need no certificate of their own (tls-auth-clients optional: they authenticate
-// with a password, spec.auth), and, in a Cluster, to its replicas and on the cluster bus, where
+// with a password, spec.auth), to its replicas, and, in a Cluster, on the cluster bus, where
 // every node must show a certificate of the Cache's CA (Valkey asks one of every connection to
 // the bus, whatever tls-auth-clients says): a process without one cannot MEET the cluster. The
 // operator has the servers read the files again after the Secret changes (CONFIG SET), so a
@@ -57,8 +57,11 @@ func servingTLS(c *corev1.Container, cache *cachev2.Cache) {
 		"--tls-auth-clients", "optional",
 		"--unixsocket", socketFile,
 		"--unixsocketperm", "700")
-	if cache.Spec.Mode == cachev2.ModeCluster {
+	switch cache.Spec.Mode { //nolint:exhaustive // a Standalone node has no replicas and no bus
+	case cachev2.ModeCluster:
 		c.Args = append(c.Args, "--tls-replication", "yes", "--tls-cluster", "yes")
+	case cachev2.ModeReplicated:
+		c.Args = append(c.Args, "--tls-replication", "yes")
 	}
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: TLSVolume, MountPath: TLSPath, ReadOnly: true})
 }

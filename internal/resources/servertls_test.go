@@ -13,11 +13,12 @@ import (
 )
 
 // A Cache with TLS listens over TLS only, with the certificate of its Secret mounted from the
-// Secret without the CA's key; a Cluster's replication and bus speak TLS too. The readiness
+// Secret without the CA's key; a Cluster's replication and bus, and a Replicated Cache's
+// replication, speak TLS too. The readiness
 // agent, the hook and the exporter reach their own server through its Unix socket, and the hook asks the
 // replica over TLS.
 func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T) {
-	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster} {
+	for _, mode := range []cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster, cachev2.ModeReplicated} {
 		cache := tlsCache(24 * time.Hour)
 		cache.Spec.Mode = mode
 		cache.Spec.Auth = &cachev2.Auth{}
@@ -32,8 +33,11 @@ func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T
 				t.Errorf("%s: args %q lack %q", mode, args, want)
 			}
 		}
-		if cluster := strings.Contains(args, "--tls-replication yes --tls-cluster yes"); cluster != (mode == cachev2.ModeCluster) {
-			t.Errorf("%s: args %q: replication and bus over TLS %v", mode, args, cluster)
+		if replication := strings.Contains(args, "--tls-replication yes"); replication != (mode != cachev2.ModeStandalone) {
+			t.Errorf("%s: args %q: replication over TLS %v", mode, args, replication)
+		}
+		if bus := strings.Contains(args, "--tls-cluster yes"); bus != (mode == cachev2.ModeCluster) {
+			t.Errorf("%s: args %q: the bus over TLS %v", mode, args, bus)
 		}
 		i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == TLSVolume })
 		if i < 0 || pod.Volumes[i].Secret == nil || pod.Volumes[i].Secret.SecretName != "orders-cache-tls" {
@@ -60,6 +64,18 @@ func TestTLSNodesServeTLSOnlyAndReachTheirOwnServerThroughItsSocket(t *testing.T
 			}
 			for _, call := range calls {
 				if !strings.HasPrefix(call, "--user node -s valkey.sock ") && !strings.Contains(call, "CLUSTER FAILOVER") {
+					t.Errorf("the preStop hook ran valkey-cli %q, not through its own server's socket", call)
+				}
+			}
+		}
+		if mode == cachev2.ModeReplicated {
+			// A Replicated primary's FAILOVER names no replica: every call goes to its own server.
+			calls := handOver(t, valkey.Lifecycle.PreStop.Exec.Command, "")
+			if !slices.Contains(calls, "--user node -s valkey.sock FAILOVER TIMEOUT 5000") {
+				t.Errorf("the preStop hook ran valkey-cli %q, want FAILOVER through its own server's socket", calls)
+			}
+			for _, call := range calls {
+				if !strings.HasPrefix(call, "--user node -s valkey.sock ") {
 					t.Errorf("the preStop hook ran valkey-cli %q, not through its own server's socket", call)
 				}
 			}

@@ -91,21 +91,21 @@ const (
 	envACL = "VALKEY_ACL"
 	// envReplicationPassword holds the replication user's password (masterauth).
 	envReplicationPassword = "VALKEY_REPLICATION_PASSWORD"
-	// envCLIAuth is the password valkey-cli authenticates with: the node user's, for a
-	// Cluster node's preStop hook.
+	// envCLIAuth is the password valkey-cli authenticates with: the node user's, for the
+	// preStop hook of a Cluster or Replicated node.
 	envCLIAuth = "REDISCLI_AUTH"
 
 	aclFile = "users.acl"
 )
 
 // authenticated makes the container's server require credentials: it loads the ACL file of the
-// Cache's ACL Secret, and a replica authenticates to its primary as the replication user. A
-// Cluster node's preStop hook speaks as the node user (cliOf).
+// Cache's ACL Secret, and a replica authenticates to its primary as the replication user. The
+// preStop hook of a Cluster or Replicated node speaks as the node user (cliOf).
 func authenticated(c *corev1.Container, cache *cachev2.Cache) {
 	secret := ACLSecretName(cache)
 	c.Env = append(c.Env, secretKey(envACL, secret, ACLFileKey, false))
 	c.Args = append(c.Args, "--aclfile", aclFile)
-	if cache.Spec.Mode == cachev2.ModeCluster {
+	if cache.Spec.Mode != cachev2.ModeStandalone {
 		c.Env = append(c.Env, secretKey(envCLIAuth, secret, NodeUser, false), secretKey(envReplicationPassword, secret, ReplicationUser, false))
 		c.Args = append(c.Args, "--masteruser", ReplicationUser, "--masterauth", "$("+envReplicationPassword+")")
 	}

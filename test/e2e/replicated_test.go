@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valkey-io/valkey-go"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,18 +26,63 @@ import (
 	"example.com/cache-operator/test/harness/testenv"
 )
 
-// newReplicatedCache creates a Replicated Cache of one primary and the replicas given.
-func newReplicatedCache(t *testing.T, namespace, name string, replicas int32) client.ObjectKey {
+// newReplicatedCache creates a Replicated Cache of one primary and the replicas given, with auth
+// and TLS if secure.
+func newReplicatedCache(t *testing.T, namespace, name string, replicas int32, secure bool) client.ObjectKey {
 	t.Helper()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeReplicated, Shards: 1, ReplicasPerShard: &replicas,
 			Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
 	}
+	if secure {
+		c.Spec.Auth, c.Spec.TLS = &cachev2.Auth{}, &cachev2.TLS{}
+	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	return client.ObjectKeyFromObject(c)
+}
+
+// access is how the tests reach a Cache's servers as its application does: without credentials,
+// or with the application user's and the Cache's CA.
+type access struct {
+	password string
+	tls      *tls.Config
+}
+
+// accessTo is the application's access to the Cache, once its Secrets are made.
+func accessTo(t *testing.T, key client.ObjectKey) access {
+	t.Helper()
+	c, err := getCache(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a access
+	if c.Spec.Auth != nil {
+		a.password = string(appSecret(t, key.Namespace, c.AuthSecretName()).Data[resources.AppPasswordKey])
+	}
+	if c.Spec.TLS != nil {
+		a.tls = publishedCA(t, c)
+	}
+	return a
+}
+
+// client connects to the pod's server as the application.
+func (a access) client(t *testing.T, pod *corev1.Pod) valkey.Client {
+	t.Helper()
+	if a == (access{}) {
+		return node(t, pod)
+	}
+	user := ""
+	if a.password != "" {
+		user = cachev2.AppUser
+	}
+	c, err := connectOverTLS(t, pod.Status.PodIP, user, a.password, a.tls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // waitPrimaryServed waits until the Cache is ReplicationReady with a primary other than not, the
@@ -101,7 +148,7 @@ func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
 	runBeside(t, 1)
 	first := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
-	key := newReplicatedCache(t, ns, "sessions", 2)
+	key := newReplicatedCache(t, ns, "sessions", 2, false)
 	primary := waitPrimaryServed(t, key, "")
 	c, err := getCache(t, key)
 	if err != nil {
@@ -127,21 +174,21 @@ func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
 	}
 
 	// The primary's server killed, restarted in place, empty.
-	second := failOver(t, key, primary, "the primary's server killed", func() {
+	second := failOver(t, key, access{}, primary, "the primary's server killed", func() {
 		if err := crashServer(ns, primary.Name); err != nil {
 			t.Fatal(err)
 		}
 	})
 	waitEvents(t, key, cachev2.ReasonPrimaryLost+"/Failover")
 	// Its pod deleted: it hands over to a replica in sync in its preStop hook (FAILOVER).
-	third := failOver(t, key, second, "the primary's pod deleted", func() {
+	third := failOver(t, key, access{}, second, "the primary's pod deleted", func() {
 		if err := admin.Delete(context.Background(), second); err != nil {
 			t.Fatal(err)
 		}
 	})
 	// The operator SIGKILLed, and the primary's server killed while none runs: the next operator
 	// finds the servers as they are, with no memory of the last.
-	failOver(t, key, third, "the operator killed before the failover", func() {
+	failOver(t, key, access{}, third, "the operator killed before the failover", func() {
 		first.Stop(t, syscall.SIGKILL)
 		if err := crashServer(ns, third.Name); err != nil {
 			t.Fatal(err)
@@ -150,10 +197,45 @@ func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
 	})
 }
 
+// A Replicated Cache with auth and TLS: its servers refuse a client without the password, serve
+// the application over TLS by the name of the primary's Service, and replicate over TLS as the
+// replication user. Its primary's pod deleted, the preStop hook, as the node user through the
+// server's socket, hands over to the replica, and an application that writes through the Service
+// over TLS with the password keeps every write the replica acknowledged.
+func TestAReplicatedCacheWithAuthAndTLSFailsOverBehindItsService(t *testing.T) {
+	runBeside(t, 1)
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newReplicatedCache(t, ns, "secure", 1, true)
+	primary := waitPrimaryServed(t, key, "")
+	app := accessTo(t, key)
+	stranger, err := connectOverTLS(t, primary.Status.PodIP, "", "", app.tls)
+	if err == nil {
+		err = stranger.Do(context.Background(), stranger.B().Get().Key("greeting").Build()).Error()
+	}
+	if err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("GET over TLS without a password: %v, want NOAUTH", err)
+	}
+	byService := app.tls.Clone()
+	byService.ServerName = resources.PrimaryServiceName(&cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}) + "." + ns + ".svc"
+	v, err := connectOverTLS(t, primary.Status.PodIP, cachev2.AppUser, app.password, byService)
+	if err == nil {
+		err = v.Do(context.Background(), v.B().Set().Key("greeting").Value("hello").Build()).Error()
+	}
+	if err != nil {
+		t.Errorf("SET over TLS, the server checked by the name %s: %v", byService.ServerName, err)
+	}
+	failOver(t, key, app, primary, "the primary's pod deleted, with auth and TLS", func() {
+		if err := admin.Delete(context.Background(), primary); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // failOver loses the primary by lose while an application writes through the Cache's primary
 // Service, and returns the primary that takes over: every write a replica acknowledged is on
-// it, and the lost one comes back as its replica.
-func failOver(t *testing.T, key client.ObjectKey, primary *corev1.Pod, what string, lose func()) *corev1.Pod {
+// it, as the application reads it with its access, and the lost one comes back as its replica.
+func failOver(t *testing.T, key client.ObjectKey, app access, primary *corev1.Pod, what string, lose func()) *corev1.Pod {
 	t.Helper()
 	writer := startServiceWriter(t, key)
 	writer.waitAcked(t, 20)
@@ -162,18 +244,18 @@ func failOver(t *testing.T, key client.ObjectKey, primary *corev1.Pod, what stri
 	writer.waitAcked(t, writer.acked(t)+20)
 	report := writer.stop(t)
 	t.Logf("%s: %s", what, report)
-	assertKeysOn(t, next, report.ackedKeys)
+	assertKeysOn(t, app.client(t, next), next.Name, report.ackedKeys)
 	waitReplicaOf(t, key, primary.Name, next.Name)
 	return next
 }
 
-// assertKeysOn checks that every key is on the pod's server, with its number as value.
-func assertKeysOn(t *testing.T, pod *corev1.Pod, keys []string) {
+// assertKeysOn checks that every key is on the server of the pod named, with its number as
+// value.
+func assertKeysOn(t *testing.T, v valkey.Client, pod string, keys []string) {
 	t.Helper()
-	v := node(t, pod)
 	for _, k := range keys {
 		if got, err := v.Do(context.Background(), v.B().Get().Key(k).Build()).ToString(); err != nil || got != strings.TrimPrefix(k, "k") {
-			t.Errorf("GET %s on %s = %q, %v: an acknowledged write was lost", k, pod.Name, got, err)
+			t.Errorf("GET %s on %s = %q, %v: an acknowledged write was lost", k, pod, got, err)
 		}
 	}
 }
@@ -198,7 +280,9 @@ func waitReplicaOf(t *testing.T, key client.ObjectKey, pod, primary string) {
 
 // serviceWriter is an application in a pod of the cluster: it writes k1, k2, … through the
 // Service <cache>-primary, by its DNS name, each on a new connection, and after each asks WAIT 1
-// (a replica has it); it prints one line per write.
+// (a replica has it); it prints one line per write. To a Cache with auth it speaks as the
+// application user, with the password of the Cache's Secret; to one with TLS, over TLS, trusting
+// the CA that the Cache's ConfigMap publishes, as docs/tls.md tells clients to.
 type serviceWriter struct {
 	namespace, pod string
 }
@@ -208,12 +292,32 @@ type serviceWriter struct {
 const writerScript = `i=0
 while :; do
   i=$((i+1))
-  out=$(printf 'SET k%d %d\nWAIT 1 1000\n' "$i" "$i" | timeout 3 valkey-cli -h "$SERVICE" 2>&1 | tr '\n' ' ')
+  out=$(printf 'SET k%d %d\nWAIT 1 1000\n' "$i" "$i" | timeout 3 valkey-cli $ACCESS -h "$SERVICE" 2>&1 | tr '\n' ' ')
   echo "$i $(date +%s%3N) $out"
 done`
 
 func startServiceWriter(t *testing.T, key client.ObjectKey) *serviceWriter {
 	t.Helper()
+	c, err := getCache(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []corev1.EnvVar{{Name: "SERVICE", Value: resources.PrimaryServiceName(c)}}
+	var options []string
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	if c.Spec.Auth != nil {
+		options = append(options, "--user", cachev2.AppUser)
+		env = append(env, corev1.EnvVar{Name: "REDISCLI_AUTH", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: c.AuthSecretName()}, Key: resources.AppPasswordKey}}})
+	}
+	if c.Spec.TLS != nil {
+		options = append(options, "--tls", "--cacert", "/ca/"+resources.TLSCAKey)
+		volumes = []corev1.Volume{{Name: "ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: c.CAConfigMapName()}}}}}
+		mounts = []corev1.VolumeMount{{Name: "ca", MountPath: "/ca", ReadOnly: true}}
+	}
+	env = append(env, corev1.EnvVar{Name: "ACCESS", Value: strings.Join(options, " ")})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: key.Name + "-writer-", Namespace: key.Namespace},
 		Spec: corev1.PodSpec{
@@ -223,10 +327,11 @@ func startServiceWriter(t *testing.T, key client.ObjectKey) *serviceWriter {
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
-				Name:    "writer",
-				Image:   resources.DefaultImages.ValkeyRepository + ":" + valkeyVersion,
-				Command: []string{"sh", "-c", writerScript},
-				Env:     []corev1.EnvVar{{Name: "SERVICE", Value: resources.PrimaryServiceName(&cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name}})}},
+				Name:         "writer",
+				Image:        resources.DefaultImages.ValkeyRepository + ":" + valkeyVersion,
+				Command:      []string{"sh", "-c", writerScript},
+				Env:          env,
+				VolumeMounts: mounts,
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
@@ -234,6 +339,7 @@ func startServiceWriter(t *testing.T, key client.ObjectKey) *serviceWriter {
 				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 			}},
+			Volumes: volumes,
 		},
 	}
 	if err := admin.Create(context.Background(), pod); err != nil {
