@@ -90,7 +90,10 @@ type CacheSpec struct {
 	// Version is the Valkey release to run, MAJOR.MINOR.PATCH (for example 8.1.1). It becomes
 	// the image tag. Changing it restarts the nodes one at a time: in Standalone mode highest
 	// ordinal first; in Cluster mode replicas first, each back in sync before the next, then
-	// each primary once an updated replica has taken over its shard (Ready says Upgrading).
+	// each primary once an updated replica has taken over its shard; in Replicated mode the
+	// replicas first, each back in sync before the next, then the primary, which hands over to
+	// a replica in sync as its pod stops (Ready says Upgrading). A release that cannot read the
+	// data of the one a primary runs (8.x after 9.x) is refused: Ready says DowngradeRefused.
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+[.][0-9]+[.][0-9]+$')",message="version must be a Valkey release as MAJOR.MINOR.PATCH, such as 8.1.1 (no 'v' prefix, no tags such as 'latest')"
 	// +required

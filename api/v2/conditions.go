@@ -30,8 +30,8 @@ const (
 	// ahead (AnnotationRolloutEmptiesNodes, or replicas first for a Cluster).
 	ReasonRolloutEmptiesNodes = "RolloutEmptiesNodes"
 
-	// ReasonDowngradeRefused means a change of a Cluster Cache's version waits because the
-	// version asked for cannot read the data format of the release its primaries run (Valkey 8
+	// ReasonDowngradeRefused means a change of a Cluster or Replicated Cache's version waits
+	// because the version asked for cannot read the data format of the release its primaries run (Valkey 8
 	// that of Valkey 9): a replica on it could not sync from them. The pods keep the template
 	// they have; setting the version back to that release or later ends the wait.
 	ReasonDowngradeRefused = "DowngradeRefused"
@@ -90,7 +90,8 @@ const (
 
 	// ReasonUpgrading means the pods are restarted on a new pod template, one at a time:
 	// replicas first, each back in sync before the next, then each shard's primary once a
-	// replica on the new template has taken over with CLUSTER FAILOVER.
+	// replica on the new template has taken over with CLUSTER FAILOVER (a Replicated Cache's
+	// primary hands over to a replica in sync with FAILOVER as its pod stops).
 	ReasonUpgrading = "Upgrading"
 
 	// ReasonClusterReady means every node is ready and the cluster serves every slot, with every

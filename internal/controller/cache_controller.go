@@ -96,7 +96,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		r.restorePhase,
 		r.certificatesPhase,
 		r.credentialsPhase,
-		r.clusterMembersPhase,
+		r.membersPhase,
 		r.childrenPhase,
 		r.registrationPhase,
 		r.clusterPhase,

@@ -36,7 +36,7 @@ type children struct {
 // with the number of pods given (nodesToRun), and, for a restored Cache, the restore's init step
 // (set when the StatefulSet is made, never after). The Services come first: the StatefulSet's
 // pods get their DNS names from the headless one; a Replicated Cache's clients use the other two.
-// running is the newest Valkey release the primaries run (primariesRelease,
+// running is the newest Valkey release the primaries run (membersPhase,
 // resources.JudgeStatefulSet).
 func (r *CacheReconciler) ensureChildren(ctx context.Context, cache *cachev2.Cache, nodes int32, running string, restore *corev1.Container) (children, error) {
 	services := []*corev1.Service{resources.Service(cache)}

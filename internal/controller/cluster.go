@@ -66,14 +66,8 @@ func topologyMembers(members []clusterMember) []topology.Member {
 // returns when to look again. The verdict is on the state read before the step, which the next
 // pass reads afresh.
 func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache, sts *appsv1.StatefulSet, members []clusterMember, restored map[string][]valkey.SlotRange) (*clusterReport, time.Duration, error) {
-	// The StatefulSet updates on delete (resources.StatefulSet): a pod on an older revision waits
-	// for the ordered upgrade to restart it. Its status names the newest revision only once the
-	// StatefulSet controller has seen the latest spec; before, a pod of a spec change reverted
-	// in the meantime could look outdated.
-	if sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdateRevision != "" {
-		for i := range members {
-			members[i].Outdated = members[i].pod.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision
-		}
+	for i := range members {
+		members[i].Outdated = runsEarlierTemplate(sts, members[i].pod)
 	}
 	want := topology.Want{Shards: int(cache.Spec.Shards), ReplicasPerShard: int(cache.Spec.ReplicasOrZero()), Restored: restored,
 		KeyByKey: r.KeyByKeySlotMigration}
@@ -157,6 +151,24 @@ func (r *CacheReconciler) observeCluster(ctx context.Context, cache *cachev2.Cac
 	}
 	wg.Wait()
 	return members, nil
+}
+
+// runsEarlierTemplate reports whether the pod, of a StatefulSet that updates on delete
+// (resources.StatefulSet), runs an earlier pod template than the StatefulSet's: it waits for the
+// ordered upgrade to restart it. The StatefulSet's status names the newest revision only once its
+// controller has seen the latest spec; before, a pod of a spec change reverted in the meantime
+// could look outdated, so none does.
+func runsEarlierTemplate(sts *appsv1.StatefulSet, pod *corev1.Pod) bool {
+	return sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdateRevision != "" &&
+		pod.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision
+}
+
+// restartPod deletes the pod, if it is still the pod that was observed: its StatefulSet makes it
+// again, on the current pod template.
+func (r *CacheReconciler) restartPod(ctx context.Context, observed *corev1.Pod) error {
+	pod := &corev1.Pod{}
+	pod.Name, pod.Namespace = observed.Name, observed.Namespace
+	return client.IgnoreNotFound(r.Delete(ctx, pod, client.Preconditions{UID: &observed.UID}))
 }
 
 // primariesRelease is the newest Valkey release that the members' primaries run, or "" if none

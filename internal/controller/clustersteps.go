@@ -63,9 +63,7 @@ func (r *CacheReconciler) actOn(ctx context.Context, byPod map[string]clusterMem
 	m := byPod[a.On]
 	switch a.Kind { //nolint:exhaustive // the other kinds are commands to the server, below
 	case topology.KindRestart:
-		pod := &corev1.Pod{}
-		pod.Name, pod.Namespace = m.pod.Name, m.pod.Namespace
-		return client.IgnoreNotFound(r.Delete(ctx, pod, client.Preconditions{UID: &m.pod.UID}))
+		return r.restartPod(ctx, m.pod)
 	case topology.KindMarkHandover:
 		return client.IgnoreNotFound(r.markHandover(ctx, m.pod))
 	}

@@ -23,11 +23,14 @@ type pass struct {
 	restore restore      // the restorePhase's
 	certs   certificates // the certificatesPhase's
 	creds   credentials  // the credentialsPhase's
-	// members are a Cluster's servers as they report themselves, and nodes how many pods the
-	// Cache runs (the clusterMembersPhase's).
-	members []clusterMember
-	nodes   int32
-	made    children // the childrenPhase's
+	// members are a Cluster's servers as they report themselves, replicated a Replicated
+	// Cache's, nodes how many pods the Cache runs, and running the newest Valkey release its
+	// primaries run, whose data a new version must be able to read (the membersPhase's).
+	members    []clusterMember
+	replicated []replicatedMember
+	nodes      int32
+	running    string
+	made       children // the childrenPhase's
 	// registered is the Registered condition (the registrationPhase's), and cluster what the
 	// servers of a Cluster report after the clusterPhase's step.
 	registered *metav1.Condition
@@ -111,25 +114,34 @@ func (r *CacheReconciler) credentialsPhase(ctx context.Context, p *pass) (*ctrl.
 	return nil, nil
 }
 
-// clusterMembersPhase asks a Cluster Cache's servers who they are before its children are made: a
-// scale-in removes no pod before its server has handed over its slots and left the cluster.
-func (r *CacheReconciler) clusterMembersPhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
+// membersPhase asks the servers of a Cluster or Replicated Cache who they are before its children
+// are made: a Cluster's scale-in removes no pod before its server has handed over its slots and
+// left the cluster, and no pod gets a version that cannot read the data its primary holds
+// (resources.JudgeStatefulSet).
+func (r *CacheReconciler) membersPhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
 	p.nodes = p.cache.Spec.Nodes()
-	if p.cache.Spec.Mode != cachev2.ModeCluster {
-		return nil, nil
-	}
 	var err error
-	if p.members, err = r.observeCluster(ctx, p.cache, p.creds.auth); err != nil {
-		return end(ctrl.Result{}, err)
+	switch p.cache.Spec.Mode {
+	case cachev2.ModeCluster:
+		if p.members, err = r.observeCluster(ctx, p.cache, p.creds.auth); err != nil {
+			return end(ctrl.Result{}, err)
+		}
+		p.nodes, p.running = nodesToRun(p.cache, p.members), primariesRelease(p.members)
+	case cachev2.ModeReplicated:
+		if p.replicated, err = r.observeReplicated(ctx, p.cache, p.creds.auth); err != nil {
+			return end(ctrl.Result{}, err)
+		}
+		p.running = replicatedRelease(p.replicated)
+	case cachev2.ModeStandalone:
+		// Independent nodes, each emptied by a restart: no data to keep readable.
 	}
-	p.nodes = nodesToRun(p.cache, p.members)
 	return nil, nil
 }
 
 // childrenPhase makes the Service, the StatefulSet and the PodDisruptionBudget match the spec.
 func (r *CacheReconciler) childrenPhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
 	var err error
-	if p.made, err = r.ensureChildren(ctx, p.cache, p.nodes, primariesRelease(p.members), p.restore.initContainer); err != nil {
+	if p.made, err = r.ensureChildren(ctx, p.cache, p.nodes, p.running, p.restore.initContainer); err != nil {
 		return r.fail(ctx, p, err)
 	}
 	switch {

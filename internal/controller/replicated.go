@@ -26,22 +26,25 @@ import (
 	"example.com/cache-operator/internal/valkey"
 )
 
-// replicatedMember is a pod of a Replicated Cache and what its server reports.
+// replicatedMember is a pod of a Replicated Cache and what its server reports: its replication,
+// and the Valkey release it runs.
 type replicatedMember struct {
 	replication.Member
-	pod *corev1.Pod
+	pod     *corev1.Pod
+	version string
 }
 
-// replicatedPhase takes a Replicated Cache's servers one step towards one primary that the
-// others replicate, with the primary's label on its pod alone (replication.Next), and reports what
-// they say. Like a Cluster, it is looked at again on a timer: Valkey sends no events.
+// replicatedPhase takes a Replicated Cache's servers, as the membersPhase found them, one step
+// towards one primary that the others replicate, with the primary's label on its pod alone, and
+// every pod on the current pod template (replication.Next), and reports what they say. Like a
+// Cluster, it is looked at again on a timer: Valkey sends no events.
 func (r *CacheReconciler) replicatedPhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
 	if p.cache.Spec.Mode != cachev2.ModeReplicated {
 		return nil, nil
 	}
-	members, err := r.observeReplicated(ctx, p.cache, p.creds.auth)
-	if err != nil {
-		return end(ctrl.Result{}, err)
+	members := p.replicated
+	for i := range members {
+		members[i].Outdated = runsEarlierTemplate(p.made.sts, members[i].pod)
 	}
 	plan := replication.Next(replication.Want{Nodes: int(p.cache.Spec.Nodes()), FailoverAfter: p.cache.Spec.FailoverAfter(), Hold: resources.HoldAddress},
 		replicationMembers(members))
@@ -53,6 +56,7 @@ func (r *CacheReconciler) replicatedPhase(ctx context.Context, p *pass) (*ctrl.R
 		p.failed = append(p.failed, err)
 	}
 	p.cluster = reportReplicated(members, plan, p.cache.Generation)
+	p.cluster.running = p.running
 	poll := r.ClusterCheckInterval
 	switch {
 	case len(plan.Actions) > 0:
@@ -89,17 +93,27 @@ func (r *CacheReconciler) observeReplicated(ctx context.Context, cache *cachev2.
 		m.Labelled = pod.Labels[resources.LabelRole] == string(replication.RolePrimary)
 		m.Gone = pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning
 		if !m.Gone {
-			wg.Go(func() { observeReplica(ctx, &m.Member, auth, resources.NodeName(cache.Namespace, m.Pod)) })
+			wg.Go(func() { observeReplica(ctx, m, auth, resources.NodeName(cache.Namespace, m.Pod)) })
 		}
 	}
 	wg.Wait()
 	return members, nil
 }
 
-// observeReplica fills in what m's server says of its replication, once it has said it is the
-// pod expected; on any failure, m is not Reached, and the log says why. A connection refused
-// says that no server runs at the pod's address (Refused).
-func observeReplica(ctx context.Context, m *replication.Member, auth valkey.Auth, name string) {
+// replicatedRelease is the Valkey release of the members' primary, or "" if none answers as one.
+func replicatedRelease(members []replicatedMember) string {
+	for _, m := range members {
+		if m.Reached && m.Primary && !m.Gone {
+			return m.version
+		}
+	}
+	return ""
+}
+
+// observeReplica fills in what m's server says of its replication and release, once it has said
+// it is the pod expected; on any failure, m is not Reached, and the log says why. A connection
+// refused says that no server runs at the pod's address (Refused).
+func observeReplica(ctx context.Context, m *replicatedMember, auth valkey.Auth, name string) {
 	logger := log.FromContext(ctx).WithValues("pod", m.Pod)
 	server, err := valkey.Connect(m.IP, m.Port, auth)
 	if err == nil {
@@ -121,7 +135,7 @@ func observeReplica(ctx context.Context, m *replication.Member, auth valkey.Auth
 		return
 	}
 	m.Reached, m.Primary, m.LinkUp, m.LinkDownFor = true, status.Primary, status.LinkUp, status.LinkDownFor
-	m.PrimaryIP, m.PrimaryPort, m.Offset = status.PrimaryIP, status.PrimaryPort, status.StreamOffset
+	m.PrimaryIP, m.PrimaryPort, m.Offset, m.version = status.PrimaryIP, status.PrimaryPort, status.StreamOffset, status.Version
 }
 
 // actReplicated takes the plan's actions one after the other, in their order, which matters: the
@@ -142,8 +156,11 @@ func (r *CacheReconciler) actReplicated(ctx context.Context, members []replicate
 }
 
 func (r *CacheReconciler) actOnReplica(ctx context.Context, m *replicatedMember, a replication.Action, auth valkey.Auth) error {
-	if a.Kind == replication.KindLabel {
+	switch a.Kind { //nolint:exhaustive // the others are commands to the server, below
+	case replication.KindLabel:
 		return client.IgnoreNotFound(r.labelRole(ctx, m.pod, a.Role))
+	case replication.KindRestart:
+		return r.restartPod(ctx, m.pod)
 	}
 	server, err := valkey.Connect(m.IP, m.Port, auth)
 	if err != nil {

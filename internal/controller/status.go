@@ -98,7 +98,7 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 	case resources.TemplateHeldForConsent:
 		ready = rolloutConsentAwaited(cache)
 	case resources.TemplateHeldForDowngrade:
-		ready = downgradeRefused(cache, cluster.running) // held only when a Cluster's primaries run a newer release
+		ready = downgradeRefused(cache, cluster.running) // held only when a Cluster's or Replicated Cache's primary runs a newer release
 	case resources.TemplateCurrent, resources.TemplateHeldForRelease, resources.TemplateHeldForFleet:
 		// Ready as the pods and the cluster say; the other holds have conditions of their own.
 	}
@@ -177,15 +177,15 @@ func slotsMoved(stored cachev2.CacheStatus, toMove int32) int32 {
 // spec and every wanted replica is ready and runs the current pod template; until then it is
 // False with reason Progressing and a message that says how far the rollout has got.
 //
-// A Cluster Cache's StatefulSet keeps more pods while a scale-in drains them, and its pods are
-// restarted by the operator's ordered upgrade, not the StatefulSet controller: so its pods are
-// counted against the StatefulSet's replicas, not the spec's nodes, and the cluster's verdict
-// says how the upgrade goes.
+// A Cluster Cache's StatefulSet keeps more pods while a scale-in drains them, and the pods of a
+// Cluster or Replicated Cache are restarted by the operator's ordered upgrade, not the
+// StatefulSet controller: so their pods are counted against the StatefulSet's replicas, not the
+// spec's nodes, and what the servers say (the cluster's verdict) says how the upgrade goes.
 func readyCondition(cache *cachev2.Cache, sts *appsv1.StatefulSet) metav1.Condition {
 	want := cache.Spec.Nodes()
 	st := sts.Status
 	updated, rolling := st.UpdatedReplicas, st.UpdateRevision != st.CurrentRevision
-	if cache.Spec.Mode == cachev2.ModeCluster {
+	if cache.Spec.Mode != cachev2.ModeStandalone {
 		want, updated, rolling = ptr.Deref(sts.Spec.Replicas, want), st.Replicas, false
 	}
 	cond := metav1.Condition{

@@ -47,6 +47,9 @@ type Member struct {
 	Offset int64
 	// Labelled marks a pod that carries the primary's label.
 	Labelled bool
+	// Outdated marks a pod that runs an earlier pod template than its StatefulSet's: an ordered
+	// upgrade restarts it (roll).
+	Outdated bool
 }
 
 // Held reports whether the server has had no role since it started: it replicates the hold
@@ -86,6 +89,8 @@ const (
 	KindReplicate
 	// KindLabel sets the pod's label to Action.Role.
 	KindLabel
+	// KindRestart deletes the pod, which its StatefulSet makes again on the current template.
+	KindRestart
 )
 
 // Role is what the pod's label says its server is, for the Services that select on it.
@@ -112,6 +117,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s: REPLICAOF %s", a.On, a.Primary)
 	case KindLabel:
 		return fmt.Sprintf("label pod %s as the %s", a.On, a.Role)
+	case KindRestart:
+		return "restart pod " + a.On
 	}
 	return fmt.Sprintf("%s: action of unknown kind %d", a.On, a.Kind)
 }
@@ -139,6 +146,7 @@ const (
 	PrimaryLost     Problem = cachev2.ReasonPrimaryLost
 	ReplicasMissing Problem = cachev2.ReasonReplicasMissing
 	NodesUnreached  Problem = cachev2.ReasonNodesUnreachable
+	Upgrading       Problem = cachev2.ReasonUpgrading
 )
 
 // Next is the next step, and the verdict on the Cache as its servers report it.
@@ -203,8 +211,43 @@ func follow(want Want, members []Member, primary *Member) Plan {
 			primary.Pod, linked, want.Nodes-1, strings.Join(unlinked, ", "))
 	case len(plan.Actions) > 0:
 		plan.Problem, plan.Message = ReplicasMissing, "next step: "+plan.Actions[0].String()
+	default:
+		roll(&plan, members, primary)
 	}
 	return plan
+}
+
+// roll restarts the pods that run an earlier pod template (an ordered upgrade), one at a time and
+// only on a Cache with every replica in sync, which it is again only once the pod restarted last
+// is back and in sync: the replicas first, then the primary, whose preStop hook hands over to a
+// replica in sync (FAILOVER, which holds the primary's writers until that replica has every write)
+// before its server stops, so that no acknowledged write is lost. By then every replica runs the
+// new template, so the primary's role goes to one that does. A primary without replicas loses
+// its keys as it restarts (the user consented: resources.awaitsRolloutConsent).
+func roll(plan *Plan, members []Member, primary *Member) {
+	var next *Member
+	outdated := 0
+	for i := range members {
+		if m := &members[i]; m.Outdated {
+			outdated++
+			if next == nil || next == primary {
+				next = m
+			}
+		}
+	}
+	if next == nil {
+		return
+	}
+	plan.Actions = []Action{{Kind: KindRestart, On: next.Pod}}
+	plan.Problem = Upgrading
+	plan.Message = fmt.Sprintf("%d/%d nodes run the current pod template; next step: %s", len(members)-outdated, len(members), plan.Actions[0])
+	switch {
+	case next != primary:
+	case len(members) > 1:
+		plan.Message += ", the primary, which hands over to a replica in sync first"
+	default:
+		plan.Message += ", the primary, which has no replica: its keys are lost"
+	}
 }
 
 // elect gives a Cache with no primary one: a new Cache's first server, once every server runs

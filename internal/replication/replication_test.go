@@ -177,3 +177,41 @@ func TestOfTwoPrimariesTheOneTheReplicasFollowStays(t *testing.T) {
 		t.Errorf("steps %v, primary %q; want %v and pod-1", got, p.Primary, wantSteps)
 	}
 }
+
+// outdated is the member on an earlier pod template.
+func outdated(m Member) Member {
+	m.Outdated = true
+	return m
+}
+
+// An ordered upgrade restarts one pod at a time, the replicas first, each only once every replica
+// is in sync again, and the primary last, which hands over in its preStop hook. A Cache with a
+// replica not in sync, or a pod not answering, restarts nothing.
+func TestAnUpgradeRestartsTheReplicasFirstAndThePrimaryLast(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		steps   []string
+		problem Problem
+		message string
+	}{
+		{"nothing outdated", []Member{primary("pod-1", 9), replica("pod-0", "pod-1", 9), replica("pod-2", "pod-1", 9)}, nil, "", ""},
+		{"every pod outdated", []Member{outdated(primary("pod-0", 9)), outdated(replica("pod-1", "pod-0", 9)), outdated(replica("pod-2", "pod-0", 9))},
+			[]string{"restart pod pod-1"}, Upgrading, "0/3 nodes run the current pod template; next step: restart pod pod-1"},
+		{"a replica back, in sync", []Member{outdated(primary("pod-0", 9)), replica("pod-1", "pod-0", 9), outdated(replica("pod-2", "pod-0", 9))},
+			[]string{"restart pod pod-2"}, Upgrading, ""},
+		{"a replica back, not in sync yet", []Member{outdated(primary("pod-0", 9)), lostLink(replica("pod-1", "pod-0", 0), 0), outdated(replica("pod-2", "pod-0", 9))},
+			nil, ReplicasMissing, ""},
+		{"the primary last", []Member{outdated(primary("pod-0", 9)), replica("pod-1", "pod-0", 9), replica("pod-2", "pod-0", 9)},
+			[]string{"restart pod pod-0"}, Upgrading, "2/3 nodes run the current pod template; next step: restart pod pod-0, the primary, which hands over to a replica in sync first"},
+		{"a primary without replicas", []Member{outdated(primary("pod-0", 9))},
+			[]string{"restart pod pod-0"}, Upgrading, "0/1 nodes run the current pod template; next step: restart pod pod-0, the primary, which has no replica: its keys are lost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Next(want(len(tc.members)), tc.members)
+			if !slices.Equal(steps(p), tc.steps) || p.Problem != tc.problem || tc.message != "" && p.Message != tc.message {
+				t.Errorf("%v, %s: %q; want %v, %s: %q", steps(p), p.Problem, p.Message, tc.steps, tc.problem, tc.message)
+			}
+		})
+	}
+}

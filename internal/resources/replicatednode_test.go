@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
@@ -21,7 +22,7 @@ func replicatedCache() *cachev2.Cache {
 
 // A Replicated node's server starts held, a replica of an address where nothing listens, empty,
 // saying which pod it is; its agent judges it as a Replicated node; the operator's informer sees
-// its pod.
+// its pod; the operator, not the StatefulSet controller, restarts it in an upgrade.
 func TestAReplicatedNodeStartsHeldAndEmpty(t *testing.T) {
 	sts := StatefulSet(replicatedCache(), DefaultImages)
 	if *sts.Spec.Replicas != 3 {
@@ -50,6 +51,9 @@ func TestAReplicatedNodeStartsHeldAndEmpty(t *testing.T) {
 	}
 	if _, ok := sts.Spec.Template.Labels[LabelRole]; ok {
 		t.Error("the pod template sets the role label, which the operator moves between pods")
+	}
+	if sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Errorf("update strategy %q, want OnDelete: the operator restarts the pods, the primary last", sts.Spec.UpdateStrategy.Type)
 	}
 }
 

@@ -81,14 +81,15 @@ func StatefulSet(cache *cachev2.Cache, images Images) *appsv1.StatefulSet {
 	// one is Ready. The policy is immutable: a StatefulSet made by an earlier release keeps the
 	// default it was created with (mergeStatefulSet sets it at creation only).
 	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
-	if cache.Spec.Mode == cachev2.ModeCluster {
-		// The operator restarts a Cluster's pods itself, in the order that keeps every shard
-		// serving (topology.Roll): replicas first, each back in sync before the next, and a
-		// primary only after a replica has taken over. The StatefulSet controller's rolling
-		// update knows nothing of shards and would restart a primary and its replica back to
-		// back; a partitioned rollout still goes by ordinal, which says nothing about who is
-		// primary after a failover. So the StatefulSet only makes new pods from the new
-		// template when the operator deletes old ones.
+	if cache.Spec.Mode != cachev2.ModeStandalone {
+		// The operator restarts the pods of a Cluster or Replicated Cache itself, in the order
+		// that keeps every shard serving (topology.Roll, replication's roll): replicas first,
+		// each back in sync before the next, and a primary only after a replica has taken
+		// over. The StatefulSet controller's rolling update knows nothing of roles and would
+		// restart a primary and its replica back to back; a partitioned rollout still goes by
+		// ordinal, which says nothing about who is primary after a failover. So the
+		// StatefulSet only makes new pods from the new template when the operator deletes old
+		// ones.
 		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
 	}
 	if cache.Spec.TLS != nil {

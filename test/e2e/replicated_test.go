@@ -6,13 +6,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
+	valkeygo "github.com/valkey-io/valkey-go"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,20 +24,21 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
+	"example.com/cache-operator/internal/valkey"
 	"example.com/cache-operator/test/harness/testenv"
 )
 
-// newReplicatedCache creates a Replicated Cache of one primary and the replicas given, with auth
-// and TLS if secure.
-func newReplicatedCache(t *testing.T, namespace, name string, replicas int32, secure bool) client.ObjectKey {
+// newReplicatedCache creates a Replicated Cache of one primary and the replicas given, on the
+// newest release, with what more edit sets (nil: nothing).
+func newReplicatedCache(t *testing.T, namespace, name string, replicas int32, edit func(*cachev2.CacheSpec)) client.ObjectKey {
 	t.Helper()
 	c := &cachev2.Cache{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: cachev2.CacheSpec{Mode: cachev2.ModeReplicated, Shards: 1, ReplicasPerShard: &replicas,
 			Version: valkeyVersion, Memory: resource.MustParse("64Mi")},
 	}
-	if secure {
-		c.Spec.Auth, c.Spec.TLS = &cachev2.Auth{}, &cachev2.TLS{}
+	if edit != nil {
+		edit(&c.Spec)
 	}
 	if err := admin.Create(context.Background(), c); err != nil {
 		t.Fatal(err)
@@ -69,7 +71,7 @@ func accessTo(t *testing.T, key client.ObjectKey) access {
 }
 
 // client connects to the pod's server as the application.
-func (a access) client(t *testing.T, pod *corev1.Pod) valkey.Client {
+func (a access) client(t *testing.T, pod *corev1.Pod) valkeygo.Client {
 	t.Helper()
 	if a == (access{}) {
 		return node(t, pod)
@@ -148,7 +150,7 @@ func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
 	runBeside(t, 1)
 	first := startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
-	key := newReplicatedCache(t, ns, "sessions", 2, false)
+	key := newReplicatedCache(t, ns, "sessions", 2, nil)
 	primary := waitPrimaryServed(t, key, "")
 	c, err := getCache(t, key)
 	if err != nil {
@@ -206,7 +208,7 @@ func TestAReplicatedCacheWithAuthAndTLSFailsOverBehindItsService(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
-	key := newReplicatedCache(t, ns, "secure", 1, true)
+	key := newReplicatedCache(t, ns, "secure", 1, func(s *cachev2.CacheSpec) { s.Auth, s.TLS = &cachev2.Auth{}, &cachev2.TLS{} })
 	primary := waitPrimaryServed(t, key, "")
 	app := accessTo(t, key)
 	stranger, err := connectOverTLS(t, primary.Status.PodIP, "", "", app.tls)
@@ -232,6 +234,66 @@ func TestAReplicatedCacheWithAuthAndTLSFailsOverBehindItsService(t *testing.T) {
 	})
 }
 
+// A Replicated Cache upgraded across releases (8.1 to 9.1) restarts each pod once, its replica
+// first and its primary last, which hands over to the updated replica in its preStop hook: an
+// application writing through the primary's Service keeps every write a replica acknowledged,
+// and every server then runs the new release. A change back to the older release, which cannot
+// read the newer one's data, waits, Ready False with the reason, and restarts no pod.
+func TestAReplicatedCacheUpgradesAcrossReleasesItsPrimaryLast(t *testing.T) {
+	runBeside(t, 1)
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	older := valkeys[len(valkeys)-2].Version
+	key := newReplicatedCache(t, ns, "jobs", 1, func(s *cachev2.CacheSpec) { s.Version = older })
+	primary := waitPrimaryServed(t, key, "")
+	old := map[string]bool{}
+	for _, pod := range cachePods(t, key) {
+		old[string(pod.UID)] = true
+	}
+	writer := startServiceWriter(t, key)
+	writer.waitAcked(t, 20)
+	patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, valkeyVersion))
+	testenv.WaitFor(t, 4*time.Minute, "every pod replaced and the Cache ready on "+valkeyVersion, func() (bool, string) {
+		for _, pod := range cachePods(t, key) {
+			if old[string(pod.UID)] {
+				return false, pod.Name + " is not replaced yet"
+			}
+		}
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		return settled(c)
+	})
+	next := waitPrimaryServed(t, key, "")
+	writer.waitAcked(t, writer.acked(t)+20)
+	report := writer.stop(t)
+	t.Logf("upgrade %s → %s: %s", older, valkeyVersion, report)
+	assertKeysOn(t, node(t, next), next.Name, report.ackedKeys)
+	// The primary's pod restarted last: no pod was made after it.
+	pods := cachePods(t, key)
+	last := pods[slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == primary.Name })]
+	for _, pod := range pods {
+		if pod.CreationTimestamp.After(last.CreationTimestamp.Time) {
+			t.Errorf("%s, the primary before the upgrade, restarted at %s, before %s at %s", last.Name, last.CreationTimestamp, pod.Name, pod.CreationTimestamp)
+		}
+	}
+	for pod, version := range serverVersions(t, key) {
+		if version != valkeyVersion {
+			t.Errorf("after the upgrade, %s runs Valkey %s", pod, version)
+		}
+	}
+	if valkey.RDBFormat(older) < valkey.RDBFormat(valkeyVersion) {
+		patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, older))
+		waitReadyAs(t, key, metav1.ConditionFalse, cachev2.ReasonDowngradeRefused, time.Minute)
+		for _, pod := range cachePods(t, key) {
+			if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.UID == pod.UID }) {
+				t.Errorf("%s restarted after the change back to %s", pod.Name, older)
+			}
+		}
+	}
+}
+
 // failOver loses the primary by lose while an application writes through the Cache's primary
 // Service, and returns the primary that takes over: every write a replica acknowledged is on
 // it, as the application reads it with its access, and the lost one comes back as its replica.
@@ -251,7 +313,7 @@ func failOver(t *testing.T, key client.ObjectKey, app access, primary *corev1.Po
 
 // assertKeysOn checks that every key is on the server of the pod named, with its number as
 // value.
-func assertKeysOn(t *testing.T, v valkey.Client, pod string, keys []string) {
+func assertKeysOn(t *testing.T, v valkeygo.Client, pod string, keys []string) {
 	t.Helper()
 	for _, k := range keys {
 		if got, err := v.Do(context.Background(), v.B().Get().Key(k).Build()).ToString(); err != nil || got != strings.TrimPrefix(k, "k") {
