@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/replication"
 	"example.com/cache-operator/internal/resources"
 	"example.com/cache-operator/internal/valkey"
@@ -52,8 +53,11 @@ func (r *CacheReconciler) replicatedPhase(ctx context.Context, p *pass) (*ctrl.R
 		r.Recorder.Eventf(p.cache, nil, corev1.EventTypeWarning, cachev2.ReasonPrimaryLost, "Failover",
 			"the primary %s is lost: %s", plan.FailedOver, plan.Message)
 	}
+	failovers := metrics.Failovers(p.cache.Namespace, p.cache.Name)
 	if err := r.actReplicated(ctx, members, plan.Actions, p.creds.auth); err != nil {
 		p.failed = append(p.failed, err)
+	} else if plan.FailedOver != "" {
+		failovers.Inc()
 	}
 	p.cluster = reportReplicated(members, plan, p.cache.Generation)
 	p.cluster.running = p.running

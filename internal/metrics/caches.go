@@ -26,6 +26,10 @@ var (
 	slotsMovedDesc = prometheus.NewDesc("cache_operator_cache_slots_moved",
 		"Hash slots that a Cluster Cache's latest operation has moved so far.",
 		[]string{"namespace", "name"}, nil)
+	primaryDesc = prometheus.NewDesc("cache_operator_cache_primary",
+		"1 for the pod whose server takes writes in a Replicated Cache (status.primary, behind the Service <name>-primary); "+
+			"no series while none does.",
+		[]string{"namespace", "name", "pod"}, nil)
 	rolloutStalledDesc = prometheus.NewDesc("cache_operator_cache_rollout_stalled",
 		"1 if the Cache's rollout of a new pod template has not moved for the operator's progress deadline "+
 			"(Progressing=False), else 0.",
@@ -60,6 +64,7 @@ func (c *cachesCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cacheReadyDesc
 	ch <- slotsToMoveDesc
 	ch <- slotsMovedDesc
+	ch <- primaryDesc
 	ch <- rolloutStalledDesc
 	ch <- terminatingDesc
 	ch <- oldestTerminatingDesc
@@ -97,6 +102,9 @@ func (c *cachesCollector) Collect(ch chan<- prometheus.Metric) {
 		if cache.Spec.Mode == cachev2.ModeCluster {
 			ch <- prometheus.MustNewConstMetric(slotsToMoveDesc, prometheus.GaugeValue, float64(cache.Status.SlotsToMove), cache.Namespace, cache.Name)
 			ch <- prometheus.MustNewConstMetric(slotsMovedDesc, prometheus.GaugeValue, float64(cache.Status.SlotsMoved), cache.Namespace, cache.Name)
+		}
+		if cache.Spec.Mode == cachev2.ModeReplicated && cache.Status.Primary != "" {
+			ch <- prometheus.MustNewConstMetric(primaryDesc, prometheus.GaugeValue, 1, cache.Namespace, cache.Name, cache.Status.Primary)
 		}
 		stalled := 0.0
 		if meta.IsStatusConditionFalse(cache.Status.Conditions, cachev2.ConditionProgressing) {

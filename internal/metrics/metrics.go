@@ -22,10 +22,15 @@ var (
 		Name: "cache_operator_catalog_operation_errors_total",
 		Help: "Failed operations on the external catalogue, by operation (sync, deregister).",
 	}, []string{"operation"})
+	failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_failovers_total",
+		Help: "Replicas of a Replicated Cache that this operator promoted in place of a lost primary, since it started " +
+			"(a primary that hands over as its pod stops is no failover here). 0 from the first reconcile of each Replicated Cache.",
+	}, []string{"namespace", "name"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(catalogDuration, catalogErrors)
+	ctrlmetrics.Registry.MustRegister(catalogDuration, catalogErrors, failovers)
 	// Report zero errors from the start, so a rate() over them has a baseline.
 	for _, op := range []string{opSync, opDeregister, opList} {
 		catalogErrors.WithLabelValues(op)
@@ -75,4 +80,10 @@ func countError(op string, err error) {
 	if err != nil {
 		catalogErrors.WithLabelValues(op).Inc()
 	}
+}
+
+// Failovers is the counter of the Replicated Cache's failovers (cache_operator_failovers_total):
+// taken on every pass, so that its series is there, at 0, before the first failover.
+func Failovers(namespace, name string) prometheus.Counter {
+	return failovers.WithLabelValues(namespace, name)
 }

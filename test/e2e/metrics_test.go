@@ -59,7 +59,8 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 	waitLeader(t, o)
 	ns := newNamespace(t)
 	newOneNodeCache(t, ns, "orders-cache")
-	newClusterCache(t, ns, "sessions-cache", 1, 0) // the Cluster metrics exist for Cluster Caches
+	newClusterCache(t, ns, "sessions-cache", 1, 0)  // the Cluster metrics exist for Cluster Caches
+	newReplicatedCache(t, ns, "jobs-cache", 0, nil) // the Replicated ones for Replicated Caches
 	waitSettled(t, ns, 2*time.Minute)
 	// The backup metrics exist with a backup that completed and one that failed.
 	store := newBackupStore(t, ns)

@@ -182,6 +182,13 @@ func TestAReplicatedCacheFailsOverWhenItsPrimaryIsLost(t *testing.T) {
 		}
 	})
 	waitEvents(t, key, cachev2.ReasonPrimaryLost+"/Failover")
+	// The operator counts the failover and names the new primary.
+	testenv.WaitFor(t, time.Minute, "the failover in the operator's metrics", func() (bool, string) {
+		families := first.Metrics(t)
+		failovers := testenv.Sum(families, "cache_operator_failovers_total", map[string]string{"namespace": ns, "name": key.Name})
+		primary := testenv.Sum(families, "cache_operator_cache_primary", map[string]string{"namespace": ns, "name": key.Name, "pod": second.Name})
+		return failovers == 1 && primary == 1, fmt.Sprintf("%v failovers, %s primary %v", failovers, second.Name, primary)
+	})
 	// Its pod deleted: it hands over to a replica in sync in its preStop hook (FAILOVER).
 	third := failOver(t, key, access{}, second, "the primary's pod deleted", func() {
 		if err := admin.Delete(context.Background(), second); err != nil {
