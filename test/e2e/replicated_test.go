@@ -259,6 +259,7 @@ func TestAReplicatedCacheUpgradesAcrossReleasesItsPrimaryLast(t *testing.T) {
 	}
 	writer := startServiceWriter(t, key)
 	writer.waitAcked(t, 20)
+	began := time.Now()
 	patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, valkeyVersion))
 	testenv.WaitFor(t, 4*time.Minute, "every pod replaced and the Cache ready on "+valkeyVersion, func() (bool, string) {
 		for _, pod := range cachePods(t, key) {
@@ -273,9 +274,10 @@ func TestAReplicatedCacheUpgradesAcrossReleasesItsPrimaryLast(t *testing.T) {
 		return settled(c)
 	})
 	next := waitPrimaryServed(t, key, "")
+	took := time.Since(began)
 	writer.waitAcked(t, writer.acked(t)+20)
 	report := writer.stop(t)
-	t.Logf("upgrade %s → %s: %s", older, valkeyVersion, report)
+	t.Logf("upgrade %s → %s: %s; every pod replaced and the Cache ready after %s", older, valkeyVersion, report, took.Round(10*time.Millisecond))
 	assertKeysOn(t, node(t, next), next.Name, report.ackedKeys)
 	// The primary's pod restarted last: no pod was made after it.
 	pods := cachePods(t, key)
@@ -308,11 +310,13 @@ func failOver(t *testing.T, key client.ObjectKey, app access, primary *corev1.Po
 	t.Helper()
 	writer := startServiceWriter(t, key)
 	writer.waitAcked(t, 20)
+	began := time.Now()
 	lose()
 	next := waitPrimaryServed(t, key, primary.Name)
+	served := time.Since(began)
 	writer.waitAcked(t, writer.acked(t)+20)
 	report := writer.stop(t)
-	t.Logf("%s: %s", what, report)
+	t.Logf("%s: %s; a new primary behind the Service (as the test polls it) after %s", what, report, served.Round(10*time.Millisecond))
 	assertKeysOn(t, app.client(t, next), next.Name, report.ackedKeys)
 	waitReplicaOf(t, key, primary.Name, next.Name)
 	return next
