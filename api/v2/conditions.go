@@ -75,7 +75,8 @@ const (
 
 	// ReasonDraining means pods are to be removed (fewer shards or fewer replicas): their
 	// slots move to the primaries that stay, or a replica that stays takes over their shard,
-	// and then the others forget them. The StatefulSet shrinks only after that.
+	// and then the others forget them (a Replicated Cache's primary on a pod that goes hands
+	// over to a replica that stays). The StatefulSet shrinks only after that.
 	ReasonDraining = "Draining"
 
 	// ReasonRebalancing means slots move between the primaries until each serves 16384/shards

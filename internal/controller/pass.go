@@ -115,9 +115,9 @@ func (r *CacheReconciler) credentialsPhase(ctx context.Context, p *pass) (*ctrl.
 }
 
 // membersPhase asks the servers of a Cluster or Replicated Cache who they are before its children
-// are made: a Cluster's scale-in removes no pod before its server has handed over its slots and
-// left the cluster, and no pod gets a version that cannot read the data its primary holds
-// (resources.JudgeStatefulSet).
+// are made: a scale-in removes no pod before its server has handed over its slots and left the
+// cluster, or its primary's role, and no pod gets a version that cannot read the data its
+// primary holds (resources.JudgeStatefulSet).
 func (r *CacheReconciler) membersPhase(ctx context.Context, p *pass) (*ctrl.Result, error) {
 	p.nodes = p.cache.Spec.Nodes()
 	var err error
@@ -131,7 +131,7 @@ func (r *CacheReconciler) membersPhase(ctx context.Context, p *pass) (*ctrl.Resu
 		if p.replicated, err = r.observeReplicated(ctx, p.cache, p.creds.auth); err != nil {
 			return end(ctrl.Result{}, err)
 		}
-		p.running = replicatedRelease(p.replicated)
+		p.nodes, p.running = replicatedNodesToRun(p.cache, p.replicated), replicatedRelease(p.replicated)
 	case cachev2.ModeStandalone:
 		// Independent nodes, each emptied by a restart: no data to keep readable.
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,7 @@ func (r *CacheReconciler) replicatedPhase(ctx context.Context, p *pass) (*ctrl.R
 	members := p.replicated
 	for i := range members {
 		members[i].Outdated = runsEarlierTemplate(p.made.sts, members[i].pod)
+		members[i].Leaving = ordinal(p.cache, members[i].pod) >= p.cache.Spec.Nodes()
 	}
 	plan := replication.Next(replication.Want{Nodes: int(p.cache.Spec.Nodes()), FailoverAfter: p.cache.Spec.FailoverAfter(), Hold: resources.HoldAddress},
 		replicationMembers(members))
@@ -104,14 +106,33 @@ func (r *CacheReconciler) observeReplicated(ctx context.Context, cache *cachev2.
 	return members, nil
 }
 
-// replicatedRelease is the Valkey release of the members' primary, or "" if none answers as one.
-func replicatedRelease(members []replicatedMember) string {
-	for _, m := range members {
-		if m.Reached && m.Primary && !m.Gone {
-			return m.version
+// replicatedPrimary is the member whose server answers as the primary, nil if none does.
+func replicatedPrimary(members []replicatedMember) *replicatedMember {
+	for i := range members {
+		if m := &members[i]; m.Reached && m.Primary && !m.Gone {
+			return m
 		}
 	}
+	return nil
+}
+
+// replicatedRelease is the Valkey release of the members' primary, or "" if none answers as one.
+func replicatedRelease(members []replicatedMember) string {
+	if primary := replicatedPrimary(members); primary != nil {
+		return primary.version
+	}
 	return ""
+}
+
+// replicatedNodesToRun is how many pods a Replicated Cache's StatefulSet keeps: the nodes the spec
+// asks for, or, while a scale-in would remove the primary's pod, every pod up to it, until the
+// primary has handed over to a replica that stays (replication's handOver).
+func replicatedNodesToRun(cache *cachev2.Cache, members []replicatedMember) int32 {
+	nodes := cache.Spec.Nodes()
+	if primary := replicatedPrimary(members); primary != nil {
+		nodes = max(nodes, ordinal(cache, primary.pod)+1)
+	}
+	return nodes
 }
 
 // observeReplica fills in what m's server says of its replication and release, once it has said
@@ -140,6 +161,7 @@ func observeReplica(ctx context.Context, m *replicatedMember, auth valkey.Auth, 
 	}
 	m.Reached, m.Primary, m.LinkUp, m.LinkDownFor = true, status.Primary, status.LinkUp, status.LinkDownFor
 	m.PrimaryIP, m.PrimaryPort, m.Offset, m.version = status.PrimaryIP, status.PrimaryPort, status.StreamOffset, status.Version
+	m.FailingOver = status.FailingOver
 }
 
 // actReplicated takes the plan's actions one after the other, in their order, which matters: the
@@ -171,11 +193,18 @@ func (r *CacheReconciler) actOnReplica(ctx context.Context, m *replicatedMember,
 		return err
 	}
 	defer server.Close()
-	if a.Kind == replication.KindPromote {
+	switch a.Kind { //nolint:exhaustive // the label and the restart are writes to the pod, above
+	case replication.KindPromote:
 		return server.Promote(ctx)
+	case replication.KindHandOver:
+		return server.FailOverTo(ctx, a.Primary.IP, a.Primary.Port, handOverTimeout)
 	}
 	return server.ReplicaOf(ctx, a.Primary.IP, a.Primary.Port)
 }
+
+// handOverTimeout bounds how long a primary that hands over (KindHandOver) holds its writers
+// while its replica catches up, as the preStop hook's FAILOVER does (scripts/fail-over.sh).
+const handOverTimeout = 5 * time.Second
 
 // labelRole sets the role label of the pod, if it is still the pod that was observed.
 func (r *CacheReconciler) labelRole(ctx context.Context, pod *corev1.Pod, role replication.Role) error {

@@ -50,6 +50,11 @@ type Member struct {
 	// Outdated marks a pod that runs an earlier pod template than its StatefulSet's: an ordered
 	// upgrade restarts it (roll).
 	Outdated bool
+	// Leaving marks a pod that a scale-in removes: its StatefulSet keeps it until the primary's
+	// role is on a pod that stays (handOver).
+	Leaving bool
+	// FailingOver is set for a primary that is handing its role over (KindHandOver).
+	FailingOver bool
 }
 
 // Held reports whether the server has had no role since it started: it replicates the hold
@@ -91,6 +96,9 @@ const (
 	KindLabel
 	// KindRestart deletes the pod, which its StatefulSet makes again on the current template.
 	KindRestart
+	// KindHandOver has the primary hand its role to its replica at Action.Primary (FAILOVER
+	// TO), which loses no acknowledged write.
+	KindHandOver
 )
 
 // Role is what the pod's label says its server is, for the Services that select on it.
@@ -119,6 +127,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("label pod %s as the %s", a.On, a.Role)
 	case KindRestart:
 		return "restart pod " + a.On
+	case KindHandOver:
+		return fmt.Sprintf("%s: FAILOVER TO %s", a.On, a.Primary)
 	}
 	return fmt.Sprintf("%s: action of unknown kind %d", a.On, a.Kind)
 }
@@ -147,6 +157,7 @@ const (
 	ReplicasMissing Problem = cachev2.ReasonReplicasMissing
 	NodesUnreached  Problem = cachev2.ReasonNodesUnreachable
 	Upgrading       Problem = cachev2.ReasonUpgrading
+	Draining        Problem = cachev2.ReasonDraining
 )
 
 // Next is the next step, and the verdict on the Cache as its servers report it.
@@ -211,10 +222,40 @@ func follow(want Want, members []Member, primary *Member) Plan {
 			primary.Pod, linked, want.Nodes-1, strings.Join(unlinked, ", "))
 	case len(plan.Actions) > 0:
 		plan.Problem, plan.Message = ReplicasMissing, "next step: "+plan.Actions[0].String()
+	case primary.Leaving:
+		handOver(&plan, members, primary)
 	default:
 		roll(&plan, members, primary)
 	}
 	return plan
+}
+
+// handOver moves the primary's role off a pod that a scale-in removes, to the replica in sync
+// that stays and is furthest into its writes, with FAILOVER: the primary holds its writers until
+// that replica has every write, then becomes its replica, and the label follows (follow). Only
+// then does the StatefulSet shrink, and the pod that goes is a replica.
+func handOver(plan *Plan, members []Member, primary *Member) {
+	plan.Problem = Draining
+	if primary.FailingOver {
+		plan.Waiting = primary.Pod + ", the primary, is handing over to a replica that stays"
+		plan.Message = plan.Waiting
+		return
+	}
+	var to *Member
+	for i := range members {
+		m := &members[i]
+		if m != primary && !m.Leaving && m.Reached && !m.Gone && m.LinkUp && m.PrimaryIP == primary.IP &&
+			(to == nil || m.Offset > to.Offset) {
+			to = m
+		}
+	}
+	if to == nil {
+		plan.Waiting = primary.Pod + ", the primary, is on a pod that goes, and no replica that stays is in sync"
+		plan.Message = plan.Waiting
+		return
+	}
+	plan.Actions = []Action{{Kind: KindHandOver, On: primary.Pod, Primary: to.address()}}
+	plan.Message = fmt.Sprintf("%s, the primary, is on a pod that goes; next step: %s (%s)", primary.Pod, plan.Actions[0], to.Pod)
 }
 
 // roll restarts the pods that run an earlier pod template (an ordered upgrade), one at a time and
@@ -228,7 +269,8 @@ func roll(plan *Plan, members []Member, primary *Member) {
 	var next *Member
 	outdated := 0
 	for i := range members {
-		if m := &members[i]; m.Outdated {
+		// A pod that a scale-in removes goes anyway.
+		if m := &members[i]; m.Outdated && !m.Leaving {
 			outdated++
 			if next == nil || next == primary {
 				next = m

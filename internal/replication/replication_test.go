@@ -215,3 +215,43 @@ func TestAnUpgradeRestartsTheReplicasFirstAndThePrimaryLast(t *testing.T) {
 		})
 	}
 }
+
+// leaving is the member on a pod that a scale-in removes.
+func leaving(m Member) Member {
+	m.Leaving = true
+	return m
+}
+
+// A scale-in that would remove the primary's pod has the primary hand over first, with FAILOVER,
+// to the replica in sync that stays and is furthest into its writes, and waits while it does. A
+// replica that goes restarts nothing in an upgrade.
+func TestAPrimaryOnAPodThatGoesHandsOverToAReplicaThatStays(t *testing.T) {
+	failingOver := leaving(primary("pod-2", 9))
+	failingOver.FailingOver = true
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		steps   []string
+		waiting string
+	}{
+		{"a replica that stays in sync", []Member{replica("pod-0", "pod-2", 7), leaving(replica("pod-1", "pod-2", 9)), leaving(primary("pod-2", 9))},
+			[]string{"pod-2: FAILOVER TO 198.18.0.0 6379"}, ""},
+		{"the replica that stays furthest in", []Member{replica("pod-0", "pod-2", 7), replica("pod-1", "pod-2", 8), leaving(primary("pod-2", 9))},
+			[]string{"pod-2: FAILOVER TO 198.18.0.1 6379"}, ""},
+		{"handing over", []Member{replica("pod-0", "pod-2", 9), failingOver}, nil, "pod-2, the primary, is handing over to a replica that stays"},
+		{"no replica that stays in sync", []Member{lostLink(replica("pod-0", "pod-2", 0), time.Second), leaving(replica("pod-1", "pod-2", 9)), leaving(primary("pod-2", 9))},
+			nil, "pod-2, the primary, is on a pod that goes, and no replica that stays is in sync"},
+		{"an outdated replica that goes", []Member{primary("pod-0", 9), leaving(outdated(replica("pod-1", "pod-0", 9)))}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Next(want(1), tc.members)
+			wantProblem := Draining
+			if tc.steps == nil && tc.waiting == "" {
+				wantProblem = ""
+			}
+			if !slices.Equal(steps(p), tc.steps) || p.Waiting != tc.waiting || p.Problem != wantProblem {
+				t.Errorf("%v, waiting %q, %s; want %v, waiting %q, %s", steps(p), p.Waiting, p.Problem, tc.steps, tc.waiting, wantProblem)
+			}
+		})
+	}
+}

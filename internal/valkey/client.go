@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -171,6 +172,9 @@ type Status struct {
 	// StreamOffset is how far into its stream of writes the server has got, a primary's own or
 	// the one a replica copies (master_repl_offset).
 	StreamOffset int64
+	// FailingOver is set for a primary that is handing its role to a replica (FailOverTo):
+	// master_failover_state is other than no-failover.
+	FailingOver bool
 	// Time is the server's clock when it answered (server_time_usec): what the times it reports
 	// (SlotMigrations) compare with.
 	Time time.Time
@@ -195,6 +199,7 @@ func (s *Server) Status(ctx context.Context) (Status, error) {
 		PrimaryPort:  int(number("master_port")),
 		LinkDownFor:  time.Duration(max(number("master_link_down_since_seconds"), 0)) * time.Second,
 		StreamOffset: number("master_repl_offset"),
+		FailingOver:  !slices.Contains([]string{"", "no-failover"}, InfoField(reply, "master_failover_state")),
 		Time:         time.UnixMicro(number("server_time_usec")),
 	}, nil
 }
@@ -210,6 +215,14 @@ func (s *Server) ReplicaOf(ctx context.Context, ip string, port int) error {
 // past, so that the other replicas of that primary can continue from where they are.
 func (s *Server) Promote(ctx context.Context) error {
 	return s.wrap("REPLICAOF NO ONE", s.do(ctx, s.client.B().Replicaof().No().One().Build()).Error())
+}
+
+// FailOverTo has this server, a primary outside Cluster mode, hand its role to its replica at
+// ip:port (FAILOVER TO … TIMEOUT): it holds its clients' writes until that replica has every one,
+// at most timeout, then makes it the primary and itself its replica; past the timeout it stays
+// the primary. It answers at once, and the hand-over goes on in the server (Status.FailingOver).
+func (s *Server) FailOverTo(ctx context.Context, ip string, port int, timeout time.Duration) error {
+	return s.wrap("FAILOVER", s.do(ctx, s.client.B().Failover().To().Host(ip).Port(int64(port)).Timeout(timeout.Milliseconds()).Build()).Error())
 }
 
 // Ping checks that the server answers commands: PING is refused before authentication, and

@@ -244,9 +244,11 @@ func TestAReplicatedCacheWithAuthAndTLSFailsOverBehindItsService(t *testing.T) {
 // A Replicated Cache upgraded across releases (8.1 to 9.1) restarts each pod once, its replica
 // first and its primary last, which hands over to the updated replica in its preStop hook: an
 // application writing through the primary's Service keeps every write a replica acknowledged,
-// and every server then runs the new release. A change back to the older release, which cannot
-// read the newer one's data, waits, Ready False with the reason, and restarts no pod.
-func TestAReplicatedCacheUpgradesAcrossReleasesItsPrimaryLast(t *testing.T) {
+// and every server then runs the new release. Its replica removed then (replicasPerShard 0), the
+// primary, on the pod that goes, hands over to the one that stays first, and the application
+// keeps writing. A change back to the older release, which cannot read the newer one's data,
+// waits, Ready False with the reason, and restarts no pod.
+func TestAReplicatedCacheUpgradesItsPrimaryLastAndScalesInOffIt(t *testing.T) {
 	runBeside(t, 1)
 	startOperator(t, "a", "", clusterCheckInterval)
 	ns := newNamespace(t)
@@ -292,6 +294,27 @@ func TestAReplicatedCacheUpgradesAcrossReleasesItsPrimaryLast(t *testing.T) {
 			t.Errorf("after the upgrade, %s runs Valkey %s", pod, version)
 		}
 	}
+
+	// The upgrade left the primary on the replica's pod, jobs-1, which one replica fewer removes.
+	if next.Name != key.Name+"-1" {
+		t.Fatalf("the primary after the upgrade is %s, want %s-1", next.Name, key.Name)
+	}
+	writer = startServiceWriter(t, key)
+	writer.waitAcked(t, 20)
+	began = time.Now()
+	patchCache(t, key, `{"spec":{"replicasPerShard":0}}`)
+	stays := waitPrimaryServed(t, key, next.Name)
+	testenv.WaitFor(t, 2*time.Minute, "one pod left", func() (bool, string) {
+		n := len(cachePods(t, key))
+		return n == 1, fmt.Sprintf("%d pods", n)
+	})
+	took = time.Since(began)
+	writer.waitWritten(t, writer.read(t).written()+10)
+	report = writer.stop(t)
+	t.Logf("one replica fewer, the primary's pod removed: %s; one pod left after %s", report, took.Round(10*time.Millisecond))
+	assertKeysOn(t, node(t, stays), stays.Name, report.ackedKeys)
+	pods = cachePods(t, key)
+
 	if valkey.RDBFormat(older) < valkey.RDBFormat(valkeyVersion) {
 		patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, older))
 		waitReadyAs(t, key, metav1.ConditionFalse, cachev2.ReasonDowngradeRefused, time.Minute)
@@ -477,6 +500,18 @@ func (w *serviceWriter) read(t *testing.T) writerReport {
 }
 
 func (w *serviceWriter) acked(t *testing.T) int { return len(w.read(t).ackedKeys) }
+
+// written is how many writes succeeded, acknowledged by a replica or not.
+func (r writerReport) written() int { return r.writes - r.failed }
+
+// waitWritten waits until n of the writer's writes have succeeded.
+func (w *serviceWriter) waitWritten(t *testing.T, n int) {
+	t.Helper()
+	testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d writes through the Service", n), func() (bool, string) {
+		r := w.read(t)
+		return r.written() >= n, r.String()
+	})
+}
 
 // waitAcked waits until the writer has had n writes acknowledged by a replica.
 func (w *serviceWriter) waitAcked(t *testing.T, n int) {
