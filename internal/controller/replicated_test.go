@@ -3,6 +3,7 @@ package controller
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cachev2 "example.com/cache-operator/api/v2"
@@ -36,5 +37,30 @@ func TestAReplicatedCachesStatusSaysWhoReplicatesWhom(t *testing.T) {
 	}
 	if report.primary != "c-1" || report.ready.Status != metav1.ConditionFalse || report.ready.Reason != cachev2.ReasonReplicasMissing || report.readyShards != 0 {
 		t.Errorf("primary %q, Ready %s %s, %d ready shards; want c-1, False ReplicasMissing, 0", report.primary, report.ready.Status, report.ready.Reason, report.readyShards)
+	}
+}
+
+// A scale-in keeps the StatefulSet up to the primary's pod until the primary is on a pod that
+// stays; the release that a new version must read is the primary's.
+func TestAScaleInKeepsThePrimarysPodAndTheReleaseIsThePrimarys(t *testing.T) {
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeReplicated, Shards: 1}}
+	member := func(pod, version string, primary bool) replicatedMember {
+		m := replicatedMember{Member: replication.Member{Pod: pod, Reached: true, Primary: primary}, version: version}
+		m.pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod}}
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		members []replicatedMember
+		nodes   int32
+		release string
+	}{
+		{"the primary stays", []replicatedMember{member("c-0", "9.1.2", true), member("c-1", "8.1.1", false), member("c-2", "8.1.1", false)}, 1, "9.1.2"},
+		{"the primary goes", []replicatedMember{member("c-0", "8.1.1", false), member("c-1", "8.1.1", false), member("c-2", "9.1.2", true)}, 3, "9.1.2"},
+		{"no primary", []replicatedMember{member("c-0", "8.1.1", false), member("c-1", "8.1.1", false)}, 1, ""},
+	} {
+		if nodes, release := replicatedNodesToRun(cache, tc.members), replicatedRelease(tc.members); nodes != tc.nodes || release != tc.release {
+			t.Errorf("%s: %d nodes, release %q; want %d, %q", tc.name, nodes, release, tc.nodes, tc.release)
+		}
 	}
 }
