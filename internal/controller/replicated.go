@@ -65,7 +65,10 @@ func (r *CacheReconciler) replicatedPhase(ctx context.Context, p *pass) (*ctrl.R
 	p.cluster.running = p.running
 	poll := r.ClusterCheckInterval
 	switch {
-	case len(plan.Actions) > 0:
+	case len(plan.Actions) > 0, plan.Primary == "":
+		// No server takes writes (a primary handing over as its pod stops, one lost): the
+		// step that ends it, or the label's move once a replica has taken over, is one look
+		// away, and at the slower pace that look came up to 2 s late for clients.
 		poll = clusterPollAfterStep
 	case plan.Problem != "":
 		poll = clusterPollWhileNotReady
