@@ -14,6 +14,7 @@ import (
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/catalog"
+	"example.com/cache-operator/internal/metrics"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -128,6 +129,7 @@ func (r *CacheReconciler) finalize(ctx context.Context, cache *cachev2.Cache) er
 	if err := r.writeCache(cache, func() error { return r.Patch(ctx, cache, patch) }); err != nil {
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
+	metrics.ForgetFailovers(cache.Namespace, cache.Name)
 	log.FromContext(ctx).Info("Released the Cache for deletion")
 	return nil
 }

@@ -109,31 +109,47 @@ func (r *CacheReconciler) observeReplicated(ctx context.Context, cache *cachev2.
 	return members, nil
 }
 
-// replicatedPrimary is the member whose server answers as the primary, nil if none does.
-func replicatedPrimary(members []replicatedMember) *replicatedMember {
+// replicatedPrimaries are the members whose servers answer as a primary: one, or none while
+// there is none; two only after a split the operator mends (replication's oneOf).
+func replicatedPrimaries(members []replicatedMember) []*replicatedMember {
+	var primaries []*replicatedMember
 	for i := range members {
 		if m := &members[i]; m.Reached && m.Primary && !m.Gone {
-			return m
+			primaries = append(primaries, m)
 		}
 	}
-	return nil
+	return primaries
 }
 
-// replicatedRelease is the Valkey release of the members' primary, or "" if none answers as one.
+// replicatedRelease is the Valkey release whose data a new version must read: the primary's, or,
+// while none answers as the primary (one lost, or handing over), the newest any server reports,
+// which holds the primary's data or is on its way to; "" only when no server answers.
 func replicatedRelease(members []replicatedMember) string {
-	if primary := replicatedPrimary(members); primary != nil {
-		return primary.version
+	if primaries := replicatedPrimaries(members); len(primaries) == 1 {
+		return primaries[0].version
 	}
-	return ""
+	newest := ""
+	for _, m := range members {
+		if m.Reached && m.version != "" && (newest == "" || valkey.OlderVersion(newest, m.version)) {
+			newest = m.version
+		}
+	}
+	return newest
 }
 
 // replicatedNodesToRun is how many pods a Replicated Cache's StatefulSet keeps: the nodes the spec
-// asks for, or, while a scale-in would remove the primary's pod, every pod up to it, until the
-// primary has handed over to a replica that stays (replication's handOver).
+// asks for once one primary answers, on a pod that stays, and hands over to no one; until then
+// every pod there is, so that a scale-in never removes the primary's pod, nor one it may be
+// handing over to (replication's handOver; a pod going away hands over to any replica in sync).
 func replicatedNodesToRun(cache *cachev2.Cache, members []replicatedMember) int32 {
 	nodes := cache.Spec.Nodes()
-	if primary := replicatedPrimary(members); primary != nil {
-		nodes = max(nodes, ordinal(cache, primary.pod)+1)
+	primaries := replicatedPrimaries(members)
+	settled := len(primaries) == 1 && ordinal(cache, primaries[0].pod) < nodes &&
+		!slices.ContainsFunc(members, func(m replicatedMember) bool { return m.FailingOver })
+	if !settled {
+		for _, m := range members {
+			nodes = max(nodes, ordinal(cache, m.pod)+1)
+		}
 	}
 	return nodes
 }

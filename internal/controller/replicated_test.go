@@ -40,8 +40,9 @@ func TestAReplicatedCachesStatusSaysWhoReplicatesWhom(t *testing.T) {
 	}
 }
 
-// A scale-in keeps the StatefulSet up to the primary's pod until the primary is on a pod that
-// stays; the release that a new version must read is the primary's.
+// A scale-in keeps every pod until one primary answers on a pod that stays and hands over to no
+// one; the release that a new version must read is the primary's, or while none answers, the
+// newest any server runs.
 func TestAScaleInKeepsThePrimarysPodAndTheReleaseIsThePrimarys(t *testing.T) {
 	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeReplicated, Shards: 1}}
 	member := func(pod, version string, primary bool) replicatedMember {
@@ -49,6 +50,8 @@ func TestAScaleInKeepsThePrimarysPodAndTheReleaseIsThePrimarys(t *testing.T) {
 		m.pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod}}
 		return m
 	}
+	failingOver := func(m replicatedMember) replicatedMember { m.FailingOver = true; return m }
+	unreached := func(m replicatedMember) replicatedMember { m.Reached = false; return m }
 	for _, tc := range []struct {
 		name    string
 		members []replicatedMember
@@ -57,7 +60,9 @@ func TestAScaleInKeepsThePrimarysPodAndTheReleaseIsThePrimarys(t *testing.T) {
 	}{
 		{"the primary stays", []replicatedMember{member("c-0", "9.1.2", true), member("c-1", "8.1.1", false), member("c-2", "8.1.1", false)}, 1, "9.1.2"},
 		{"the primary goes", []replicatedMember{member("c-0", "8.1.1", false), member("c-1", "8.1.1", false), member("c-2", "9.1.2", true)}, 3, "9.1.2"},
-		{"no primary", []replicatedMember{member("c-0", "8.1.1", false), member("c-1", "8.1.1", false)}, 1, ""},
+		{"no primary answers", []replicatedMember{member("c-0", "8.1.1", false), member("c-1", "9.1.2", false)}, 2, "9.1.2"},
+		{"the primary stays, handing over", []replicatedMember{failingOver(member("c-0", "9.1.2", true)), member("c-1", "9.1.2", false)}, 2, "9.1.2"},
+		{"no server answers", []replicatedMember{unreached(member("c-0", "9.1.2", false))}, 1, ""},
 	} {
 		if nodes, release := replicatedNodesToRun(cache, tc.members), replicatedRelease(tc.members); nodes != tc.nodes || release != tc.release {
 			t.Errorf("%s: %d nodes, release %q; want %d, %q", tc.name, nodes, release, tc.nodes, tc.release)

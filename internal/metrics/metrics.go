@@ -87,3 +87,8 @@ func countError(op string, err error) {
 func Failovers(namespace, name string) prometheus.Counter {
 	return failovers.WithLabelValues(namespace, name)
 }
+
+// ForgetFailovers drops the deleted Cache's series of cache_operator_failovers_total.
+func ForgetFailovers(namespace, name string) {
+	failovers.DeleteLabelValues(namespace, name)
+}

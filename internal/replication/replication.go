@@ -199,33 +199,54 @@ func follow(want Want, members []Member, primary *Member) Plan {
 	}
 	plan.Actions = append(plan.Actions, adds...)
 	var unreached, unlinked []string
-	linked := 0
+	// stale is an outdated replica that points at the primary but cannot follow it: after a
+	// failover in an upgrade, a replica on the older release may not read the newer primary's
+	// data. It holds nothing the primary lacks, so the upgrade restarts it on the new template.
+	var stale *Member
+	linked, staying := 0, 0
 	for i := range members {
 		m := &members[i]
+		if !m.Leaving {
+			staying++
+		}
 		switch {
-		case m == primary:
+		case m == primary, m.Leaving:
+			// A pod that goes is not waited for.
 		case !m.Reached || m.Gone:
 			unreached = append(unreached, m.Pod)
 		case !m.LinkUp || m.PrimaryIP != primary.IP:
 			unlinked = append(unlinked, m.Pod)
+			if stale == nil && m.Outdated && m.PrimaryIP == primary.IP && m.PrimaryPort == primary.Port {
+				stale = m
+			}
 		default:
 			linked++
 		}
 	}
 	switch {
-	case len(members) < want.Nodes:
-		plan.Problem, plan.Message = ReplicasMissing, fmt.Sprintf("%d/%d nodes are running", len(members), want.Nodes)
+	case staying < want.Nodes:
+		plan.Problem, plan.Message = ReplicasMissing, fmt.Sprintf("%d/%d nodes are running", staying, want.Nodes)
 	case len(unreached) > 0:
 		plan.Problem, plan.Message = NodesUnreached, "cannot ask "+strings.Join(unreached, ", ")+" for its replication"
 	case linked < want.Nodes-1:
 		plan.Problem, plan.Message = ReplicasMissing, fmt.Sprintf("the primary %s has %d of %d replicas in sync; not yet: %s",
 			primary.Pod, linked, want.Nodes-1, strings.Join(unlinked, ", "))
+		if stale != nil && len(plan.Actions) == 0 {
+			plan.Actions = []Action{{Kind: KindRestart, On: stale.Pod}}
+			plan.Message += fmt.Sprintf("; next step: %s, on an earlier pod template, which cannot follow the primary", plan.Actions[0])
+		}
 	case len(plan.Actions) > 0:
 		plan.Problem, plan.Message = ReplicasMissing, "next step: "+plan.Actions[0].String()
 	case primary.Leaving:
 		handOver(&plan, members, primary)
 	default:
 		roll(&plan, members, primary)
+	}
+	// A pod restarted by the upgrade is missing, unreached or syncing for a while: while older
+	// pods remain, that is part of the upgrade, as a Cluster's is (topology.Next).
+	if (plan.Problem == ReplicasMissing || plan.Problem == NodesUnreached) &&
+		slices.ContainsFunc(members, func(m Member) bool { return m.Outdated && !m.Leaving }) {
+		plan.Problem = Upgrading
 	}
 	return plan
 }
@@ -335,6 +356,9 @@ func elect(want Want, members []Member) Plan {
 			// A replica still reaches its primary, which the operator does not: the primary
 			// serves, and a replica promoted now would be a second one.
 			msg := fmt.Sprintf("%s replicates %s, which the operator cannot reach", m.Pod, Address{m.PrimaryIP, m.PrimaryPort})
+			if lost := lostPrimary(members, m); lost != nil && lost.Gone {
+				msg = fmt.Sprintf("%s, the primary, is going away and hands over to a replica in sync first; %s still replicates it", lost.Pod, m.Pod)
+			}
 			return Plan{Waiting: msg, Problem: NodesUnreached, Message: msg}
 		}
 	}

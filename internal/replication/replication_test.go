@@ -166,6 +166,17 @@ func TestAPrimaryWhosePodGoesIsReplacedWithoutWaiting(t *testing.T) {
 	}
 }
 
+// A primary whose pod is going away but whose replica still follows it is handing over (its
+// preStop hook): nothing is promoted, and the Cache says so.
+func TestAPrimaryGoingAwayWhileItsReplicaFollowsItIsLeftToHandOver(t *testing.T) {
+	going := primary("pod-0", 100)
+	going.Gone = true
+	p := Next(want(2), []Member{going, replica("pod-1", "pod-0", 100)})
+	if want := "pod-0, the primary, is going away and hands over to a replica in sync first; pod-1 still replicates it"; len(p.Actions) > 0 || p.Message != want {
+		t.Errorf("%v: %q; want no step: %q", steps(p), p.Message, want)
+	}
+}
+
 // Two servers that take writes: the one the replicas follow stays, the other replicates it.
 func TestOfTwoPrimariesTheOneTheReplicasFollowStays(t *testing.T) {
 	back := primary("pod-0", 50)
@@ -201,14 +212,24 @@ func TestAnUpgradeRestartsTheReplicasFirstAndThePrimaryLast(t *testing.T) {
 		{"a replica back, in sync", []Member{outdated(primary("pod-0", 9)), replica("pod-1", "pod-0", 9), outdated(replica("pod-2", "pod-0", 9))},
 			[]string{"restart pod pod-2"}, Upgrading, ""},
 		{"a replica back, not in sync yet", []Member{outdated(primary("pod-0", 9)), lostLink(replica("pod-1", "pod-0", 0), 0), outdated(replica("pod-2", "pod-0", 9))},
-			nil, ReplicasMissing, ""},
+			nil, Upgrading, "the primary pod-0 has 1 of 2 replicas in sync; not yet: pod-1"},
+		{"a replica back, not in sync yet, beside one that goes", []Member{outdated(primary("pod-0", 9)), lostLink(replica("pod-1", "pod-0", 0), 0), leaving(replica("pod-2", "pod-0", 9))},
+			nil, Upgrading, "the primary pod-0 has 0 of 1 replicas in sync; not yet: pod-1"},
+		{"after a failover, an outdated replica that cannot follow the newer primary", []Member{primary("pod-1", 9), lostLink(outdated(replica("pod-0", "pod-1", 0)), time.Minute), replica("pod-2", "pod-1", 9)},
+			[]string{"restart pod pod-0"}, Upgrading, ""},
 		{"the primary last", []Member{outdated(primary("pod-0", 9)), replica("pod-1", "pod-0", 9), replica("pod-2", "pod-0", 9)},
 			[]string{"restart pod pod-0"}, Upgrading, "2/3 nodes run the current pod template; next step: restart pod pod-0, the primary, which hands over to a replica in sync first"},
 		{"a primary without replicas", []Member{outdated(primary("pod-0", 9))},
 			[]string{"restart pod pod-0"}, Upgrading, "0/1 nodes run the current pod template; next step: restart pod pod-0, the primary, which has no replica: its keys are lost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := Next(want(len(tc.members)), tc.members)
+			nodes := 0
+			for _, m := range tc.members {
+				if !m.Leaving {
+					nodes++
+				}
+			}
+			p := Next(want(nodes), tc.members)
 			if !slices.Equal(steps(p), tc.steps) || p.Problem != tc.problem || tc.message != "" && p.Message != tc.message {
 				t.Errorf("%v, %s: %q; want %v, %s: %q", steps(p), p.Problem, p.Message, tc.steps, tc.problem, tc.message)
 			}
