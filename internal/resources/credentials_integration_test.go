@@ -318,3 +318,42 @@ func aclFileOf(t *testing.T, mode cachev2.Mode) (*cachev2.Cache, ACL, string) {
 	}
 	return cache, acl, file
 }
+
+// In a Replicated Cache, the node user may also run what a primary's preStop hook sends
+// (FAILOVER), and the replication user may sync from the start: a Replicated node starts held, a
+// replica of an address that serves no sync, and needs no fence. Every release loads that file.
+func TestAReplicatedNodesUsersHandOverAndReplicate(t *testing.T) {
+	_, acl, file := aclFileOf(t, cachev2.ModeReplicated)
+	releases := testenv.ValkeyReleases(t)
+	ips := testenv.LoopbackIPs(31 + len(releases))[31:]
+	for i, release := range releases {
+		t.Run(release.Version, func(t *testing.T) {
+			testenv.StartValkeyRelease(t, release, ips[i], Port, "--aclfile", file)
+			operator, err := valkeygo.NewClient(valkeygo.ClientOption{
+				InitAddress: []string{net.JoinHostPort(ips[i], strconv.Itoa(Port))}, Username: OperatorUser, Password: acl.Passwords[OperatorUser],
+				ForceSingleClient: true, DisableCache: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer operator.Close()
+			for _, c := range []struct {
+				user    string
+				cmd     []string
+				allowed bool
+			}{
+				{NodeUser, []string{"ROLE"}, true},
+				{NodeUser, []string{"INFO", "replication"}, true},
+				{NodeUser, []string{"FAILOVER", "TIMEOUT", "5000"}, true},
+				{NodeUser, []string{"REPLICAOF", "NO", "ONE"}, false},
+				{NodeUser, []string{"CONFIG", "GET", "masterauth"}, false},
+				{ReplicationUser, []string{"PSYNC", "?", "-1"}, true},
+				{ReplicationUser, []string{"SYNC"}, true},
+				{ReplicationUser, []string{"REPLCONF", "listening-port", "6379"}, true},
+				{ReplicationUser, []string{"GET", "a-key"}, false},
+			} {
+				checkRight(t, operator, c.user, c.cmd, c.allowed)
+			}
+		})
+	}
+}
