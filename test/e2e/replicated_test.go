@@ -363,7 +363,7 @@ func failOver(t *testing.T, key client.ObjectKey, app access, primary *corev1.Po
 	served := time.Since(began)
 	writer.waitAcked(t, writer.acked(t)+20)
 	report := writer.stop(t)
-	t.Logf("%s: %s; a new primary behind the Service (as the test polls it) after %s", what, report, served.Round(10*time.Millisecond))
+	t.Logf("%s: %s; Ready again, the new primary behind the Service and every replica in sync, after %s", what, report, served.Round(10*time.Millisecond))
 	assertKeysOn(t, app.client(t, next), next.Name, report.ackedKeys)
 	waitReplicaOf(t, key, primary.Name, next.Name)
 	return next
