@@ -99,7 +99,7 @@ func (r *CacheReconciler) observeReplicated(ctx context.Context, cache *cachev2.
 		pod := &pods.Items[i]
 		m := &members[i]
 		m.pod, m.Pod, m.IP, m.Port = pod, pod.Name, pod.Status.PodIP, resources.Port
-		m.Labelled = pod.Labels[resources.LabelRole] == string(replication.RolePrimary)
+		m.Label = replication.Role(pod.Labels[resources.LabelRole])
 		m.Gone = pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning
 		if !m.Gone {
 			wg.Go(func() { observeReplica(ctx, m, auth, resources.NodeName(cache.Namespace, m.Pod)) })

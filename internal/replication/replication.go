@@ -45,8 +45,9 @@ type Member struct {
 	LinkDownFor time.Duration
 	// Offset is how far into the stream of writes the server has got (master_repl_offset).
 	Offset int64
-	// Labelled marks a pod that carries the primary's label.
-	Labelled bool
+	// Label is the role the pod's label says, for the Services that select on it; empty while
+	// it has none.
+	Label Role
 	// Outdated marks a pod that runs an earlier pod template than its StatefulSet's: an ordered
 	// upgrade restarts it (roll).
 	Outdated bool
@@ -188,10 +189,14 @@ func follow(want Want, members []Member, primary *Member) Plan {
 	for i := range members {
 		m := &members[i]
 		switch {
-		case m == primary && !m.Labelled:
+		case m == primary && m.Label != RolePrimary:
 			adds = append(adds, Action{Kind: KindLabel, On: m.Pod, Role: RolePrimary})
-		case m != primary && m.Labelled:
+		case m != primary && m.Label == RolePrimary:
 			plan.Actions = append(plan.Actions, Action{Kind: KindLabel, On: m.Pod, Role: RoleReplica})
+		case m != primary && m.Label == "" && m.Reached && !m.Primary && !m.Gone:
+			// A server that answers as a replica (or held): the replicas' Service selects it
+			// once it is ready, which it is while in sync.
+			adds = append(adds, Action{Kind: KindLabel, On: m.Pod, Role: RoleReplica})
 		}
 		if m != primary && m.Reached && !m.Gone && (m.PrimaryIP != primary.IP || m.PrimaryPort != primary.Port) {
 			adds = append(adds, Action{Kind: KindReplicate, On: m.Pod, Primary: primary.address()})
@@ -420,7 +425,7 @@ func oneOf(members []Member, primaries []*Member) Plan {
 	for _, p := range primaries {
 		if p != keep {
 			others = append(others, p.Pod)
-			if p.Labelled {
+			if p.Label == RolePrimary {
 				plan.Actions = append(plan.Actions, Action{Kind: KindLabel, On: p.Pod, Role: RoleReplica})
 			}
 			plan.Actions = append(plan.Actions, Action{Kind: KindReplicate, On: p.Pod, Primary: keep.address()})

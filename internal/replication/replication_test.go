@@ -19,11 +19,11 @@ func held(pod string) Member {
 }
 
 func primary(pod string, offset int64) Member {
-	return Member{Pod: pod, IP: ip(pod), Port: 6379, Reached: true, Primary: true, Offset: offset, Labelled: true}
+	return Member{Pod: pod, IP: ip(pod), Port: 6379, Reached: true, Primary: true, Offset: offset, Label: RolePrimary}
 }
 
 func replica(pod, of string, offset int64) Member {
-	return Member{Pod: pod, IP: ip(pod), Port: 6379, Reached: true, PrimaryIP: ip(of), PrimaryPort: 6379, LinkUp: true, Offset: offset}
+	return Member{Pod: pod, IP: ip(pod), Port: 6379, Reached: true, PrimaryIP: ip(of), PrimaryPort: 6379, LinkUp: true, Offset: offset, Label: RoleReplica}
 }
 
 // lostLink is a replica whose link to its primary has been down for the time given.
@@ -58,9 +58,9 @@ func TestANewCacheGetsItsFirstServerAsPrimaryOnceEveryServerAnswers(t *testing.T
 
 func TestTheOthersFollowThePrimaryAndTheLabelMovesOffBeforeItMovesOn(t *testing.T) {
 	newPrimary := primary("pod-1", 100)
-	newPrimary.Labelled = false
+	newPrimary.Label = RoleReplica
 	oldPrimary := held("pod-0")
-	oldPrimary.Labelled = true
+	oldPrimary.Label = RolePrimary
 	p := Next(want(3), []Member{oldPrimary, newPrimary, lostLink(replica("pod-2", "pod-0", 90), time.Second)})
 	wantSteps := []string{
 		"label pod pod-0 as the replica",
@@ -92,7 +92,9 @@ func TestReadyOnlyWhenEveryReplicaIsLinkedToThePrimary(t *testing.T) {
 		{"a replica's link down", func(m []Member) []Member { m[2] = lostLink(m[2], time.Second); return m }, ReplicasMissing, "the primary pod-0 has 1 of 2 replicas in sync; not yet: pod-2"},
 		{"a server not reached", func(m []Member) []Member { m[1].Reached = false; return m }, NodesUnreached, "cannot ask pod-1"},
 		{"a pod missing", func(m []Member) []Member { return m[:2] }, ReplicasMissing, "2/3 nodes are running"},
-		{"the label on a replica too", func(m []Member) []Member { m[1].Labelled = true; return m }, ReplicasMissing, "next step: label pod pod-1 as the replica"},
+		{"the label on a replica too", func(m []Member) []Member { m[1].Label = RolePrimary; return m }, ReplicasMissing, "next step: label pod pod-1 as the replica"},
+		// A new pod has no label: the replicas' Service would never select it.
+		{"a replica without a label", func(m []Member) []Member { m[2].Label = ""; return m }, ReplicasMissing, "next step: label pod pod-2 as the replica"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Next(want(3), tc.breaks(healthy()))
@@ -107,7 +109,7 @@ func TestReadyOnlyWhenEveryReplicaIsLinkedToThePrimary(t *testing.T) {
 // replica furthest into its writes takes over at once, and the empty server is never the one.
 func TestAPrimaryBackEmptyIsReplacedAtOnceByTheFurthestReplica(t *testing.T) {
 	members := []Member{held("pod-0"), lostLink(replica("pod-1", "pod-0", 90), 0), lostLink(replica("pod-2", "pod-0", 120), 0)}
-	members[0].Labelled = true
+	members[0].Label = RolePrimary
 	p := Next(want(3), members)
 	if got := steps(p); !slices.Equal(got, []string{"pod-2: REPLICAOF NO ONE"}) || p.FailedOver != "pod-0" {
 		t.Errorf("steps %v, failed over %q; want pod-2 promoted in pod-0's place", got, p.FailedOver)
@@ -181,7 +183,7 @@ func TestAPrimaryGoingAwayWhileItsReplicaFollowsItIsLeftToHandOver(t *testing.T)
 func TestOfTwoPrimariesTheOneTheReplicasFollowStays(t *testing.T) {
 	back := primary("pod-0", 50)
 	current := primary("pod-1", 200)
-	current.Labelled = false
+	current.Label = RoleReplica
 	p := Next(want(3), []Member{back, current, replica("pod-2", "pod-1", 200)})
 	wantSteps := []string{"label pod pod-0 as the replica", "pod-0: REPLICAOF 198.18.0.1 6379"}
 	if got := steps(p); !slices.Equal(got, wantSteps) || p.Primary != "pod-1" {

@@ -89,8 +89,8 @@ func (a access) client(t *testing.T, pod *corev1.Pod) valkeygo.Client {
 }
 
 // waitPrimaryServed waits until the Cache is ReplicationReady with a primary other than not, the
-// primary's pod alone carries the primary's label, and the Service <name>-primary sends clients
-// to it alone; it returns the primary's pod.
+// primary's pod alone carries the primary's label, the Service <name>-primary sends clients to it
+// alone, and <name>-replicas to every other pod; it returns the primary's pod.
 func waitPrimaryServed(t *testing.T, key client.ObjectKey, not string) *corev1.Pod {
 	t.Helper()
 	var primary *corev1.Pod
@@ -112,9 +112,14 @@ func waitPrimaryServed(t *testing.T, key client.ObjectKey, not string) *corev1.P
 				primary = &pod
 			}
 		}
-		served := endpointsOf(t, key.Namespace, resources.PrimaryServiceName(&cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}))
+		named := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
+		served := endpointsOf(t, key.Namespace, resources.PrimaryServiceName(named))
 		if primary == nil || len(served) != 1 || served[0] != primary.Status.PodIP {
 			return false, fmt.Sprintf("the primary's Service sends clients to %v", served)
+		}
+		replicas := endpointsOf(t, key.Namespace, resources.ReplicasServiceName(named))
+		if len(replicas) != len(c.Status.Nodes)-1 || slices.Contains(replicas, primary.Status.PodIP) {
+			return false, fmt.Sprintf("the replicas' Service sends clients to %v", replicas)
 		}
 		return true, ""
 	})
