@@ -238,14 +238,7 @@ func TestTheNodeAndBackupUsersRunWhatTheirProgramsSendAndNoMore(t *testing.T) {
 	for i, release := range releases {
 		t.Run(release.Version, func(t *testing.T) {
 			testenv.StartValkeyRelease(t, release, ips[i], Port, "--cluster-enabled", "yes", "--aclfile", file)
-			operator, err := valkeygo.NewClient(valkeygo.ClientOption{
-				InitAddress: []string{net.JoinHostPort(ips[i], strconv.Itoa(Port))}, Username: OperatorUser, Password: acl.Passwords[OperatorUser],
-				ForceSingleClient: true, DisableCache: true,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer operator.Close()
+			operator := asOperator(t, ips[i], acl)
 			for _, user := range []string{NodeUser, BackupUser} {
 				s, err := valkey.Connect(ips[i], Port, valkey.Auth{User: user, Password: acl.Passwords[user]})
 				if err != nil {
@@ -291,6 +284,21 @@ func TestTheNodeAndBackupUsersRunWhatTheirProgramsSendAndNoMore(t *testing.T) {
 	}
 }
 
+// asOperator connects to the server at ip as the operator's user of acl; the client is closed
+// with the test.
+func asOperator(t *testing.T, ip string, acl ACL) valkeygo.Client {
+	t.Helper()
+	operator, err := valkeygo.NewClient(valkeygo.ClientOption{
+		InitAddress: []string{net.JoinHostPort(ip, strconv.Itoa(Port))}, Username: OperatorUser, Password: acl.Passwords[OperatorUser],
+		ForceSingleClient: true, DisableCache: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(operator.Close)
+	return operator
+}
+
 // checkRight fails the test unless the server, asked by as (ACL DRYRUN), says user may run cmd
 // exactly when allowed.
 func checkRight(t *testing.T, as valkeygo.Client, user string, cmd []string, allowed bool) {
@@ -329,14 +337,7 @@ func TestAReplicatedNodesUsersHandOverAndReplicate(t *testing.T) {
 	for i, release := range releases {
 		t.Run(release.Version, func(t *testing.T) {
 			testenv.StartValkeyRelease(t, release, ips[i], Port, "--aclfile", file)
-			operator, err := valkeygo.NewClient(valkeygo.ClientOption{
-				InitAddress: []string{net.JoinHostPort(ips[i], strconv.Itoa(Port))}, Username: OperatorUser, Password: acl.Passwords[OperatorUser],
-				ForceSingleClient: true, DisableCache: true,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer operator.Close()
+			operator := asOperator(t, ips[i], acl)
 			for _, c := range []struct {
 				user    string
 				cmd     []string
