@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,7 +113,7 @@ func (r *CacheReconciler) observeReplicated(ctx context.Context, cache *cachev2.
 func replicatedPrimaries(members []replicatedMember) []*replicatedMember {
 	var primaries []*replicatedMember
 	for i := range members {
-		if m := &members[i]; m.Reached && m.Primary && !m.Gone {
+		if m := &members[i]; m.TakesWrites() {
 			primaries = append(primaries, m)
 		}
 	}
@@ -216,14 +215,10 @@ func (r *CacheReconciler) actOnReplica(ctx context.Context, m *replicatedMember,
 	case replication.KindPromote:
 		return server.Promote(ctx)
 	case replication.KindHandOver:
-		return server.FailOverTo(ctx, a.Primary.IP, a.Primary.Port, handOverTimeout)
+		return server.FailOverTo(ctx, a.Primary.IP, a.Primary.Port, resources.HandOverTimeout)
 	}
 	return server.ReplicaOf(ctx, a.Primary.IP, a.Primary.Port)
 }
-
-// handOverTimeout bounds how long a primary that hands over (KindHandOver) holds its writers
-// while its replica catches up, as the preStop hook's FAILOVER does (scripts/fail-over.sh).
-const handOverTimeout = 5 * time.Second
 
 // labelRole sets the role label of the pod, if it is still the pod that was observed.
 func (r *CacheReconciler) labelRole(ctx context.Context, pod *corev1.Pod, role replication.Role) error {

@@ -58,6 +58,9 @@ type Member struct {
 	FailingOver bool
 }
 
+// TakesWrites reports whether the server answered as a primary, on a pod that is not going.
+func (m *Member) TakesWrites() bool { return m.Reached && m.Primary && !m.Gone }
+
 // Held reports whether the server has had no role since it started: it replicates the hold
 // address.
 func (m *Member) Held(hold Address) bool {
@@ -167,7 +170,7 @@ func Next(want Want, members []Member) Plan {
 	slices.SortFunc(members, func(a, b Member) int { return cmp.Compare(a.Pod, b.Pod) })
 	var primaries []*Member
 	for i := range members {
-		if members[i].Reached && members[i].Primary && !members[i].Gone {
+		if members[i].TakesWrites() {
 			primaries = append(primaries, &members[i])
 		}
 	}

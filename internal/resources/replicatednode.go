@@ -2,6 +2,7 @@ package resources
 
 import (
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -29,13 +30,18 @@ var HoldAddress = replication.Address{IP: "127.0.0.1", Port: 1}
 // over with every write the primary acknowledged, rather than once the server has gone.
 func replicatedNode(c *corev1.Container, cli nodeCLI) {
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
-		Command: scriptCommand(failOverScript, "fail-over.sh", cli.local),
+		Command: scriptCommand(failOverScript, "fail-over.sh", cli.local, strconv.FormatInt(HandOverTimeout.Milliseconds(), 10)),
 	}}}
 	c.Args = append(c.Args,
 		"--replicaof", HoldAddress.IP, strconv.Itoa(HoldAddress.Port),
 		"--cluster-announce-human-nodename", NodeName("$(POD_NAMESPACE)", "$(POD_NAME)"))
 	c.Env = append(c.Env, podField("POD_NAMESPACE", "metadata.namespace"), podField("POD_NAME", "metadata.name"))
 }
+
+// HandOverTimeout bounds how long a Replicated primary that hands its role to a replica (FAILOVER,
+// in its preStop hook or at the operator's asking in a scale-in) holds its writers while that
+// replica catches up; past it, the primary stays the primary.
+const HandOverTimeout = 5 * time.Second
 
 // emptyStart are a Replicated node's start steps (startSteps): a replica keeps the copy its last
 // sync loaded (rdb-del-sync-files is off by default), and a server restarted in place would load

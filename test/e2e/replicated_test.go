@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -267,18 +266,7 @@ func TestAReplicatedCacheUpgradesItsPrimaryLastAndScalesInOffIt(t *testing.T) {
 	writer.waitAcked(t, 20)
 	began := time.Now()
 	patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, valkeyVersion))
-	testenv.WaitFor(t, 4*time.Minute, "every pod replaced and the Cache ready on "+valkeyVersion, func() (bool, string) {
-		for _, pod := range cachePods(t, key) {
-			if old[pod.UID] {
-				return false, pod.Name + " is not replaced yet"
-			}
-		}
-		c, err := getCache(t, key)
-		if err != nil {
-			return false, err.Error()
-		}
-		return settled(c)
-	})
+	waitPodsReplaced(t, key, old, 2)
 	next := waitPrimaryServed(t, key, "")
 	took := time.Since(began)
 	writer.waitAcked(t, writer.acked(t)+20)
@@ -308,7 +296,7 @@ func TestAReplicatedCacheUpgradesItsPrimaryLastAndScalesInOffIt(t *testing.T) {
 		patchCache(t, key, fmt.Sprintf(`{"spec":{"version":%q}}`, valkeyVersion))
 		waitReadyAs(t, key, metav1.ConditionTrue, cachev2.ReasonReplicationReady, time.Minute)
 		for _, pod := range cachePods(t, key) {
-			if !upgraded[pod.UID] {
+			if !upgraded[string(pod.UID)] {
 				t.Errorf("%s restarted after the change back to %s", pod.Name, older)
 			}
 		}
@@ -345,12 +333,12 @@ func TestAReplicatedCacheUpgradesItsPrimaryLastAndScalesInOffIt(t *testing.T) {
 	}
 }
 
-// podUIDs are the UIDs of the Cache's pods.
-func podUIDs(t *testing.T, key client.ObjectKey) map[types.UID]bool {
+// podUIDs are the UIDs of the Cache's pods, as waitPodsReplaced takes them.
+func podUIDs(t *testing.T, key client.ObjectKey) map[string]bool {
 	t.Helper()
-	uids := map[types.UID]bool{}
+	uids := map[string]bool{}
 	for _, pod := range cachePods(t, key) {
-		uids[pod.UID] = true
+		uids[string(pod.UID)] = true
 	}
 	return uids
 }
