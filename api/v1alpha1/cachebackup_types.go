@@ -161,9 +161,10 @@ type CacheBackupStatus struct {
 	Location string `json:"location,omitempty"`
 
 	// CacheMode is the mode of the Cache the snapshots come from: a restore needs a Cache of the
-	// same mode.
+	// same mode, or, for a Replicated Cache's backup and a Standalone Cache's of one node, a
+	// Cache of the other of those two modes.
 	//
-	// +kubebuilder:validation:Enum=Standalone;Cluster
+	// +kubebuilder:validation:Enum=Standalone;Cluster;Replicated
 	// +optional
 	CacheMode string `json:"cacheMode,omitempty"`
 

@@ -51,7 +51,6 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Standalone' || !has(self.replicasPerShard)",message="replicasPerShard applies to Cluster and Replicated modes only; a Standalone Cache has no replicas"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !has(self.replicasPerShard) || self.replicasPerShard <= 2",message="a Cluster's shard has at most 2 replicas"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || self.shards == 1",message="a Replicated Cache has one primary, which holds every key: set shards: 1 (its default, 3, is the other modes'), and its replicas in replicasPerShard"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'Replicated' || !has(self.restoreFrom)",message="restoreFrom is not supported in Replicated mode yet"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'Replicated' || !has(self.replication)",message="replication applies to Replicated mode only"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Cluster' || !self.version.matches('^[0-9]+[.]') || int(self.version.split('.')[0]) >= 8",message="a Cluster needs Valkey 8.0 or later: the operator relies on a primary passing slot migrations on to its replicas, so that a migration survives a failover of its target, which Valkey does from 8.0"
 type CacheSpec struct {
@@ -111,8 +110,11 @@ type CacheSpec struct {
 
 	// RestoreFrom, set when the Cache is created, starts its nodes with a backup's data rather
 	// than empty. The backup must have as many shards as the Cache, and come from a Cache of the
-	// same mode: each shard's data goes to one node, as it was (a Cluster's slots with it). The
-	// Cache is Ready only once every node holds the keys its shard had.
+	// same mode: each shard's data goes to one node, as it was (a Cluster's slots with it). A
+	// Replicated Cache's backup, of its one shard, also restores into a Standalone Cache of one
+	// node, and such a Standalone Cache's into a Replicated Cache, whose first primary takes it
+	// and whose replicas copy it. The Cache is Ready only once every node holds the keys its
+	// shard had.
 	// +optional
 	RestoreFrom *RestoreSource `json:"restoreFrom,omitempty"`
 

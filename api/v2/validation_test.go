@@ -225,8 +225,8 @@ func TestSchemaTakesAClusterOfUpTo100ShardsWithUpTo2Replicas(t *testing.T) {
 	}
 }
 
-// A Replicated Cache has one primary and up to 5 replicas, takes its replicas in
-// replicasPerShard, and has no restore, auth or TLS yet.
+// A Replicated Cache has one primary and up to 5 replicas, and takes its replicas in
+// replicasPerShard.
 func TestSchemaTakesAReplicatedCacheOfOnePrimaryAndUpTo5Replicas(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -239,7 +239,7 @@ func TestSchemaTakesAReplicatedCacheOfOnePrimaryAndUpTo5Replicas(t *testing.T) {
 		{"too many replicas", map[string]any{"shards": int64(1), "replicasPerShard": int64(cachev2.MaxReplicatedReplicas + 1)}, "spec.replicasPerShard: Invalid value"},
 		{"shards left at the default", map[string]any{"replicasPerShard": int64(1)}, "set shards: 1"},
 		{"two primaries", map[string]any{"shards": int64(2)}, "a Replicated Cache has one primary"},
-		{"a restore", map[string]any{"shards": int64(1), "restoreFrom": map[string]any{"backup": "b"}}, "not supported in Replicated mode yet"},
+		{"a restore", map[string]any{"shards": int64(1), "restoreFrom": map[string]any{"backup": "b"}}, ""},
 		{"auth and tls", map[string]any{"shards": int64(1), "auth": map[string]any{}, "tls": map[string]any{}}, ""},
 		{"a failover after a second", map[string]any{"shards": int64(1), "replication": map[string]any{"failoverAfter": "1s"}}, ""},
 		{"a failover at once", map[string]any{"shards": int64(1), "replication": map[string]any{"failoverAfter": "0s"}}, "failoverAfter must be between 1s and 5m"},

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/bucket"
 	"example.com/cache-operator/internal/snapshot"
 	"example.com/cache-operator/internal/valkey"
@@ -71,9 +72,10 @@ type Plan struct {
 	// ValkeyVersion is the version the spec gives the servers, which the backup's status shows
 	// while it runs; the manifest records the one they report.
 	ValkeyVersion string
-	// Cluster: the servers are Cluster nodes, and each shard's slots go into the manifest.
-	Cluster bool
-	Shards  []Shard
+	// Mode is the mode of the Cache the servers are of: a Cluster's shards' slots go into the
+	// manifest.
+	Mode   cachev2.Mode
+	Shards []Shard
 	// Stall is how long a snapshot waits for the next byte before it fails.
 	Stall time.Duration
 	// ResultFile is where the agent writes its Result, or why it failed: the container's
@@ -85,7 +87,7 @@ type Plan struct {
 func (p Plan) Args() []string {
 	args := append(locationArgs(p.Location, p.Path, p.ResultFile),
 		"--valkey-version="+p.ValkeyVersion,
-		"--cluster="+strconv.FormatBool(p.Cluster),
+		"--cache-mode="+string(p.Mode),
 		"--stall="+p.Stall.String(),
 	)
 	for _, s := range p.Shards {
@@ -100,7 +102,19 @@ func ParsePlan(args []string) (Plan, error) {
 	flags := flag.NewFlagSet(AgentCommand, flag.ContinueOnError)
 	locationFlags(flags, &p.Location, &p.Path, &p.ResultFile)
 	flags.StringVar(&p.ValkeyVersion, "valkey-version", "", "The servers' Valkey version.")
-	flags.BoolVar(&p.Cluster, "cluster", false, "The servers are Valkey Cluster nodes.")
+	flags.Func("cache-mode", "The mode of the Cache the servers are of.", func(v string) error {
+		p.Mode = cachev2.Mode(v)
+		return nil
+	})
+	// A Job made by a release before --cache-mode said only whether the Cache was a Cluster;
+	// the operator reads its plan back for the backup's status.
+	flags.Func("cluster", "Deprecated: --cache-mode=Cluster, or Standalone.", func(v string) error {
+		cluster, err := strconv.ParseBool(v)
+		if p.Mode == "" {
+			p.Mode = map[bool]cachev2.Mode{true: cachev2.ModeCluster, false: cachev2.ModeStandalone}[cluster]
+		}
+		return err
+	})
 	flags.DurationVar(&p.Stall, "stall", snapshot.DefaultStall, "How long a snapshot waits for the next byte.")
 	flags.Func("shard", "A shard: name,pod,host:port (repeated).", func(v string) error {
 		parts := strings.Split(v, ",")
@@ -116,8 +130,8 @@ func ParsePlan(args []string) (Plan, error) {
 	if err := flags.Parse(args); err != nil {
 		return p, err
 	}
-	if p.Location.Endpoint == "" || p.Location.Bucket == "" || p.Path == "" || len(p.Shards) == 0 {
-		return p, errors.New("--endpoint, --bucket, --path and at least one --shard are required")
+	if p.Location.Endpoint == "" || p.Location.Bucket == "" || p.Path == "" || p.Mode == "" || len(p.Shards) == 0 {
+		return p, errors.New("--endpoint, --bucket, --path, --cache-mode and at least one --shard are required")
 	}
 	return p, nil
 }
@@ -244,23 +258,28 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 			version = d.Version
 		}
 	}
-	var unmoved func(context.Context) error
-	if p.Cluster {
-		for i := range shards {
-			var primary string
-			if shards[i].Slots, primary, err = shardSlots(ctx, shards[i].Addr); err != nil {
-				return Result{}, fmt.Errorf("shard %s from %s: %w", shards[i].Name, shards[i].Source, err)
-			}
-			if primary != shards[i].Addr {
-				// A replica does not evict (replica-ignore-maxmemory), so it may hold more than
-				// maxmemory: the memory the data needs is what its primary counts.
-				d, err := datasetAt(ctx, primary)
-				if err != nil {
-					return Result{}, fmt.Errorf("shard %s, the primary of %s: %w", shards[i].Name, shards[i].Source, err)
-				}
-				shards[i].Memory = d.Memory
-			}
+	for i := range shards {
+		var primary string
+		if p.Mode == cachev2.ModeCluster {
+			shards[i].Slots, primary, err = shardSlots(ctx, shards[i].Addr)
+		} else {
+			primary, err = primaryOf(ctx, shards[i].Addr)
 		}
+		if err != nil {
+			return Result{}, fmt.Errorf("shard %s from %s: %w", shards[i].Name, shards[i].Source, err)
+		}
+		if primary != shards[i].Addr {
+			// A replica does not evict (replica-ignore-maxmemory), so it may hold more than
+			// maxmemory: the memory the data needs is what its primary counts.
+			d, err := datasetAt(ctx, primary)
+			if err != nil {
+				return Result{}, fmt.Errorf("shard %s, the primary of %s: %w", shards[i].Name, shards[i].Source, err)
+			}
+			shards[i].Memory = d.Memory
+		}
+	}
+	var unmoved func(context.Context) error
+	if p.Mode == cachev2.ModeCluster {
 		if err := wholeCluster(shards); err != nil {
 			return Result{}, err
 		}

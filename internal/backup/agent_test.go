@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/bucket"
 	"example.com/cache-operator/internal/valkey"
 )
@@ -15,7 +16,7 @@ import (
 func TestAPlanReadsBackAsWritten(t *testing.T) {
 	plan := Plan{
 		Location: bucket.Location{Endpoint: "s3.example.internal:9000", Insecure: true, Region: "eu-1", Bucket: "caches", Prefix: "prod"},
-		Path:     "shop/orders/nightly", ValkeyVersion: "8.0.1", Cluster: true, Stall: 45 * time.Second,
+		Path:     "shop/orders/nightly", ValkeyVersion: "8.0.1", Mode: cachev2.ModeCluster, Stall: 45 * time.Second,
 		ResultFile: "/dev/termination-log",
 		Shards: []Shard{{Name: "shard-0", Source: "orders-1", Addr: "127.64.0.7:6379"},
 			{Name: "shard-1", Source: "orders-3", Addr: "127.64.0.9:6379"}},
@@ -29,6 +30,13 @@ func TestAPlanReadsBackAsWritten(t *testing.T) {
 	}
 	if _, err := ParsePlan(append(plan.Args(), "--shard=shard-2,orders-5")); err == nil {
 		t.Error("a shard without an address was read")
+	}
+	// A Job made by an earlier release says --cluster rather than --cache-mode.
+	for flag, mode := range map[string]cachev2.Mode{"--cluster=true": cachev2.ModeCluster, "--cluster=false": cachev2.ModeStandalone} {
+		earlier := []string{"--endpoint=s3:9000", "--bucket=b", "--path=p", "--shard=shard-0,orders-0,127.64.0.7:6379", flag}
+		if got, err := ParsePlan(earlier); err != nil || got.Mode != mode {
+			t.Errorf("%s read as mode %q, %v; want %s", flag, got.Mode, err, mode)
+		}
 	}
 }
 

@@ -97,6 +97,27 @@ func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, string, e
 	return primary.Slots, primaryAddr, nil
 }
 
+// primaryOf is the address of the primary whose data the server at addr holds, outside Cluster
+// mode: addr itself for a primary; for a replica (a Replicated Cache's), its primary's, once its
+// link to it is up: a replica cut off from its primary may miss writes it acknowledged.
+func primaryOf(ctx context.Context, addr string) (string, error) {
+	server, err := connect(addr)
+	if err != nil {
+		return "", err
+	}
+	defer server.Close()
+	status, err := server.Status(ctx)
+	switch {
+	case err != nil:
+		return "", err
+	case status.Primary:
+		return addr, nil
+	case !status.LinkUp:
+		return "", fmt.Errorf("the replica's link to its primary at %s is down, so it may lack writes: make the backup once the Cache is Ready", net.JoinHostPort(status.PrimaryIP, strconv.Itoa(status.PrimaryPort)))
+	}
+	return net.JoinHostPort(status.PrimaryIP, strconv.Itoa(status.PrimaryPort)), nil
+}
+
 // myself is how the Cluster node at addr sees itself, and the nodes it lists.
 func myself(ctx context.Context, addr string) (valkey.ClusterNode, []valkey.ClusterNode, error) {
 	server, err := connect(addr)

@@ -248,7 +248,7 @@ func TestAJobWhoseStatusWriteWasLostIsFollowed(t *testing.T) {
 				t.Fatal(err)
 			}
 			location, backupPath := backup.PlaceOf(w.b)
-			job := resources.BackupJob(w.b, &cachev2.Cache{}, backup.Plan{Location: location, Path: backupPath, ValkeyVersion: "8.1.1",
+			job := resources.BackupJob(w.b, &cachev2.Cache{}, backup.Plan{Location: location, Path: backupPath, ValkeyVersion: "8.1.1", Mode: cachev2.ModeReplicated,
 				Shards: []backup.Shard{{Name: "shard-0", Source: "orders-0", Addr: "127.64.0.1:6379"}}}, "example.com/cache-operator:test")
 			if imported {
 				w.b.Spec.CacheName, w.b.Spec.ImportPath = "", "elsewhere/orders/nightly"
@@ -270,8 +270,9 @@ func TestAJobWhoseStatusWriteWasLostIsFollowed(t *testing.T) {
 			switch {
 			case b.Status.Phase != cachev1alpha1.BackupRunning || complete == nil:
 				t.Fatalf("status %+v; want Running", b.Status)
-			case !imported && (len(b.Status.Shards) != 1 || b.Status.Shards[0].Source != "orders-0" || complete.Reason != cachev1alpha1.ReasonSnapshotting):
-				t.Errorf("a backup taken here: %+v; want its Job's shard, Snapshotting", b.Status)
+			case !imported && (len(b.Status.Shards) != 1 || b.Status.Shards[0].Source != "orders-0" || b.Status.CacheMode != string(cachev2.ModeReplicated) ||
+				complete.Reason != cachev1alpha1.ReasonSnapshotting):
+				t.Errorf("a backup taken here: %+v; want its Job's shard and mode, Snapshotting", b.Status)
 			case imported && (b.Status.Location != "s3://caches/elsewhere/orders/nightly/" || complete.Reason != cachev1alpha1.ReasonReadingManifest):
 				t.Errorf("an imported backup: %+v; want its place, ReadingManifest", b.Status)
 			}

@@ -25,7 +25,7 @@ import (
 
 // start starts the backup's Job once its Cache is Ready, and records it Running with the shards
 // it copies; until then the backup is Pending, with the reason. A backup whose Cache does not
-// exist fails, and so does one of a Replicated Cache (not supported yet).
+// exist fails.
 func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus) error {
 	if b.Spec.ImportPath != "" {
 		return r.startImport(ctx, b, status)
@@ -37,11 +37,6 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 		return nil
 	} else if err != nil {
 		return err
-	}
-	if cache.Spec.Mode == cachev2.ModeReplicated {
-		setPhase(b, status, cachev1alpha1.BackupFailed, cachev1alpha1.ReasonBackupFailed,
-			fmt.Sprintf("Cache %s is Replicated, whose backups are not supported yet", cache.Name))
-		return nil
 	}
 	ready := meta.FindStatusCondition(cache.Status.Conditions, cachev2.ConditionReady)
 	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != cache.Generation {
@@ -72,7 +67,7 @@ func (r *Reconciler) start(ctx context.Context, b *cachev1alpha1.CacheBackup, st
 		Location:      location,
 		Path:          backupPath,
 		ValkeyVersion: cache.Spec.Version,
-		Cluster:       cache.Spec.Mode == cachev2.ModeCluster,
+		Mode:          cache.Spec.Mode,
 		Shards:        shards,
 		Stall:         r.Stall,
 	}
@@ -158,17 +153,15 @@ func foreignJob(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupS
 		"a Job named %s exists and is not this backup's: make the backup under another name, or remove that Job", job.Name))
 }
 
-// recordRunning records the backup Running, with the shards its Job copies and where to.
+// recordRunning records the backup Running, with the mode of its Cache, the shards its Job
+// copies and where to.
 func recordRunning(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBackupStatus, plan backup.Plan) {
 	if status.StartTime == nil {
 		status.StartTime = ptrNow()
 	}
 	status.Location = locationURL(plan.Location, plan.Path)
 	status.ValkeyVersion = plan.ValkeyVersion
-	status.CacheMode = string(cachev2.ModeStandalone)
-	if plan.Cluster {
-		status.CacheMode = string(cachev2.ModeCluster)
-	}
+	status.CacheMode = string(plan.Mode)
 	status.Shards = nil
 	for _, s := range plan.Shards {
 		status.Shards = append(status.Shards, cachev1alpha1.BackupShard{Name: s.Name, Source: s.Source})
@@ -192,17 +185,17 @@ func recordImporting(b *cachev1alpha1.CacheBackup, status *cachev1alpha1.CacheBa
 		fmt.Sprintf("Job %s reads the manifest at %s", resources.BackupJobName(b), status.Location))
 }
 
-// sources are the servers a backup of the Cache copies, one per shard: for a Cluster, a ready
-// replica of each primary when it has one, so that the primary keeps serving undisturbed, or else
-// the primary; for a Standalone Cache, every node. Shards are named in the order of their
-// primaries' pods.
+// sources are the servers a backup of the Cache copies, one per shard: for a Cluster or a
+// Replicated Cache, a ready replica of each primary when it has one (ready: in sync with it), so
+// that the primary keeps serving undisturbed, or else the primary; for a Standalone Cache, every
+// node. Shards are named in the order of their primaries' pods.
 func sources(cache *cachev2.Cache, pods []corev1.Pod) ([]backup.Shard, error) {
 	byName := map[string]*corev1.Pod{}
 	for i := range pods {
 		byName[pods[i].Name] = &pods[i]
 	}
 	var servers [][]string // each shard's pods, the preferred first
-	if cache.Spec.Mode == cachev2.ModeCluster {
+	if cache.Spec.Mode != cachev2.ModeStandalone {
 		var primaries []string
 		replicas := map[string][]string{}
 		for _, n := range cache.Status.Nodes {

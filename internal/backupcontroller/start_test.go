@@ -37,8 +37,9 @@ func sourcePods(shards []backup.Shard) []string {
 }
 
 // A Cluster's shards are copied from a ready replica each, or from their primary when no
-// replica is ready, named in the order of their primaries; a Standalone Cache's nodes in order.
-// A shard with no ready pod holds the backup back.
+// replica is ready, named in the order of their primaries; a Replicated Cache's one shard the
+// same way, whichever pod its primary is on; a Standalone Cache's nodes in order. A shard with no
+// ready pod holds the backup back.
 func TestSourcesPreferAReadyReplicaOfEachShard(t *testing.T) {
 	cluster := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 2},
 		Status: cachev2.CacheStatus{Nodes: []cachev2.ClusterNode{
@@ -54,6 +55,24 @@ func TestSourcesPreferAReadyReplicaOfEachShard(t *testing.T) {
 	pods[0] = pod("c-0", "127.64.0.1", false)
 	if _, err := sources(cluster, pods); err == nil || !strings.Contains(err.Error(), "shard 0") {
 		t.Errorf("a shard with no ready pod gave %v, want an error naming it", err)
+	}
+
+	replicated := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeReplicated, Shards: 1},
+		Status: cachev2.CacheStatus{Primary: "c-1", Nodes: []cachev2.ClusterNode{
+			{Pod: "c-0", Role: cachev2.RoleReplica, PrimaryPod: "c-1"}, {Pod: "c-1", Role: cachev2.RolePrimary}, {Pod: "c-2", Role: cachev2.RoleReplica, PrimaryPod: "c-1"},
+		}}}
+	for _, tc := range []struct {
+		ready []bool // of c-0, c-1, c-2
+		want  string
+	}{
+		{[]bool{true, true, true}, "shard-0=c-0@127.64.0.1:6379"},
+		{[]bool{false, true, true}, "shard-0=c-2@127.64.0.3:6379"},
+		{[]bool{false, true, false}, "shard-0=c-1@127.64.0.2:6379"},
+	} {
+		pods := []corev1.Pod{pod("c-0", "127.64.0.1", tc.ready[0]), pod("c-1", "127.64.0.2", tc.ready[1]), pod("c-2", "127.64.0.3", tc.ready[2])}
+		if shards, err := sources(replicated, pods); err != nil || !slices.Equal(sourcePods(shards), []string{tc.want}) {
+			t.Errorf("with ready pods %v, the Replicated Cache's sources are %v, %v; want %s", tc.ready, sourcePods(shards), err, tc.want)
+		}
 	}
 
 	standalone := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 2}}

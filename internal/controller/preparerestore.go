@@ -138,8 +138,10 @@ func unfit(cache *cachev2.Cache, b *cachev1alpha1.CacheBackup) string {
 		return fmt.Sprintf("CacheBackup %s failed: it holds nothing to restore", b.Name)
 	case b.Status.Phase != cachev1alpha1.BackupCompleted:
 		return ""
-	case b.Status.CacheMode != string(cache.Spec.Mode):
-		return fmt.Sprintf("CacheBackup %s holds a %s Cache's data; this Cache is %s", b.Name, b.Status.CacheMode, cache.Spec.Mode)
+	case !modesFit(cachev2.Mode(b.Status.CacheMode), cache.Spec.Mode, len(b.Status.Shards)):
+		return fmt.Sprintf("CacheBackup %s holds a %s Cache's data (%d shards); this Cache is %s: a restore needs a Cache of the same mode, "+
+			"or, for a backup of one shard, a Standalone or Replicated Cache, which take each other's",
+			b.Name, b.Status.CacheMode, len(b.Status.Shards), cache.Spec.Mode)
 	case len(b.Status.Shards) != int(cache.Spec.Shards):
 		return fmt.Sprintf("CacheBackup %s holds %d shards and this Cache has %d: a restore puts each shard on one node, as it was; create the Cache with %d shards (and scale it after)",
 			b.Name, len(b.Status.Shards), cache.Spec.Shards, len(b.Status.Shards))
@@ -162,6 +164,14 @@ func unfit(cache *cachev2.Cache, b *cachev1alpha1.CacheBackup) string {
 		}
 	}
 	return ""
+}
+
+// modesFit reports whether the data of a backup of a Cache of mode from, in shards shards, fits
+// a Cache of mode to: one of the same mode, or, for one shard, either of Standalone and
+// Replicated, whose one shard holds every key in database 0 with no slots, so that its RDB
+// loads into either.
+func modesFit(from, to cachev2.Mode, shards int) bool {
+	return from == to || shards == 1 && from != cachev2.ModeCluster && to != cachev2.ModeCluster
 }
 
 func phaseOrPending(p cachev1alpha1.BackupPhase) cachev1alpha1.BackupPhase {
@@ -269,7 +279,7 @@ func (r *CacheReconciler) gateOnRestore(ctx context.Context, cache *cachev2.Cach
 	if rs.done {
 		return false, nil
 	}
-	restored, err := r.checkRestore(ctx, cache, rs, members, auth, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
+	restored, err := r.checkRestore(ctx, cache, rs, members, status.Primary, auth, meta.IsStatusConditionTrue(status.Conditions, cachev2.ConditionReady))
 	if err != nil {
 		return false, err
 	}

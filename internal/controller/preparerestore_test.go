@@ -114,7 +114,8 @@ func TestARestoreIntoLessMemoryThanTheDataTookIsRefused(t *testing.T) {
 
 // A restored shard is checked on the server that holds it now: in a Cluster the primary of its
 // slots, which is the replica that took over when the node that took the shard restarted empty
-// after the replica synced; in Standalone the node that took it.
+// after the replica synced; in Standalone the node that took it; in a Replicated Cache its
+// primary, wherever it is now.
 func TestARestoredShardIsCheckedWhereItIsServedNow(t *testing.T) {
 	record := restoreRecord{Backup: "tuesday", Keys: []int64{5, 7}, Slots: []string{"0-8191", "8192-16383"}}
 	member := func(pod string, slots ...valkey.SlotRange) clusterMember {
@@ -125,13 +126,49 @@ func TestARestoredShardIsCheckedWhereItIsServedNow(t *testing.T) {
 		member("orders-2", valkey.SlotRange{Start: 0, End: 8191}), member("orders-3")}
 	cluster := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 2}}
 	for i, want := range []string{"orders-2", "orders-1"} {
-		if got, err := shardHolder(cluster, record, members, i); err != nil || got != want {
+		if got, err := shardHolder(cluster, record, members, "", i); err != nil || got != want {
 			t.Errorf("shard-%d of a Cluster is held by %q (%v), want %s", i, got, err, want)
 		}
 	}
 	standalone := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 2}}
-	if got, err := shardHolder(standalone, restoreRecord{Keys: []int64{5, 7}}, nil, 1); err != nil || got != "orders-1" {
+	if got, err := shardHolder(standalone, restoreRecord{Keys: []int64{5, 7}}, nil, "", 1); err != nil || got != "orders-1" {
 		t.Errorf("shard-1 of a Standalone Cache is held by %q (%v), want orders-1", got, err)
+	}
+	replicated := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: "orders"}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeReplicated, Shards: 1}}
+	if got, err := shardHolder(replicated, restoreRecord{Keys: []int64{5}}, nil, "orders-2", 0); err != nil || got != "orders-2" {
+		t.Errorf("the shard of a Replicated Cache whose primary is orders-2 is held by %q (%v), want orders-2", got, err)
+	}
+}
+
+// A backup restores into a Cache of its own mode, and a backup of one shard from a Standalone
+// or a Replicated Cache into either: the RDB of a server that holds every key in database 0 loads
+// into both. A Cluster's, whose keys belong to slots, and a Standalone Cache's of several nodes,
+// whose keys are spread over them, do not cross.
+func TestABackupOfOneShardCrossesBetweenStandaloneAndReplicated(t *testing.T) {
+	for _, tc := range []struct {
+		from, to cachev2.Mode
+		shards   int32
+		fits     bool
+	}{
+		{cachev2.ModeReplicated, cachev2.ModeReplicated, 1, true},
+		{cachev2.ModeReplicated, cachev2.ModeStandalone, 1, true},
+		{cachev2.ModeStandalone, cachev2.ModeReplicated, 1, true},
+		{cachev2.ModeStandalone, cachev2.ModeReplicated, 3, false},
+		{cachev2.ModeCluster, cachev2.ModeReplicated, 1, false},
+		{cachev2.ModeReplicated, cachev2.ModeCluster, 1, false},
+		{cachev2.ModeCluster, cachev2.ModeStandalone, 1, false},
+	} {
+		cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+			Spec: cachev2.CacheSpec{Mode: tc.to, Shards: 1, Version: "9.1.2", Memory: resource.MustParse("256Mi")}}
+		b := &cachev1alpha1.CacheBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "tuesday"},
+			Status: cachev1alpha1.CacheBackupStatus{Phase: cachev1alpha1.BackupCompleted, CacheMode: string(tc.from), ValkeyVersion: "9.1.2"}}
+		for i := range tc.shards {
+			b.Status.Shards = append(b.Status.Shards, cachev1alpha1.BackupShard{Name: fmt.Sprint("shard-", i), Object: "o", Keys: 3})
+		}
+		why := unfit(cache, b)
+		if tc.fits != (why == "") || !tc.fits && !strings.Contains(why, "a Standalone or Replicated Cache, which take each other's") {
+			t.Errorf("a %s backup of %d shards into a %s Cache: %q; want fits=%t, and the modes that do fit if not", tc.from, tc.shards, tc.to, why, tc.fits)
+		}
 	}
 }
 

@@ -48,8 +48,12 @@ func (r *CacheReconciler) replicatedPhase(ctx context.Context, p *pass) (*ctrl.R
 		members[i].Outdated = runsEarlierTemplate(p.made.sts, members[i].pod)
 		members[i].Leaving = ordinal(p.cache, members[i].pod) >= p.cache.Spec.Nodes()
 	}
-	plan := replication.Next(replication.Want{Nodes: int(p.cache.Spec.Nodes()), FailoverAfter: p.cache.Spec.FailoverAfter(), Hold: resources.HoldAddress},
-		replicationMembers(members))
+	want := replication.Want{Nodes: int(p.cache.Spec.Nodes()), FailoverAfter: p.cache.Spec.FailoverAfter(), Hold: resources.HoldAddress}
+	if !p.restore.done {
+		// The backup's one shard goes to the first node (preparerestore.go).
+		want.First = p.cache.Name + "-0"
+	}
+	plan := replication.Next(want, replicationMembers(members))
 	if plan.FailedOver != "" {
 		r.Recorder.Eventf(p.cache, nil, corev1.EventTypeWarning, cachev2.ReasonPrimaryLost, "Failover",
 			"the primary %s is lost: %s", plan.FailedOver, plan.Message)

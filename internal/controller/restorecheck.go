@@ -23,7 +23,7 @@ import (
 // shard is whole, and then the ConfigMap is deleted. A shard is whole when its server holds as
 // many keys as the backup, or loaded them all at start and evicted none since (keys with a TTL
 // expire); a server that evicted keys holds less than the backup, whatever it loaded.
-func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache, rs restore, members []clusterMember, auth valkey.Auth, ready bool) (*metav1.Condition, error) {
+func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache, rs restore, members []clusterMember, primary string, auth valkey.Auth, ready bool) (*metav1.Condition, error) {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(cache.Namespace), client.MatchingLabels(resources.SelectorLabels(cache))); err != nil {
 		return nil, err
@@ -42,7 +42,7 @@ func (r *CacheReconciler) checkRestore(ctx context.Context, cache *cachev2.Cache
 	}
 	var total int64
 	for i, want := range rs.record.Keys {
-		name, err := shardHolder(cache, rs.record, members, i)
+		name, err := shardHolder(cache, rs.record, members, primary, i)
 		if err != nil {
 			return nil, err
 		}
@@ -81,9 +81,13 @@ func notWhole(held valkey.Dataset, loaded, want int64) string {
 // shardHolder is the pod whose server holds shard i of the restore now: a Standalone Cache's node
 // of ordinal i, which took it; in a Cluster, the primary serving the shard's slots, which is the
 // node that took it or, if that one restarted (empty, as a new node), the replica that took over
-// from it.
-func shardHolder(cache *cachev2.Cache, record restoreRecord, members []clusterMember, i int) (string, error) {
+// from it; in a Replicated Cache, its primary (primary), which is the first node, which took its
+// one shard, or a replica that took over from it.
+func shardHolder(cache *cachev2.Cache, record restoreRecord, members []clusterMember, primary string, i int) (string, error) {
 	took := cache.Name + "-" + strconv.Itoa(i)
+	if cache.Spec.Mode == cachev2.ModeReplicated && primary != "" {
+		return primary, nil
+	}
 	if cache.Spec.Mode != cachev2.ModeCluster || i >= len(record.Slots) {
 		return took, nil
 	}

@@ -86,6 +86,10 @@ type Want struct {
 	FailoverAfter time.Duration
 	// Hold is the address every server replicates from its start until it is given a role.
 	Hold Address
+	// First, when set, is the pod whose server becomes the first primary of a Cache whose
+	// servers have no role yet: a restore's first node, which alone starts with the backup's
+	// data. Any other would be an empty primary that the others, that one too, copy.
+	First string
 }
 
 // Kind is what an action does.
@@ -321,8 +325,8 @@ func roll(plan *Plan, members []Member, primary *Member) {
 	}
 }
 
-// elect gives a Cache with no primary one: a new Cache's first server, once every server runs
-// and none has a role; or, in a failover, the replica furthest into the lost primary's writes,
+// elect gives a Cache with no primary one: a new Cache's first server (a restored one's first
+// node, want.First), once every server runs and none has a role; or, in a failover, the replica furthest into the lost primary's writes,
 // once that primary is certainly lost (its pod gone, its server not running or back empty and
 // held) or unreachable to the operator and to every replica for FailoverAfter.
 func elect(want Want, members []Member) Plan {
@@ -356,6 +360,14 @@ func elect(want Want, members []Member) Plan {
 			return Plan{Waiting: msg, Problem: Forming, Message: msg}
 		}
 		first := candidates[0]
+		if want.First != "" {
+			i := slices.IndexFunc(candidates, func(m *Member) bool { return m.Pod == want.First })
+			if i < 0 {
+				msg := fmt.Sprintf("waiting for %s, which starts with the restored data and becomes the primary, to answer", want.First)
+				return Plan{Waiting: msg, Problem: Forming, Message: msg}
+			}
+			first = candidates[i]
+		}
 		return Plan{Actions: []Action{{Kind: KindPromote, On: first.Pod}}, Problem: Forming,
 			Message: "next step: " + first.Pod + " becomes the primary"}
 	}

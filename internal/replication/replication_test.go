@@ -56,6 +56,25 @@ func TestANewCacheGetsItsFirstServerAsPrimaryOnceEveryServerAnswers(t *testing.T
 	}
 }
 
+// A restored Cache's first primary is the node that starts with the backup's data, and no other,
+// even when that node is the last to start (it fetches the data first): the others start empty.
+func TestARestoredCacheGetsTheNodeThatTookTheBackupAsPrimary(t *testing.T) {
+	restored := want(3)
+	restored.First = "pod-0"
+	fetching := Member{Pod: "pod-0", Gone: true} // its init step fetches the backup: no address yet
+	p := Next(restored, []Member{fetching, held("pod-1"), held("pod-2")})
+	if len(p.Actions) > 0 || p.Problem != Forming || !strings.Contains(p.Waiting, "pod-0, which starts with the restored data") {
+		t.Errorf("the node with the data not up yet: %v (%s), want to wait for it", steps(p), p.Waiting)
+	}
+	if p := Next(want(3), []Member{fetching, held("pod-1"), held("pod-2")}); !slices.Equal(steps(p), []string{"pod-1: REPLICAOF NO ONE"}) {
+		t.Errorf("a Cache that restores nothing: %v, want the first server up promoted", steps(p))
+	}
+	p = Next(restored, []Member{held("pod-2"), held("pod-1"), held("pod-0")})
+	if got := steps(p); !slices.Equal(got, []string{"pod-0: REPLICAOF NO ONE"}) {
+		t.Errorf("every server held: %v, want pod-0 promoted", got)
+	}
+}
+
 func TestTheOthersFollowThePrimaryAndTheLabelMovesOffBeforeItMovesOn(t *testing.T) {
 	newPrimary := primary("pod-1", 100)
 	newPrimary.Label = RoleReplica

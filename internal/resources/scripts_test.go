@@ -71,17 +71,19 @@ func content(t *testing.T, dir, name string) string {
 
 // A Cluster node's start, with auth, writes the ACL file, forgets the node it was and the data of
 // its last sync, makes a restore's RDB the one the server loads, and starts the server; the next
-// start, a restart in place, finds no RDB left to load. A Standalone node restored from a backup
-// loads the backup at its first start only. A Standalone node without auth starts as the image
-// starts it.
+// start, a restart in place, finds no RDB left to load. A Standalone or Replicated node restored
+// from a backup loads the backup at its first start only. A Standalone node without auth starts
+// as the image starts it.
 func TestTheStartScriptPreparesTheDataDirectoryThenRunsTheServer(t *testing.T) {
 	cluster := authCache(cachev2.ModeCluster, 0)
 	restored := testCache()
 	restored.Spec.RestoreFrom = &cachev2.RestoreSource{Backup: "nightly"}
+	replicated := restored.DeepCopy()
+	replicated.Spec.Mode, replicated.Spec.Shards = cachev2.ModeReplicated, 1
 	for _, tc := range []struct {
 		cache *cachev2.Cache
 		acl   string
-	}{{cluster, "user default on nopass ~* +@all\n"}, {restored, "(none)"}} {
+	}{{cluster, "user default on nopass ~* +@all\n"}, {restored, "(none)"}, {replicated, "(none)"}} {
 		t.Run(string(tc.cache.Spec.Mode), func(t *testing.T) {
 			dir := t.TempDir()
 			files(t, dir, map[string]string{ClusterConfigFile: "the node it was", startRDB: "its last sync", "restore.rdb": "the backup"})
@@ -89,7 +91,7 @@ func TestTheStartScriptPreparesTheDataDirectoryThenRunsTheServer(t *testing.T) {
 			if err != nil || !strings.HasPrefix(out, "started\n") {
 				t.Fatalf("the server did not start: %v\n%s", err, out)
 			}
-			wantNodes := map[cachev2.Mode]string{cachev2.ModeCluster: "(none)", cachev2.ModeStandalone: "the node it was"}[tc.cache.Spec.Mode]
+			wantNodes := map[cachev2.Mode]string{cachev2.ModeCluster: "(none)", cachev2.ModeStandalone: "the node it was", cachev2.ModeReplicated: "the node it was"}[tc.cache.Spec.Mode]
 			if got := content(t, dir, ClusterConfigFile); got != wantNodes {
 				t.Errorf("%s holds %q, want %q", ClusterConfigFile, got, wantNodes)
 			}

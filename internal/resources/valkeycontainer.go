@@ -116,7 +116,8 @@ func authenticated(c *corev1.Container, cache *cachev2.Cache) {
 // entrypoint starts it: with auth, the ACL file written (envACL); on a Cluster node, its identity
 // and data removed (freshStart); on a Standalone node restored from a backup, the data of an
 // earlier start removed (restoredStart); on both, a restore's RDB taken as the one the server
-// loads (takeRestore); and on a Replicated node, its data removed (emptyStart).
+// loads (takeRestore); and on a Replicated node, its data removed (emptyStart), then, restored,
+// a restore's RDB taken (a Cache made before restores of Replicated Caches keeps its command).
 func startSteps(cache *cachev2.Cache) []string {
 	var steps []string
 	if cache.Spec.Auth != nil {
@@ -125,6 +126,8 @@ func startSteps(cache *cachev2.Cache) []string {
 	switch {
 	case cache.Spec.Mode == cachev2.ModeCluster:
 		steps = slices.Concat(steps, freshStart, takeRestore)
+	case cache.Spec.Mode == cachev2.ModeReplicated && cache.Spec.RestoreFrom != nil:
+		steps = slices.Concat(steps, emptyStart, takeRestore)
 	case cache.Spec.Mode == cachev2.ModeReplicated:
 		steps = slices.Concat(steps, emptyStart)
 	case cache.Spec.RestoreFrom != nil:

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "example.com/cache-operator/api/v1alpha1"
@@ -792,4 +793,101 @@ func TestARestoreFromABackupMadeElsewhere(t *testing.T) {
 			t.Errorf("restored %s's page-of = %q (%v), want %s", pod.Name, v, err, pod.Name)
 		}
 	}
+}
+
+// A Replicated Cache is backed up from its replica, not its primary, with every write the replica
+// acknowledged (WAIT 1); the backup restores into a new Replicated Cache, whose first primary
+// takes it and whose replicas copy it, and into a Standalone Cache of one node; and that
+// Standalone Cache's backup restores back into a Replicated Cache. Every key comes through each
+// move with its value and TTL.
+func TestAReplicatedCacheIsBackedUpFromAReplicaAndRestoresAcrossModes(t *testing.T) {
+	runBeside(t, 1)
+	startOperator(t, "a", "", clusterCheckInterval)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	store := newBackupStore(t, ns)
+	source := newReplicatedCache(t, ns, "jobs", 1, nil)
+	primary := waitPrimaryServed(t, source, "")
+	const keys = 300
+	v := node(t, primary)
+	cmds := make(valkeygo.Commands, 0, keys+2)
+	for i := range keys {
+		cmds = append(cmds, v.B().Set().Key(fmt.Sprint("job-", i)).Value(fmt.Sprint(i)).Build())
+	}
+	cmds = append(cmds, v.B().Expire().Key("job-7").Seconds(3600).Build(), v.B().Wait().Numreplicas(1).Timeout(10000).Build())
+	results := v.DoMulti(ctx, cmds...)
+	for _, res := range results {
+		if err := res.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if acked, _ := results[len(results)-1].AsInt64(); acked != 1 {
+		t.Fatalf("WAIT 1: %d replicas acknowledged the writes", acked)
+	}
+
+	b := waitBackup(t, newBackup(t, ns, "jobs-nightly", source.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+	if len(b.Status.Shards) != 1 || b.Status.Shards[0].Source == primary.Name || b.Status.CacheMode != string(cachev2.ModeReplicated) ||
+		b.Status.Keys != keys || b.Status.Shards[0].Memory <= 0 {
+		t.Fatalf("the backup's status is %+v; want one shard of %d keys from the replica (the primary is %s), with its memory, of a Replicated Cache",
+			b.Status, keys, primary.Name)
+	}
+	// Each restored Cache holds every key, its value and TTL, on every server.
+	assertJobs := func(key client.ObjectKey, want int) {
+		t.Helper()
+		for _, pod := range cachePods(t, key) {
+			c := node(t, &pod)
+			if n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || n != int64(want) {
+				t.Errorf("restored %s holds %d keys (%v), want %d", pod.Name, n, err, want)
+			}
+			for _, i := range []int{0, 7, keys - 1} {
+				if got, err := c.Do(ctx, c.B().Get().Key(fmt.Sprint("job-", i)).Build()).ToString(); err != nil || got != fmt.Sprint(i) {
+					t.Errorf("restored %s: job-%d = %q (%v)", pod.Name, i, got, err)
+				}
+			}
+			if ttl, err := c.Do(ctx, c.B().Ttl().Key("job-7").Build()).AsInt64(); err != nil || ttl <= 0 || ttl > 3600 {
+				t.Errorf("restored %s: job-7's TTL is %d (%v), want up to an hour", pod.Name, ttl, err)
+			}
+		}
+	}
+	restoreInto := func(name string, spec cachev2.CacheSpec, backupName string) client.ObjectKey {
+		t.Helper()
+		spec.RestoreFrom = &cachev2.RestoreSource{Backup: backupName}
+		c := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+		if err := admin.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return client.ObjectKeyFromObject(c)
+	}
+	replicated := cachev2.CacheSpec{Mode: cachev2.ModeReplicated, Shards: 1, ReplicasPerShard: ptr.To[int32](2), Version: valkeyVersion, Memory: resource.MustParse("64Mi")}
+	standalone := cachev2.CacheSpec{Mode: cachev2.ModeStandalone, Shards: 1, Version: valkeyVersion, Memory: resource.MustParse("64Mi")}
+
+	// Into a new Replicated Cache: its first node takes the backup and becomes the primary.
+	copied := restoreInto("jobs-copy", replicated, b.Name)
+	if first := waitPrimaryServed(t, copied, ""); first.Name != "jobs-copy-0" {
+		t.Errorf("the restored Cache's first primary is %s, want jobs-copy-0, which took the backup", first.Name)
+	}
+	c, err := getCache(t, copied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertRestored(t, c, keys)
+	assertJobs(copied, keys)
+
+	// Into a Standalone Cache of one node, and its backup back into a Replicated Cache.
+	single := restoreInto("jobs-single", standalone, b.Name)
+	assertRestored(t, waitReadyAs(t, single, metav1.ConditionTrue, cachev2.ReasonAllReplicasReady, 2*time.Minute), keys)
+	assertJobs(single, keys)
+	back := waitBackup(t, newBackup(t, ns, "single-nightly", single.Name, store.location), cachev1alpha1.BackupCompleted, 2*time.Minute)
+	if back.Status.CacheMode != string(cachev2.ModeStandalone) || back.Status.Keys != keys {
+		t.Fatalf("the Standalone Cache's backup: %+v; want %d keys of a Standalone Cache", back.Status, keys)
+	}
+	oneReplica := replicated
+	oneReplica.ReplicasPerShard = ptr.To[int32](1)
+	again := restoreInto("jobs-again", oneReplica, back.Name)
+	waitPrimaryServed(t, again, "")
+	if c, err = getCache(t, again); err != nil {
+		t.Fatal(err)
+	}
+	assertRestored(t, c, keys)
+	assertJobs(again, keys)
 }
