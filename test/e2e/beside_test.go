@@ -52,15 +52,15 @@ func runBesideFirst(t *testing.T, namespaces int) {
 // beside the others, one at a time with the other tests that do (isolatedNodesTaken), and puts its
 // Caches on the cluster's isolated nodes (onIsolatedNodes), where no other test's pods are. It
 // takes none of besideSlot's places: such a test mostly waits, on the control plane's grace
-// periods, the evictions and the pods' hooks.
-func runOnIsolatedNodes(t *testing.T, namespaces int) {
+// periods, the evictions and the pods' hooks. It makes one namespace.
+func runOnIsolatedNodes(t *testing.T) {
 	t.Helper()
 	t.Parallel()
 	waited := time.Now()
 	isolatedNodesTaken.Lock()
 	t.Logf("a place on the isolated nodes after %s", time.Since(waited).Round(time.Second))
 	t.Cleanup(isolatedNodesTaken.Unlock)
-	reserve(t, namespaces)
+	reserve(t, 1)
 }
 
 // isolatedNodesTaken is held by the test on the isolated nodes.

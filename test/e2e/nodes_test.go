@@ -28,7 +28,7 @@ import (
 // along loses no acknowledged write. It logs the client's failed requests and longest failing
 // stretch. It drains a whole node, so it runs on the isolated nodes.
 func TestKubectlDrainMovesACachesPodsUnderAClient(t *testing.T) {
-	runOnIsolatedNodes(t, 1)
+	runOnIsolatedNodes(t)
 	ctx := context.Background()
 	key, primaryPod, load, stop := primaryUnderLoad(t, "drained")
 	node := primaryPod.Spec.NodeName
@@ -61,7 +61,7 @@ func TestKubectlDrainMovesACachesPodsUnderAClient(t *testing.T) {
 // is back. A client writing and reading all along loses no acknowledged write. It stops a whole
 // node's kubelet, so it runs on the isolated nodes.
 func TestANodeWhoseKubeletStopsIsReportedAndItsServersKeepServing(t *testing.T) {
-	runOnIsolatedNodes(t, 1)
+	runOnIsolatedNodes(t)
 	ctx := context.Background()
 	key, primaryPod, load, stop := primaryUnderLoad(t, "unreported")
 	node := primaryPod.Spec.NodeName
@@ -169,7 +169,7 @@ func waitReadyWithPods(t *testing.T, key client.ObjectKey, pods int, timeout tim
 // the budget alone decides and nothing mends the replicas. It drains a node, so it runs on the
 // isolated nodes.
 func TestADrainEvictsPodsThatCannotBecomeReady(t *testing.T) {
-	runOnIsolatedNodes(t, 1)
+	runOnIsolatedNodes(t)
 	ctx := context.Background()
 	operator := startOperator(t, "a", "", clusterCheckInterval)
 	key := newClusterCacheOf(t, newNamespace(t), "stuck", 3, 1, valkeyVersion, onIsolatedNodes)

@@ -546,3 +546,143 @@ func (w *serviceWriter) stop(t *testing.T) writerReport {
 	_ = admin.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: w.pod, Namespace: w.namespace}})
 	return r
 }
+
+// A Replicated Cache's primary's node drained (`kubectl drain`, as an administrator runs it before
+// maintenance): the eviction API lets the primary's pod go within the Cache's budget, its preStop
+// hook hands over to the replica in sync, the Service follows, and the pod runs again on another
+// node as a replica. An application writing through the Service keeps every write a replica
+// acknowledged. It drains a whole node, so it runs on the isolated nodes.
+func TestAReplicatedCacheKeepsItsWritesThroughADrainOfItsPrimarysNode(t *testing.T) {
+	runOnIsolatedNodes(t)
+	startOperator(t, "a", "", clusterCheckInterval)
+	key := newReplicatedCache(t, newNamespace(t), "drained", 1, func(s *cachev2.CacheSpec) {
+		placed := &cachev2.Cache{Spec: *s}
+		onIsolatedNodes(placed)
+		*s = placed.Spec
+	})
+	primary := waitPrimaryServed(t, key, "")
+	node := primary.Spec.NodeName
+	t.Cleanup(func() { _ = cluster.Kubectl(context.Background(), "uncordon", node) })
+	failOver(t, key, access{}, primary, "the primary's node drained", func() {
+		// As an administrator runs it: kubectl retries an eviction the budget refuses every 5 s.
+		if out, err := cluster.KubectlOutput(context.Background(), "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=5m"); err != nil {
+			t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
+		}
+	})
+	if _, there := readyPods(t, key, node); there != 0 {
+		t.Errorf("%d of the Cache's pods are on the drained node %s", there, node)
+	}
+}
+
+// The operator SIGKILLed in the middle of a failover: the primary's server is killed, and the
+// operator is killed the moment it logs the promotion of a replica, before or after the server
+// took it, and before the label moved or as it moves. The next operator, with no memory of the
+// last, finds the servers as they are and finishes: one primary, the label on its pod alone, the
+// other replicas following it, and an application writing through the Service keeps every write
+// a replica acknowledged.
+func TestAReplicatedCacheFailsOverThoughItsOperatorIsKilledMidway(t *testing.T) {
+	runBeside(t, 1)
+	first := startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newReplicatedCache(t, ns, "midway", 2, nil)
+	primary := waitPrimaryServed(t, key, "")
+	failOver(t, key, access{}, primary, "the operator killed as it promotes a replica", func() {
+		const promotion = "REPLICAOF NO ONE"
+		before := strings.Count(first.Logs(t), promotion) // the Cache's formation
+		if err := crashServer(ns, primary.Name); err != nil {
+			t.Fatal(err)
+		}
+		// Looked for every 20 ms rather than at WaitFor's slowing pace: the label moves half a
+		// second after the promotion, and the kill is meant to land before it.
+		deadline := time.Now().Add(time.Minute)
+		for strings.Count(first.Logs(t), promotion) == before {
+			if time.Now().After(deadline) {
+				t.Fatal("the operator promoted no replica within a minute of the primary's server killed")
+			}
+			<-time.After(20 * time.Millisecond)
+		}
+		first.Stop(t, syscall.SIGKILL)
+		var labelled []string
+		for _, pod := range cachePods(t, key) {
+			if pod.Labels[resources.LabelRole] == "primary" {
+				labelled = append(labelled, pod.Name)
+			}
+		}
+		t.Logf("the operator killed with the primary's label on %v (the lost primary: %s)", labelled, primary.Name)
+		startOperator(t, "b", "", clusterCheckInterval)
+	})
+}
+
+// A primary that the operator still reaches but that its replicas cannot (the replication user
+// turned off on it, and their connections cut, so that each replica's link drops and cannot come
+// back) keeps its role: the operator promotes no replica, since the primary may still take its
+// clients' writes, and two primaries would split them; the Cache is not Ready, and the replicas'
+// Service is empty. Once the replicas can connect again, they resume
+// from the same primary and the Cache is Ready.
+func TestAReplicatedPrimaryCutOffFromItsReplicasOnlyKeepsItsRole(t *testing.T) {
+	runBeside(t, 1)
+	startOperator(t, "a", "", clusterCheckInterval)
+	ns := newNamespace(t)
+	key := newReplicatedCache(t, ns, "cutoff", 1, func(s *cachev2.CacheSpec) {
+		s.Auth = &cachev2.Auth{}
+		s.Replication = &cachev2.Replication{FailoverAfter: &metav1.Duration{Duration: time.Second}}
+	})
+	primary := waitPrimaryServed(t, key, "")
+	ctx := context.Background()
+	named := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
+	password := string(appSecret(t, ns, resources.ACLSecretName(named)).Data[resources.OperatorUser])
+	primaryServer, err := connectAs(t, primary.Status.PodIP, resources.OperatorUser, password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := func(on bool) {
+		t.Helper()
+		state := map[bool]string{true: "off", false: "on"}[on]
+		if err := primaryServer.Do(ctx, primaryServer.B().AclSetuser().Username(resources.ReplicationUser).Rule(state).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if on {
+			if err := primaryServer.Do(ctx, primaryServer.B().ClientKill().TypeReplica().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cut(true)
+	var replica corev1.Pod
+	for _, pod := range cachePods(t, key) {
+		if pod.Name != primary.Name {
+			replica = pod
+		}
+	}
+	replicaServer, err := connectAs(t, replica.Status.PodIP, resources.OperatorUser, password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Well past the failover timeout for every replica; the Cache says so, and the replica is out
+	// of the replicas' Service once its readiness probe has failed.
+	testenv.WaitFor(t, time.Minute, "the replica cut off from its primary for 3 s, out of its Service, and the Cache not Ready for it", func() (bool, string) {
+		down, _ := strconv.Atoi(testenv.ValkeyInfo(t, replicaServer, "replication", "master_link_down_since_seconds"))
+		c, err := getCache(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(c.Status.Conditions, cachev2.ConditionReady)
+		served := endpointsOf(t, ns, resources.ReplicasServiceName(named))
+		return down >= 3 && ready != nil && ready.Status == metav1.ConditionFalse && len(served) == 0,
+			fmt.Sprintf("link down for %d s; replicas served: %v; Ready %+v", down, served, ready)
+	})
+	c, err := getCache(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if role := testenv.ValkeyInfo(t, replicaServer, "replication", "role"); c.Status.Primary != primary.Name || role != "slave" {
+		t.Errorf("cut off from its replica, the primary is %s and the replica's role %s; want %s kept and the replica a replica", c.Status.Primary, role, primary.Name)
+	}
+	if reasons := eventReasons(t, key); slices.Contains(reasons, cachev2.ReasonPrimaryLost+"/Failover") {
+		t.Errorf("a failover while the operator reached the primary: events %v", reasons)
+	}
+	cut(false)
+	if again := waitPrimaryServed(t, key, ""); again.Name != primary.Name {
+		t.Errorf("the primary after the cut is %s, want %s", again.Name, primary.Name)
+	}
+}
