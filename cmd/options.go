@@ -70,7 +70,7 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.images.ValkeyRepository, "image-repository", resources.DefaultImageRepository, "Repository of the Valkey image (a mirror, say); the Cache's version is the tag.")
 	fs.StringVar(&o.images.Exporter, "exporter-image", resources.DefaultExporterImage, "The metrics exporter's image (redis_exporter), which the pods of a Cache with spec.metrics.enabled run beside Valkey. A Cache's pods take a new one with their next change (docs/upgrade.md).")
 	fs.StringVar(&o.images.Agent, "agent-image", resources.DefaultAgentImage, "The operator's own image, which the backup Jobs, the restored Caches' init containers (its backup and restore modes) and every cache pod's readiness agent run.")
-	fs.DurationVar(&o.backupStall, "backup-stall-timeout", snapshot.DefaultStall, "How long a backup waits for the next byte of a server's snapshot before it fails.")
+	fs.DurationVar(&o.backupStall, "backup-stall-timeout", snapshot.DefaultStall, "How long a backup waits for the next byte of a server's snapshot, or for a replica it copies to catch up with its primary, before it fails.")
 	fs.Float64Var(&o.qps, "kube-api-qps", 0, "Client-side limit, in requests per second, on requests to the API server; 0 or less sets none and leaves it to the API server's Priority and Fairness.")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "Burst of requests above --kube-api-qps, when that is set.")
 	fs.StringVar(&o.catalogEndpoints, "catalog-endpoints", "", "Comma-separated etcd endpoints of the external service catalogue; empty runs without a catalogue (and without finalizers).")

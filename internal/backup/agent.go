@@ -103,12 +103,15 @@ func ParsePlan(args []string) (Plan, error) {
 	locationFlags(flags, &p.Location, &p.Path, &p.ResultFile)
 	flags.StringVar(&p.ValkeyVersion, "valkey-version", "", "The servers' Valkey version.")
 	flags.Func("cache-mode", "The mode of the Cache the servers are of.", func(v string) error {
+		if !slices.Contains([]cachev2.Mode{cachev2.ModeStandalone, cachev2.ModeCluster, cachev2.ModeReplicated}, cachev2.Mode(v)) {
+			return fmt.Errorf("unknown mode %q", v)
+		}
 		p.Mode = cachev2.Mode(v)
 		return nil
 	})
 	// A Job made by a release before --cache-mode said only whether the Cache was a Cluster;
 	// the operator reads its plan back for the backup's status.
-	flags.Func("cluster", "Deprecated: --cache-mode=Cluster, or Standalone.", func(v string) error {
+	flags.BoolFunc("cluster", "Deprecated: --cache-mode=Cluster, or Standalone.", func(v string) error {
 		cluster, err := strconv.ParseBool(v)
 		if p.Mode == "" {
 			p.Mode = map[bool]cachev2.Mode{true: cachev2.ModeCluster, false: cachev2.ModeStandalone}[cluster]
@@ -263,7 +266,7 @@ func (p Plan) run(ctx context.Context) (Result, error) {
 		if p.Mode == cachev2.ModeCluster {
 			shards[i].Slots, primary, err = shardSlots(ctx, shards[i].Addr)
 		} else {
-			primary, err = primaryOf(ctx, shards[i].Addr)
+			primary, err = primaryOf(ctx, shards[i].Addr, p.Stall)
 		}
 		if err != nil {
 			return Result{}, fmt.Errorf("shard %s from %s: %w", shards[i].Name, shards[i].Source, err)

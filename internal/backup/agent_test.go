@@ -31,6 +31,9 @@ func TestAPlanReadsBackAsWritten(t *testing.T) {
 	if _, err := ParsePlan(append(plan.Args(), "--shard=shard-2,orders-5")); err == nil {
 		t.Error("a shard without an address was read")
 	}
+	if _, err := ParsePlan(append(plan.Args(), "--cache-mode=cluster")); err == nil {
+		t.Error("a plan of an unknown mode was read")
+	}
 	// A Job made by an earlier release says --cluster rather than --cache-mode.
 	for flag, mode := range map[string]cachev2.Mode{"--cluster=true": cachev2.ModeCluster, "--cluster=false": cachev2.ModeStandalone} {
 		earlier := []string{"--endpoint=s3:9000", "--bucket=b", "--path=p", "--shard=shard-0,orders-0,127.64.0.7:6379", flag}

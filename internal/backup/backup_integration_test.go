@@ -275,3 +275,52 @@ func TestAShardIsRecordedAsItsServerReportsIt(t *testing.T) {
 		t.Errorf("a server with keys in database 1: %v, want it refused", err)
 	}
 }
+
+// A Replicated Cache's shard is copied from its replica only once the replica has every write its
+// primary had taken when the agent asked, so that the copy holds the writes acknowledged before
+// the backup started, whichever replica acknowledged them; a replica whose link to its primary is
+// down is refused. On real servers: a primary given writes while its replica was stopped, which
+// then has them to read when the agent asks it, and a replica of an address where nothing listens.
+func TestAReplicaIsCopiedOnceItHasItsPrimarysWrites(t *testing.T) {
+	ctx := context.Background()
+	ips := testenv.LoopbackIPs(9)[6:9]
+	testenv.StartValkey(t, ips[0], 6379)
+	replicaServer := testenv.StartValkey(t, ips[1], 6379, "--replicaof", ips[0], "6379")
+	testenv.StartValkey(t, ips[2], 6379, "--replicaof", ips[0], "1") // nothing listens there
+	primaryAddr, replicaAddr := net.JoinHostPort(ips[0], "6379"), net.JoinHostPort(ips[1], "6379")
+	primary, replica := testenv.Valkey(t, ips[0], 6379), testenv.Valkey(t, ips[1], 6379)
+	testenv.WaitFor(t, 30*time.Second, "the replica in sync", func() (bool, string) {
+		link := testenv.ValkeyInfo(t, replica, "replication", "master_link_status")
+		return link == "up", "link " + link
+	})
+	// Stopped, the replica reads nothing of the stream until it runs again, and then 16 KiB of it
+	// at a time between its clients' requests.
+	if err := replicaServer.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	const keys = 20000
+	cmds := make(valkeygo.Commands, 0, keys)
+	for i := range keys {
+		cmds = append(cmds, primary.B().Set().Key(fmt.Sprint("k", i)).Value(strings.Repeat("v", 100)).Build())
+	}
+	for _, res := range primary.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := replicaServer.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := primaryOf(ctx, replicaAddr, 10*time.Second); err != nil || got != primaryAddr {
+		t.Fatalf("the replica's primary is %q (%v), want %s", got, err, primaryAddr)
+	}
+	if n, err := replica.Do(ctx, replica.B().Dbsize().Build()).AsInt64(); err != nil || n != keys {
+		t.Errorf("once the agent found it caught up, the replica holds %d keys (%v), want the %d its primary took before", n, err, keys)
+	}
+	if got, err := primaryOf(ctx, primaryAddr, time.Second); err != nil || got != primaryAddr {
+		t.Errorf("a primary's primary is %q (%v), want itself", got, err)
+	}
+	if _, err := primaryOf(ctx, net.JoinHostPort(ips[2], "6379"), time.Second); err == nil || !strings.Contains(err.Error(), "is down") {
+		t.Errorf("a replica whose link is down: %v, want it refused", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"time"
 
 	"example.com/cache-operator/internal/valkey"
 )
@@ -98,25 +99,57 @@ func shardSlots(ctx context.Context, addr string) ([]valkey.SlotRange, string, e
 }
 
 // primaryOf is the address of the primary whose data the server at addr holds, outside Cluster
-// mode: addr itself for a primary; for a replica (a Replicated Cache's), its primary's, once its
-// link to it is up: a replica cut off from its primary may miss writes it acknowledged.
-func primaryOf(ctx context.Context, addr string) (string, error) {
-	server, err := connect(addr)
+// mode: addr itself for a primary; for a replica (a Replicated Cache's), its primary's, once the
+// replica has every write that the primary had taken when asked (its offset has reached the
+// primary's), so that the backup holds every write acknowledged before it started, whichever
+// replica acknowledged it. A replica whose link is down, or that does not catch up within wait,
+// fails the backup: it may lack writes.
+func primaryOf(ctx context.Context, addr string, wait time.Duration) (string, error) {
+	replica, err := connect(addr)
 	if err != nil {
 		return "", err
 	}
-	defer server.Close()
-	status, err := server.Status(ctx)
-	switch {
-	case err != nil:
-		return "", err
-	case status.Primary:
-		return addr, nil
-	case !status.LinkUp:
-		return "", fmt.Errorf("the replica's link to its primary at %s is down, so it may lack writes: make the backup once the Cache is Ready", net.JoinHostPort(status.PrimaryIP, strconv.Itoa(status.PrimaryPort)))
+	defer replica.Close()
+	status, err := replica.Status(ctx)
+	if err != nil || status.Primary {
+		return addr, err
 	}
-	return net.JoinHostPort(status.PrimaryIP, strconv.Itoa(status.PrimaryPort)), nil
+	primaryAddr := net.JoinHostPort(status.PrimaryIP, strconv.Itoa(status.PrimaryPort))
+	if !status.LinkUp {
+		return "", fmt.Errorf("the replica's link to its primary at %s is down, so it may lack writes: make the backup once the Cache is Ready", primaryAddr)
+	}
+	primary, err := connect(primaryAddr)
+	if err != nil {
+		return "", fmt.Errorf("its primary at %s: %w", primaryAddr, err)
+	}
+	defer primary.Close()
+	taken, err := primary.Status(ctx)
+	if err != nil {
+		return "", fmt.Errorf("its primary at %s: %w", primaryAddr, err)
+	}
+	deadline := time.Now().Add(wait)
+	for status.StreamOffset < taken.StreamOffset {
+		switch {
+		case !status.LinkUp:
+			return "", fmt.Errorf("the replica's link to its primary at %s went down before it had the primary's writes: make the backup once the Cache is Ready", primaryAddr)
+		case time.Now().After(deadline):
+			return "", fmt.Errorf("the replica is at offset %d of its primary's %d after %s: it lags too far to copy every write the primary took", status.StreamOffset, taken.StreamOffset, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(catchUpPoll):
+		}
+		if status, err = replica.Status(ctx); err != nil {
+			return "", err
+		}
+	}
+	return primaryAddr, nil
 }
+
+// catchUpPoll is how often the agent asks a replica how far it has got (primaryOf): a replica in
+// sync has the writes of the moment before within milliseconds.
+const catchUpPoll = 50 * time.Millisecond
 
 // myself is how the Cluster node at addr sees itself, and the nodes it lists.
 func myself(ctx context.Context, addr string) (valkey.ClusterNode, []valkey.ClusterNode, error) {

@@ -169,9 +169,10 @@ func unfit(cache *cachev2.Cache, b *cachev1alpha1.CacheBackup) string {
 // modesFit reports whether the data of a backup of a Cache of mode from, in shards shards, fits
 // a Cache of mode to: one of the same mode, or, for one shard, either of Standalone and
 // Replicated, whose one shard holds every key in database 0 with no slots, so that its RDB
-// loads into either.
+// loads into either. A backup that records no mode (made before backups recorded it) fits none.
 func modesFit(from, to cachev2.Mode, shards int) bool {
-	return from == to || shards == 1 && from != cachev2.ModeCluster && to != cachev2.ModeCluster
+	oneServer := func(m cachev2.Mode) bool { return m == cachev2.ModeStandalone || m == cachev2.ModeReplicated }
+	return from == to || shards == 1 && oneServer(from) && oneServer(to)
 }
 
 func phaseOrPending(p cachev1alpha1.BackupPhase) cachev1alpha1.BackupPhase {

@@ -157,6 +157,7 @@ func TestABackupOfOneShardCrossesBetweenStandaloneAndReplicated(t *testing.T) {
 		{cachev2.ModeCluster, cachev2.ModeReplicated, 1, false},
 		{cachev2.ModeReplicated, cachev2.ModeCluster, 1, false},
 		{cachev2.ModeCluster, cachev2.ModeStandalone, 1, false},
+		{"", cachev2.ModeReplicated, 1, false},
 	} {
 		cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
 			Spec: cachev2.CacheSpec{Mode: tc.to, Shards: 1, Version: "9.1.2", Memory: resource.MustParse("256Mi")}}
