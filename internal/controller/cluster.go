@@ -97,7 +97,7 @@ func (r *CacheReconciler) tendCluster(ctx context.Context, cache *cachev2.Cache,
 	}
 
 	report := reportCluster(want, members, health, cache.Generation)
-	report.slotsToMove, report.running = int32(plan.SlotsToMove), primariesRelease(members)
+	report.slotsToMove, report.slotsUnknown, report.running = int32(plan.SlotsToMove), plan.SlotsUnknown, primariesRelease(members)
 	switch {
 	case health.Ready() && len(plan.Actions) == 0:
 		return report, r.ClusterCheckInterval, actErr
@@ -262,9 +262,11 @@ type clusterReport struct {
 	// primary is a Replicated Cache's primary pod.
 	primary                            string
 	shards, readyShards, slotsAssigned int32
-	// slotsToMove is how many slots the operation under way still has to move.
-	slotsToMove int32
-	nodes       []cachev2.ClusterNode
+	// slotsToMove is how many slots the operation under way still has to move, unless
+	// slotsUnknown: a server could not be asked (topology.Plan.SlotsUnknown).
+	slotsToMove  int32
+	slotsUnknown bool
+	nodes        []cachev2.ClusterNode
 	// ready is the cluster's verdict, the Cache's Ready condition once every pod is ready.
 	ready metav1.Condition
 	// running is the newest Valkey release the primaries run (primariesRelease).

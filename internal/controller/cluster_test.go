@@ -134,3 +134,24 @@ func TestAScaleInKeepsTheLeavingPodsUntilTheirServersAreReleased(t *testing.T) {
 		})
 	}
 }
+
+// A pass that could not ask every server of a Cluster keeps the slots to move and moved as stored:
+// the slots of a server it did not ask are counted nowhere, and would read as moved, and the
+// count would start again from 0 once that server answers.
+func TestAPassBlindToAServerKeepsTheSlotsCountAsStored(t *testing.T) {
+	cache := &cachev2.Cache{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Spec: cachev2.CacheSpec{Mode: cachev2.ModeCluster, Shards: 3},
+		Status: cachev2.CacheStatus{SlotsToMove: 3000, SlotsMoved: 3553}}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: appsv1.StatefulSetStatus{
+		ObservedGeneration: 1, Replicas: 5, ReadyReplicas: 5, UpdatedReplicas: 5,
+	}}
+	health := topology.Health{Problem: topology.Draining, Message: "cannot ask pod-4 for its cluster state"}
+	report := reportCluster(topology.Want{Shards: 3}, nil, health, 1)
+	report.slotsToMove, report.slotsUnknown = 0, true
+	if status := observedStatus(cache, sts, nil, resources.TemplateCurrent, report); status.SlotsToMove != 3000 || status.SlotsMoved != 3553 {
+		t.Errorf("blind to a server: %d to move, %d moved; want 3000 and 3553 as stored", status.SlotsToMove, status.SlotsMoved)
+	}
+	report.slotsUnknown = false
+	if status := observedStatus(cache, sts, nil, resources.TemplateCurrent, report); status.SlotsToMove != 0 || status.SlotsMoved != 6553 {
+		t.Errorf("every server asked, none to move: %d to move, %d moved; want 0 and 6553", status.SlotsToMove, status.SlotsMoved)
+	}
+}

@@ -80,6 +80,11 @@ func observedStatus(cache *cachev2.Cache, sts *appsv1.StatefulSet, registered *m
 		status.Shards, status.ReadyShards = cluster.shards, cluster.readyShards
 		status.SlotsAssigned, status.Nodes, status.Primary = cluster.slotsAssigned, cluster.nodes, cluster.primary
 		status.SlotsToMove, status.SlotsMoved = cluster.slotsToMove, slotsMoved(cache.Status, cluster.slotsToMove)
+		if cluster.slotsUnknown {
+			// A server that was not asked counts none of its slots: its share would read as
+			// moved, and the count would start again from 0 once it answers.
+			status.SlotsToMove, status.SlotsMoved = cache.Status.SlotsToMove, cache.Status.SlotsMoved
+		}
 		switch {
 		case ready.Status == metav1.ConditionTrue:
 			ready = cluster.ready // the pods' progress is the news until they are all up

@@ -34,7 +34,7 @@ func Form(want Want, members []Member) Plan {
 		if plan.Operation == "" {
 			plan.Operation = operation(want, members)
 		}
-		plan.SlotsToMove = slotsToMove(want, members)
+		plan.SlotsToMove, plan.SlotsUnknown = slotsToMove(want, members), len(unreachablePods(members)) > 0
 		plan.Progress = progress(plan, members)
 	}
 	return plan
@@ -55,17 +55,11 @@ func formStep(want Want, members []Member) Plan {
 	if len(strangers) > 0 {
 		return Plan{Waiting: strings.Join(strangers, "; ")}
 	}
-	var unreachable []string
-	for i := range members {
-		if _, ok := members[i].self(); !ok {
-			unreachable = append(unreachable, members[i].Pod)
-		}
-	}
-	if len(unreachable) > 0 {
+	if unreached := unreachablePods(members); len(unreached) > 0 {
 		if plan, ok := takeOverUnreachable(members); ok {
 			return plan
 		}
-		return Plan{Waiting: "cannot ask " + strings.Join(unreachable, ", ") + " for its cluster state"}
+		return Plan{Waiting: "cannot ask " + strings.Join(unreached, ", ") + " for its cluster state"}
 	}
 	for _, step := range []func(Want, []Member) (Plan, bool){
 		rolesAgreed, forgetDeparted, unfence, claimRestored, meet, heldForSyncingReplicas(closeOpenSlots), assignSlots, handOverLeaving, freeReplica,
@@ -79,6 +73,17 @@ func formStep(want Want, members []Member) Plan {
 	return Plan{}
 }
 
+// unreachablePods are the pods of the members whose server could not be asked for its view.
+func unreachablePods(members []Member) []string {
+	var pods []string
+	for i := range members {
+		if _, ok := members[i].self(); !ok {
+			pods = append(pods, members[i].Pod)
+		}
+	}
+	return pods
+}
+
 // progress sums up, for a message, what the operation still has to do.
 func progress(plan Plan, members []Member) string {
 	var parts []string
@@ -89,7 +94,7 @@ func progress(plan Plan, members []Member) string {
 		parts = append(parts, fmt.Sprintf("departed with no replica, their slots go to a new node without their keys: %s",
 			strings.Join(plan.Lost, ", ")))
 	}
-	if plan.SlotsToMove > 0 {
+	if plan.SlotsToMove > 0 && !plan.SlotsUnknown {
 		parts = append(parts, fmt.Sprintf("%d slots to move", plan.SlotsToMove))
 	}
 	if moves := describeMoves(plan.Actions); moves != "" {

@@ -536,6 +536,23 @@ func TestScaleInDrainsLeavingShardsBeforeTheyAreReleased(t *testing.T) {
 	}
 }
 
+// A scale-in whose leaving primary cannot be asked for a pass does not count that primary's slots
+// as moved: its slots to move are unknown then, not fewer.
+func TestSlotsToMoveAreUnknownWhileAServerCannotBeAsked(t *testing.T) {
+	to := Want{Shards: 3, ReplicasPerShard: 0}
+	s := formedSim(t, Want{Shards: 4, ReplicasPerShard: 0})
+	s.leave(to.Nodes())
+	seen := Form(to, s.members())
+	if seen.SlotsToMove == 0 || seen.SlotsUnknown {
+		t.Fatalf("every server asked: %d slots to move (unknown: %t), want the leaving shard's, known", seen.SlotsToMove, seen.SlotsUnknown)
+	}
+	leaving := slices.Sorted(maps.Keys(s.nodes))[to.Nodes()]
+	unseen := Form(to, unreachable(s.members(), leaving, false))
+	if !unseen.SlotsUnknown || strings.Contains(unseen.Progress, "slots to move") {
+		t.Errorf("%s not asked: %d slots to move, unknown: %t, progress %q; want them unknown, and not said", leaving, unseen.SlotsToMove, unseen.SlotsUnknown, unseen.Progress)
+	}
+}
+
 func TestReplicasDownHandsAPrimaryOnALeavingPodToAStayingReplica(t *testing.T) {
 	s := formedSim(t, Want{Shards: 3, ReplicasPerShard: 1})
 	// After an earlier failover, pod-03 (leaving when replicas go to 0) is pod-00's primary.

@@ -159,8 +159,11 @@ type Plan struct {
 	// Operation is what the plan is part of: forming, healing, scaling out, draining,
 	// rebalancing or upgrading.
 	Operation Problem
-	// SlotsToMove is how many slots must still change primary, this step's included.
-	SlotsToMove int
+	// SlotsToMove is how many slots must still change primary, this step's included. It is
+	// SlotsUnknown when a server could not be asked: the slots it serves are counted nowhere,
+	// and a source's would read as moved.
+	SlotsToMove  int
+	SlotsUnknown bool
 	// Progress says how far the operation has got, for a user.
 	Progress string
 	// Lost are departed primaries whose slots this step gives up, with their keys: no replica
