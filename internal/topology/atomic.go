@@ -126,7 +126,7 @@ func migrateAtomically(want Want, members []Member, start bool) (Plan, bool) {
 			}})
 		}
 	}
-	plan := Plan{Actions: actions, Migrating: true}
+	plan := Plan{Actions: actions, Migrating: true, JobsRunning: len(actions) == 0 && len(busy) > 0}
 	if len(actions) == 0 {
 		if jobs := describeJobs(members); jobs != "" || len(learning) == 0 {
 			learning = append(learning, "atomic slot migrations to end, or a failed one's retry: "+jobs)

@@ -240,6 +240,16 @@ func (s *sim) startJob(t *testing.T, source *simNode, a Action) {
 	source.jobs = append([]valkey.SlotMigration{job}, source.jobs...)
 }
 
+// jobsRunning reports whether a server runs an atomic slot migration.
+func (s *sim) jobsRunning() bool {
+	for _, n := range s.nodes {
+		if slices.ContainsFunc(n.jobs, func(job valkey.SlotMigration) bool { return job.Running() }) {
+			return true
+		}
+	}
+	return false
+}
+
 // endJobs ends every running atomic slot migration as state says (a job that succeeds hands its
 // slots over), and reports whether one ran.
 func (s *sim) endJobs(t *testing.T, state string) bool {
@@ -1484,6 +1494,9 @@ func TestAScaleMovesSlotsAtomicallyWhenEveryServerCan(t *testing.T) {
 		}
 		jobs += atomic
 		stepsWithJobs += boolInt(atomic > 0)
+		if running := s.jobsRunning(); plan.JobsRunning != (running && len(plan.Actions) == 0) {
+			t.Errorf("step %d: JobsRunning %t with jobs running %t and actions %v", step, plan.JobsRunning, running, actions(plan))
+		}
 		if plan.Waiting != "" {
 			if !s.finishSyncs() && !s.endJobs(t, valkey.MigrationSucceeded) {
 				t.Fatalf("step %d waits on nothing: %s", step, plan.Waiting)

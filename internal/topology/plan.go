@@ -171,6 +171,9 @@ type Plan struct {
 	Lost []string
 	// Migrating: slots are moving, and the cluster is worth looking at again soon.
 	Migrating bool
+	// JobsRunning: the plan only waits for the atomic slot migration jobs the servers run, which
+	// take seconds, rather than for a step of its own to land.
+	JobsRunning bool
 	// WaitingFor is how long the plan waits on a clock rather than on the servers (a handover's
 	// grace): when the cluster is worth looking at again.
 	WaitingFor time.Duration
