@@ -185,19 +185,8 @@ func TestANodeWithAuthAllowedToImportImportsSlotsAtomically(t *testing.T) {
 		state, err := source.ClusterState(ctx)
 		return state == "ok", fmt.Sprint(state, err)
 	})
-	operator := func(ip string) valkeygo.Client {
-		c, err := valkeygo.NewClient(valkeygo.ClientOption{
-			InitAddress: []string{net.JoinHostPort(ip, strconv.Itoa(Port))}, Username: OperatorUser, Password: acl.Passwords[OperatorUser],
-			ForceSingleClient: true, DisableCache: true,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
 	const keys = 20
-	c := operator(ips[0])
+	c := asOperator(t, ips[0], acl)
 	for i := range keys {
 		if err := c.Do(ctx, c.B().Set().Key(fmt.Sprintf("{b}%d", i)).Value("v").Build()).Error(); err != nil { // slot 3300
 			t.Fatal(err)
@@ -221,7 +210,7 @@ func TestANodeWithAuthAllowedToImportImportsSlotsAtomically(t *testing.T) {
 		}
 		return jobs[0].State == valkey.MigrationSucceeded, fmt.Sprintf("%+v", jobs[0])
 	})
-	if n, err := operator(ips[1]).Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || n != keys {
+	if n, err := asOperator(t, ips[1], acl).Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || n != keys {
 		t.Errorf("the target holds %d keys (%v), want %d", n, err, keys)
 	}
 }
