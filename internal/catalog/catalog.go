@@ -18,8 +18,10 @@ import (
 type Catalog interface {
 	// Sync makes the records stored for cache exactly nodes: it adds missing ones, rewrites
 	// changed ones and removes stale ones, and writes nothing when they already match. It
-	// reports whether it wrote.
-	Sync(ctx context.Context, cache Key, nodes []Node) (changed bool, err error)
+	// reports whether it wrote. When there is something to write, it first calls mayWrite, if
+	// given, and writes nothing if that fails: the caller's last check that the records are
+	// still wanted, made only on the rare pass that changes them.
+	Sync(ctx context.Context, cache Key, nodes []Node, mayWrite func(context.Context) error) (changed bool, err error)
 	// Deregister removes every record of cache. A cache with no records is success.
 	Deregister(ctx context.Context, cache Key) error
 	// Listed is every Cache that has records, once each.

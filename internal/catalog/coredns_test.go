@@ -29,12 +29,12 @@ func TestCoreDNSAnswersSRVQueriesFromTheRecords(t *testing.T) {
 	layout := catalog.Layout{Prefix: "/skydns", Zone: "caches.example.internal", TTL: 30}
 	cat := &catalog.Etcd{Client: client, Layout: layout, Timeout: 5 * time.Second}
 	cache := catalog.Key{Namespace: "default", Name: "orders-cache"}
-	if _, err := cat.Sync(context.Background(), cache, catalog.StatefulSetNodes(cache, 3, "cluster.local", 6379)); err != nil {
+	if _, err := cat.Sync(context.Background(), cache, catalog.StatefulSetNodes(cache, 3, "cluster.local", 6379), nil); err != nil {
 		t.Fatal(err)
 	}
 	// A sibling whose name extends this one's must not show up in its answer.
 	sibling := catalog.Key{Namespace: "default", Name: "orders-cache-eu"}
-	if _, err := cat.Sync(context.Background(), sibling, catalog.StatefulSetNodes(sibling, 1, "cluster.local", 6379)); err != nil {
+	if _, err := cat.Sync(context.Background(), sibling, catalog.StatefulSetNodes(sibling, 1, "cluster.local", 6379), nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -23,7 +23,7 @@ var _ Catalog = (*Etcd)(nil)
 // in one transaction guarded by the revision it read: a record added or changed by someone else
 // meanwhile makes it fail, and the next pass reads again. (A record deleted meanwhile goes
 // unnoticed; only the leader writes, and it deregisters only once the Cache is being deleted.)
-func (e *Etcd) Sync(ctx context.Context, cache Key, nodes []Node) (bool, error) {
+func (e *Etcd) Sync(ctx context.Context, cache Key, nodes []Node, mayWrite func(context.Context) error) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.Timeout)
 	defer cancel()
 	dir := e.Layout.Dir(cache)
@@ -51,6 +51,11 @@ func (e *Etcd) Sync(ctx context.Context, cache Key, nodes []Node) (bool, error) 
 	}
 	if len(ops) == 0 {
 		return false, nil
+	}
+	if mayWrite != nil {
+		if err := mayWrite(ctx); err != nil {
+			return false, err
+		}
 	}
 
 	// No record under dir may have been added or changed since the read: such a key has a mod

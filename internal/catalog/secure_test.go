@@ -30,7 +30,7 @@ func TestTheCatalogueWorksOverTLSWithAUserLimitedToItsPrefix(t *testing.T) {
 	cat := &catalog.Etcd{Client: client, Layout: layout, Timeout: 5 * time.Second}
 	ctx := context.Background()
 	cache := catalog.Key{Namespace: "shop", Name: "orders"}
-	if _, err := cat.Sync(ctx, cache, catalog.StatefulSetNodes(cache, 3, "cluster.local", 6379)); err != nil {
+	if _, err := cat.Sync(ctx, cache, catalog.StatefulSetNodes(cache, 3, "cluster.local", 6379), nil); err != nil {
 		t.Fatalf("registering over TLS as the catalogue's user: %v", err)
 	}
 	admin := etcd.Client(t)
@@ -67,7 +67,7 @@ func TestTheCatalogueWorksOverTLSWithAUserLimitedToItsPrefix(t *testing.T) {
 		c, err := bad.NewClient()
 		if err == nil {
 			badCat := &catalog.Etcd{Client: c, Layout: layout, Timeout: 3 * time.Second}
-			_, err = badCat.Sync(ctx, cache, catalog.StatefulSetNodes(cache, 1, "cluster.local", 6379))
+			_, err = badCat.Sync(ctx, cache, catalog.StatefulSetNodes(cache, 1, "cluster.local", 6379), nil)
 			_ = c.Close()
 		}
 		if err == nil || !strings.Contains(err.Error(), refused.why) {

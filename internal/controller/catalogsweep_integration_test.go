@@ -23,7 +23,7 @@ func TestTheSweepRemovesTheRecordsOfCachesThatAreGone(t *testing.T) {
 	ctx := context.Background()
 	live, gone := catalog.Key{Namespace: ns, Name: "orders-cache"}, catalog.Key{Namespace: ns, Name: "carts-cache"}
 	for _, key := range []catalog.Key{live, gone} {
-		if _, err := cat.Sync(ctx, key, catalog.StatefulSetNodes(key, 2, "cluster.local", 6379)); err != nil {
+		if _, err := cat.Sync(ctx, key, catalog.StatefulSetNodes(key, 2, "cluster.local", 6379), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

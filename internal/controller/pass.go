@@ -166,7 +166,11 @@ func (r *CacheReconciler) registrationPhase(ctx context.Context, p *pass) (*ctrl
 		return end(ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err))
 	}
 	var err error
-	if p.registered, err = r.register(ctx, p.cache); err != nil {
+	p.registered, err = r.register(ctx, p.cache)
+	switch {
+	case errors.Is(err, errDeletedMeanwhile):
+		return end(ctrl.Result{}, err) // the next pass sees the deletion
+	case err != nil:
 		p.failed = append(p.failed, err)
 	}
 	return nil, nil

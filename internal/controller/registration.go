@@ -39,7 +39,10 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*
 	}
 	key := catalogKey(cache)
 	nodes := catalog.StatefulSetNodes(key, cache.Spec.Nodes(), r.ClusterDomain, resources.Port)
-	changed, err := r.Catalog.Sync(ctx, key, nodes)
+	changed, err := r.Catalog.Sync(ctx, key, nodes, func(ctx context.Context) error { return r.confirmNotDeleted(ctx, cache) })
+	if errors.Is(err, errDeletedMeanwhile) {
+		return nil, err
+	}
 	if err != nil {
 		msg := fmt.Sprintf("Listing the cache in the catalogue failed: %v", err)
 		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventRegistrationFailed, "Register", "%s", msg)
@@ -53,9 +56,6 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*
 	}
 	if changed {
 		log.FromContext(ctx).Info("Registered in the catalogue", "nodes", len(nodes))
-		if err := r.unregisterIfGone(ctx, cache); err != nil {
-			return nil, err
-		}
 	}
 	return &metav1.Condition{
 		Type:               cachev2.ConditionRegistered,
@@ -66,30 +66,29 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*
 	}, nil
 }
 
-// errGoneWhileRegistered ends a pass that registered a Cache that was gone already.
-var errGoneWhileRegistered = errors.New("the Cache was deleted before this pass registered it; its records are removed again")
+// errDeletedMeanwhile ends a pass that would have registered a Cache that is gone, or being
+// deleted, by the time its records are written.
+var errDeletedMeanwhile = errors.New("the Cache is gone or being deleted, though this pass saw it live: its records are not written")
 
-// unregisterIfGone removes the records just written for a Cache that the API server no longer
-// holds. A pass can act on a view of the Cache from before its deletion: an informer's first
-// list may come from the API server's watch cache, which can still hold a Cache whose finalizer
-// an operator before this one removed (seen in the crash storm, records of a deleted Cache left
-// behind). No pass would deregister it again, so each write to the catalogue is checked against
-// a read from the API server, which happens after the write: a Cache deleted later is finalized
-// by a later pass. A Cache already being deleted counts as gone: its finalizer may be on its way
-// out in a request of an operator killed after deregistering it, which the API server applies
-// after this read (seen in the crash storm once more, a record left of a Cache that the pass
-// found still there).
-func (r *CacheReconciler) unregisterIfGone(ctx context.Context, cache *cachev2.Cache) error {
+// confirmNotDeleted asks the API server, just before the catalogue is written, whether the Cache
+// is still there and not being deleted. A pass can act on a view of the Cache from before its
+// deletion: an informer's first list may come from the API server's watch cache, which can still
+// hold a Cache whose finalizer an operator before this one removed. No pass would deregister it
+// again, so its records must never be written: a check after the write leaves them behind if the
+// operator is killed in between, or if the write reports failure but was applied (both seen in
+// the crash storm, as records of a deleted Cache left behind). A Cache being deleted counts as
+// gone too: its finalizer may be on its way out in a request of an operator killed after
+// deregistering it. A Cache deleted after this check keeps its finalizer until a later pass of
+// this operator deregisters it; two leaders at once are the one case left, and the sweep
+// (catalogsweep.go) removes what that leaves.
+func (r *CacheReconciler) confirmNotDeleted(ctx context.Context, cache *cachev2.Cache) error {
 	live := &cachev2.Cache{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cache), live)
 	switch {
 	case apierrors.IsNotFound(err) || err == nil && !live.DeletionTimestamp.IsZero():
-		if err := r.Catalog.Deregister(ctx, catalogKey(cache)); err != nil {
-			return fmt.Errorf("%w, but removing them failed: %w", errGoneWhileRegistered, err)
-		}
-		return errGoneWhileRegistered
+		return errDeletedMeanwhile
 	case err != nil:
-		return fmt.Errorf("checking that the Cache registered still exists: %w", err)
+		return fmt.Errorf("checking that the Cache to register still exists: %w", err)
 	}
 	return nil
 }

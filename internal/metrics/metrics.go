@@ -51,9 +51,9 @@ func InstrumentCatalog(c catalog.Catalog) catalog.Catalog {
 
 type instrumented struct{ next catalog.Catalog }
 
-func (i instrumented) Sync(ctx context.Context, cache catalog.Key, nodes []catalog.Node) (bool, error) {
+func (i instrumented) Sync(ctx context.Context, cache catalog.Key, nodes []catalog.Node, mayWrite func(context.Context) error) (bool, error) {
 	defer observe(opSync, time.Now())
-	changed, err := i.next.Sync(ctx, cache, nodes)
+	changed, err := i.next.Sync(ctx, cache, nodes, mayWrite)
 	countError(opSync, err)
 	return changed, err
 }

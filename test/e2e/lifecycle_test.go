@@ -229,7 +229,7 @@ func TestAnOperatorScopedToItsNamespacesLeavesOthersAlone(t *testing.T) {
 	goneInside := catalog.Key{Namespace: ns, Name: "gone"}
 	goneOutside := catalog.Key{Namespace: outside.Name, Name: "gone"}
 	for _, key := range []catalog.Key{goneInside, goneOutside} {
-		if _, err := cat.Sync(ctx, key, catalog.StatefulSetNodes(key, 1, "cluster.local", 6379)); err != nil {
+		if _, err := cat.Sync(ctx, key, catalog.StatefulSetNodes(key, 1, "cluster.local", 6379), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
