@@ -105,7 +105,7 @@ func (r *CacheReconciler) observeReplicated(ctx context.Context, cache *cachev2.
 		m.Label = replication.Role(pod.Labels[resources.LabelRole])
 		m.Gone = pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning
 		if !m.Gone {
-			wg.Go(func() { observeReplica(ctx, m, auth, resources.NodeName(cache.Namespace, m.Pod)) })
+			wg.Go(func() { observeReplica(ctx, m, auth) })
 		}
 	}
 	wg.Wait()
@@ -160,22 +160,19 @@ func replicatedNodesToRun(cache *cachev2.Cache, members []replicatedMember) int3
 // observeReplica fills in what m's server says of its replication and release, once it has said
 // it is the pod expected; on any failure, m is not Reached, and the log says why. A connection
 // refused says that no server runs at the pod's address (Refused).
-func observeReplica(ctx context.Context, m *replicatedMember, auth valkey.Auth, name string) {
+func observeReplica(ctx context.Context, m *replicatedMember, auth valkey.Auth) {
 	logger := log.FromContext(ctx).WithValues("pod", m.Pod)
-	server, err := valkey.Connect(m.IP, m.Port, auth)
-	if err == nil {
-		defer server.Close()
-		var announced string
-		if announced, err = server.NodeName(ctx); err == nil && announced != name {
-			logger.Info("The Valkey server at the pod's address is not the pod's", "says", announced)
-			return
-		}
-	}
-	if err != nil {
+	server, err := connectToPod(ctx, m, auth)
+	switch {
+	case errors.Is(err, errAnotherPods):
+		logger.Info("The Valkey server at the pod's address is not the pod's", "error", err.Error())
+		return
+	case err != nil:
 		m.Refused = errors.Is(err, syscall.ECONNREFUSED)
 		logger.Info("Cannot reach the Valkey server", "error", err.Error())
 		return
 	}
+	defer server.Close()
 	status, err := server.Status(ctx)
 	if err != nil {
 		logger.Info("Cannot read the Valkey server's replication", "error", err.Error())
@@ -184,6 +181,28 @@ func observeReplica(ctx context.Context, m *replicatedMember, auth valkey.Auth, 
 	m.Reached, m.Primary, m.LinkUp, m.LinkDownFor = true, status.Primary, status.LinkUp, status.LinkDownFor
 	m.PrimaryIP, m.PrimaryPort, m.Offset, m.version = status.PrimaryIP, status.PrimaryPort, status.StreamOffset, status.Version
 	m.FailingOver = status.FailingOver
+}
+
+// errAnotherPods says that the server at a pod's address says it is another pod's: the address
+// went to another pod, of this Cache or not, since the informer saw it.
+var errAnotherPods = errors.New("the Valkey server at the pod's address is another pod's")
+
+// connectToPod connects to the server at m's address once it has said it is the server of m's
+// pod (the name each node announces, resources.NodeName).
+func connectToPod(ctx context.Context, m *replicatedMember, auth valkey.Auth) (*valkey.Server, error) {
+	server, err := valkey.Connect(m.IP, m.Port, auth)
+	if err != nil {
+		return nil, err
+	}
+	announced, err := server.NodeName(ctx)
+	if want := resources.NodeName(m.pod.Namespace, m.Pod); err == nil && announced != want {
+		err = fmt.Errorf("%w: it says it is %s, not %s", errAnotherPods, announced, want)
+	}
+	if err != nil {
+		server.Close()
+		return nil, err
+	}
+	return server, nil
 }
 
 // actReplicated takes the plan's actions one after the other, in their order, which matters: the
@@ -210,7 +229,8 @@ func (r *CacheReconciler) actOnReplica(ctx context.Context, m *replicatedMember,
 	case replication.KindRestart:
 		return r.restartPod(ctx, m.pod)
 	}
-	server, err := valkey.Connect(m.IP, m.Port, auth)
+	// The pod's address may have gone to another pod since the pass observed it.
+	server, err := connectToPod(ctx, m, auth)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -137,5 +138,25 @@ func TestAStaleViewOfTheReplicatedPodsNeverPromotesASecondPrimary(t *testing.T) 
 	}
 	if again := settle(); again.Primary != now {
 		t.Errorf("seeing the pods as they are again, the primary is %s, want %s", again.Primary, now)
+	}
+}
+
+// A step the plan takes on a pod's server is refused when the server at the pod's address says it
+// is another pod's: the address went to another pod between the pass's look and its step (a pass
+// apart). Promoting that server would make a second primary.
+func TestAStepOnAPodWhoseAddressWentToAnotherPodIsRefused(t *testing.T) {
+	ip := testenv.LoopbackIPs(1)[0]
+	testenv.StartValkey(t, ip, resources.Port, "--replicaof", resources.HoldAddress.IP, strconv.Itoa(resources.HoldAddress.Port),
+		"--cluster-announce-human-nodename", resources.NodeName("shop", "jobs-2"))
+	m := &replicatedMember{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "jobs-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip}}}
+	m.Pod, m.IP, m.Port = "jobs-1", ip, resources.Port
+
+	err := (&CacheReconciler{}).actOnReplica(context.Background(), m, replication.Action{Kind: replication.KindPromote, On: m.Pod}, valkey.Auth{})
+	if !errors.Is(err, errAnotherPods) {
+		t.Errorf("promoting jobs-1 at an address whose server is jobs-2's: %v, want %v", err, errAnotherPods)
+	}
+	if role := testenv.ValkeyInfo(t, testenv.Valkey(t, ip, resources.Port), "replication", "role"); role != "slave" {
+		t.Errorf("jobs-2's server is now a %s, want still a replica", role)
 	}
 }
