@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cachev2 "example.com/cache-operator/api/v2"
 	"example.com/cache-operator/internal/resources"
@@ -169,7 +170,9 @@ func (r *CacheReconciler) registrationPhase(ctx context.Context, p *pass) (*ctrl
 	p.registered, err = r.register(ctx, p.cache)
 	switch {
 	case errors.Is(err, errDeletedMeanwhile):
-		return end(ctrl.Result{}, err) // the next pass sees the deletion
+		// Not a failure to retry: the informer's event of the deletion brings the next pass.
+		log.FromContext(ctx).Info("Not registering the Cache", "reason", err.Error())
+		return end(ctrl.Result{}, nil)
 	case err != nil:
 		p.failed = append(p.failed, err)
 	}

@@ -39,11 +39,16 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*
 	}
 	key := catalogKey(cache)
 	nodes := catalog.StatefulSetNodes(key, cache.Spec.Nodes(), r.ClusterDomain, resources.Port)
-	changed, err := r.Catalog.Sync(ctx, key, nodes, func(ctx context.Context) error { return r.confirmNotDeleted(ctx, cache) })
-	if errors.Is(err, errDeletedMeanwhile) {
-		return nil, err
-	}
-	if err != nil {
+	var unconfirmed error
+	changed, err := r.Catalog.Sync(ctx, key, nodes, func(ctx context.Context) error {
+		unconfirmed = r.confirmNotDeleted(ctx, cache)
+		return unconfirmed
+	})
+	switch {
+	case unconfirmed != nil:
+		// The API server's answer, not the catalogue's: the Registered condition stays as it is.
+		return nil, unconfirmed
+	case err != nil:
 		msg := fmt.Sprintf("Listing the cache in the catalogue failed: %v", err)
 		r.Recorder.Eventf(cache, nil, corev1.EventTypeWarning, EventRegistrationFailed, "Register", "%s", msg)
 		return &metav1.Condition{
@@ -53,8 +58,7 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*
 			ObservedGeneration: cache.Generation,
 			Message:            msg,
 		}, fmt.Errorf("registering in the catalogue: %w", err)
-	}
-	if changed {
+	case changed:
 		log.FromContext(ctx).Info("Registered in the catalogue", "nodes", len(nodes))
 	}
 	return &metav1.Condition{
@@ -71,7 +75,8 @@ func (r *CacheReconciler) register(ctx context.Context, cache *cachev2.Cache) (*
 var errDeletedMeanwhile = errors.New("the Cache is gone or being deleted, though this pass saw it live: its records are not written")
 
 // confirmNotDeleted asks the API server, just before the catalogue is written, whether the Cache
-// is still there and not being deleted. A pass can act on a view of the Cache from before its
+// is still there, the same one (a Cache made again under its name may not have the finalizer
+// yet), and not being deleted. A pass can act on a view of the Cache from before its
 // deletion: an informer's first list may come from the API server's watch cache, which can still
 // hold a Cache whose finalizer an operator before this one removed. No pass would deregister it
 // again, so its records must never be written: a check after the write leaves them behind if the
@@ -85,7 +90,7 @@ func (r *CacheReconciler) confirmNotDeleted(ctx context.Context, cache *cachev2.
 	live := &cachev2.Cache{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cache), live)
 	switch {
-	case apierrors.IsNotFound(err) || err == nil && !live.DeletionTimestamp.IsZero():
+	case apierrors.IsNotFound(err) || err == nil && (live.UID != cache.UID || !live.DeletionTimestamp.IsZero()):
 		return errDeletedMeanwhile
 	case err != nil:
 		return fmt.Errorf("checking that the Cache to register still exists: %w", err)

@@ -434,36 +434,48 @@ func terminatingMetrics(t *testing.T, namespace string) (count, oldestAge float6
 // deregistered it and was killed with the patch that removes its finalizer still on its way.
 // Once that lands no pass would finalize the Cache again, so a record written, even one removed
 // again right after, is left behind for good if the operator dies between the two or the write
-// reports a failure it did not have.
+// reports a failure it did not have. Nor does it write them once the Cache is gone and another
+// is made under its name, which has no finalizer until its own pass adds it.
 func TestAPassOnAViewFromBeforeTheDeletionLeavesNoRecord(t *testing.T) {
-	etcd, cat, ns, _ := registeredByAPass(t)
-	stale := getCache(t, ns)
-	// The operator before deregisters the deleted Cache; its finalizer patch has not landed.
-	deleteCache(t, ns)
-	if err := cat.Deregister(context.Background(), catalog.Key{Namespace: ns, Name: stale.Name}); err != nil {
-		t.Fatal(err)
-	}
-
-	staleView := interceptor.NewClient(k8s, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if cache, ok := obj.(*cachev2.Cache); ok {
-				stale.DeepCopyInto(cache)
-				return nil
+	for _, madeAgain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("made again %t", madeAgain), func(t *testing.T) {
+			etcd, cat, ns, _ := registeredByAPass(t)
+			stale := getCache(t, ns)
+			// The operator before deregisters the deleted Cache; its finalizer patch has not landed.
+			deleteCache(t, ns)
+			if err := cat.Deregister(context.Background(), catalog.Key{Namespace: ns, Name: stale.Name}); err != nil {
+				t.Fatal(err)
 			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
-	// A new operator: a catalogue client of its own.
-	fresh, writes := newCatalog(t, etcd.Endpoint)
-	r := newReconciler(staleView, fresh)
-	r.APIReader = k8s
-	if err := reconcile(r, stale); !errors.Is(err, errDeletedMeanwhile) {
-		t.Errorf("the pass on the view from before the deletion ended with %v, want %v", err, errDeletedMeanwhile)
-	}
-	if n := writes.Load(); n != 0 {
-		t.Errorf("the pass on a view from before the deletion wrote to the catalogue %d times", n)
-	}
-	if got := records(t, etcd, ns); len(got) != 0 {
-		t.Errorf("records left by the pass on a view from before the deletion: %v", got)
+			if madeAgain {
+				// It lands; a Cache of the same name is made, which no pass has seen yet.
+				if err := reconcile(newReconciler(k8s, cat), stale); err != nil || !isGone(t, ns) {
+					t.Fatalf("finalizing the Cache: %v", err)
+				}
+				newCache(t, ns)
+			}
+
+			staleView := interceptor.NewClient(k8s, interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if cache, ok := obj.(*cachev2.Cache); ok {
+						stale.DeepCopyInto(cache)
+						return nil
+					}
+					return c.Get(ctx, key, obj, opts...)
+				},
+			})
+			// A new operator: a catalogue client of its own.
+			fresh, writes := newCatalog(t, etcd.Endpoint)
+			r := newReconciler(staleView, fresh)
+			r.APIReader = k8s
+			if err := reconcile(r, stale); err != nil {
+				t.Errorf("the pass on the view from before the deletion: %v", err)
+			}
+			if n := writes.Load(); n != 0 {
+				t.Errorf("the pass on a view from before the deletion wrote to the catalogue %d times", n)
+			}
+			if got := records(t, etcd, ns); len(got) != 0 {
+				t.Errorf("records left by the pass on a view from before the deletion: %v", got)
+			}
+		})
 	}
 }

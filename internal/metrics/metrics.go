@@ -51,10 +51,23 @@ func InstrumentCatalog(c catalog.Catalog) catalog.Catalog {
 
 type instrumented struct{ next catalog.Catalog }
 
+// Sync does not count a write that mayWrite refused as the catalogue's error; its time, a read
+// of the API server on the rare pass that changes records, is in the operation's.
 func (i instrumented) Sync(ctx context.Context, cache catalog.Key, nodes []catalog.Node, mayWrite func(context.Context) error) (bool, error) {
 	defer observe(opSync, time.Now())
-	changed, err := i.next.Sync(ctx, cache, nodes, mayWrite)
-	countError(opSync, err)
+	refused := false
+	checked := mayWrite
+	if mayWrite != nil {
+		checked = func(ctx context.Context) error {
+			err := mayWrite(ctx)
+			refused = err != nil
+			return err
+		}
+	}
+	changed, err := i.next.Sync(ctx, cache, nodes, checked)
+	if !refused {
+		countError(opSync, err)
+	}
 	return changed, err
 }
 
