@@ -55,6 +55,7 @@ type CacheReconciler struct {
 
 	ownWrites    ownWrites
 	ownCreations ownCreations
+	unfinalized  unfinalizedDeletions
 }
 
 // +kubebuilder:rbac:groups=cache.example.com,resources=caches,verbs=get;list;watch;patch
@@ -70,8 +71,11 @@ type CacheReconciler struct {
 // retries with exponential backoff; no pass waits or retries in place.
 func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cache, current, err := r.currentCache(ctx, req.NamespacedName)
-	if cache == nil || err != nil {
-		return ctrl.Result{}, err // already gone, or unreadable
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err // unreadable
+	case cache == nil:
+		return ctrl.Result{}, r.deregisterUnfinalized(ctx, req.NamespacedName) // already gone
 	}
 	if !current {
 		// The event of our last write enqueues the Cache again; the timer is a backstop.
@@ -136,6 +140,7 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconc
 		Named(ControllerName).
 		For(&cachev2.Cache{}, builder.WithPredicates(r.notAnEcho())).
 		Watches(&cachev2.Cache{}, pendingFirst{}).
+		Watches(&cachev2.Cache{}, deletedUnfinalized{deletions: &r.unfinalized}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		// The disruption controller rewrites a budget's status as pods come and go: only a

@@ -19,9 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cachev2 "example.com/cache-operator/api/v2"
@@ -477,5 +480,50 @@ func TestAPassOnAViewFromBeforeTheDeletionLeavesNoRecord(t *testing.T) {
 				t.Errorf("records left by the pass on a view from before the deletion: %v", got)
 			}
 		})
+	}
+}
+
+// A Cache that the API server deleted past its finalizer (the deletion began before a pass added
+// the finalizer, and went ahead: the API server checks the finalizers once, as a deletion
+// begins) is deregistered by the pass its deletion brings. Its last view carries the finalizer
+// and no deletion timestamp; that of a Cache finalized as usual has a deletion timestamp, and
+// its deletion deregisters nothing more.
+func TestACacheDeletedPastItsFinalizerIsDeregistered(t *testing.T) {
+	etcd, cat, ns, _ := registeredByAPass(t)
+	last := getCache(t, ns)
+	if !controllerutil.ContainsFinalizer(last, cachev2.Finalizer) {
+		t.Fatal("the registered Cache has no finalizer")
+	}
+	// Gone from the API server without a pass of ours.
+	gone := last.DeepCopy()
+	controllerutil.RemoveFinalizer(gone, cachev2.Finalizer)
+	if err := k8s.Update(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	deleteCache(t, ns)
+
+	r := newReconciler(k8s, cat)
+	handler := deletedUnfinalized{deletions: &r.unfinalized}
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[ctrl.Request]())
+	defer queue.ShutDown()
+	finalized := last.DeepCopy()
+	finalized.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	handler.Delete(context.Background(), event.DeleteEvent{Object: finalized}, queue)
+	if err := reconcile(r, last); err != nil {
+		t.Fatal(err)
+	}
+	if got := records(t, etcd, ns); len(got) == 0 || queue.Len() != 0 {
+		t.Fatalf("after the deletion of a Cache finalized as usual: %d records, %d passes queued; want them kept, none", len(got), queue.Len())
+	}
+
+	handler.Delete(context.Background(), event.DeleteEvent{Object: last}, queue)
+	if queue.Len() != 1 {
+		t.Fatalf("%d passes queued by the deletion past the finalizer, want 1", queue.Len())
+	}
+	if err := reconcile(r, last); err != nil {
+		t.Fatal(err)
+	}
+	if got := records(t, etcd, ns); len(got) != 0 {
+		t.Errorf("records left of a Cache deleted past its finalizer: %v", got)
 	}
 }
