@@ -84,8 +84,9 @@ var errDeletedMeanwhile = errors.New("the Cache is gone or being deleted, though
 // the crash storm, as records of a deleted Cache left behind). A Cache being deleted counts as
 // gone too: its finalizer may be on its way out in a request of an operator killed after
 // deregistering it. A Cache deleted after this check keeps its finalizer until a later pass of
-// this operator deregisters it; two leaders at once are the one case left, and the sweep
-// (catalogsweep.go) removes what that leaves.
+// this operator deregisters it, unless its deletion began before the finalizer went on, which
+// the API server then deletes past (unfinalized.go); two leaders at once are the one case left,
+// and the sweep (catalogsweep.go) removes what that leaves.
 func (r *CacheReconciler) confirmNotDeleted(ctx context.Context, cache *cachev2.Cache) error {
 	live := &cachev2.Cache{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cache), live)
