@@ -57,15 +57,17 @@ func (r *CacheReconciler) deregisterUnfinalized(ctx context.Context, key types.N
 	r.unfinalized.mu.Lock()
 	gone := r.unfinalized.keys[key]
 	r.unfinalized.mu.Unlock()
-	if !gone || r.Catalog == nil {
+	if !gone {
 		return nil
 	}
-	if err := r.Catalog.Deregister(ctx, catalog.Key{Namespace: key.Namespace, Name: key.Name}); err != nil {
-		return err
+	if r.Catalog != nil {
+		if err := r.Catalog.Deregister(ctx, catalog.Key{Namespace: key.Namespace, Name: key.Name}); err != nil {
+			return err
+		}
+		log.FromContext(ctx).Info("Deregistered a Cache deleted without its finalizer's pass")
 	}
 	r.unfinalized.mu.Lock()
 	delete(r.unfinalized.keys, key)
 	r.unfinalized.mu.Unlock()
-	log.FromContext(ctx).Info("Deregistered a Cache deleted without its finalizer's pass")
 	return nil
 }
