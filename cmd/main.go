@@ -157,7 +157,7 @@ func setUp(ctx context.Context, mgr manager.Manager, o *options, watched []strin
 	if err := conversionwebhook.Setup(ctx, mgr, o.webhookCert, servingCert); err != nil {
 		return fmt.Errorf("the conversion webhook: %w", err)
 	}
-	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
+	if err := r.SetupWithManager(ctx, mgr, o.maxConcurrentReconciles); err != nil {
 		return fmt.Errorf("the Cache controller: %w", err)
 	}
 	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), AgentImage: o.images.Agent, Stall: o.backupStall}

@@ -134,8 +134,11 @@ const ControllerName = "cache"
 // SetupWithManager registers the reconciler with the manager: Caches are watched, but for the
 // echoes of the reconciler's own writes (ownWrites), those with work pending first at a start
 // (pendingFirst), and so are the StatefulSets and Services they own, each change of which
-// enqueues the owning Cache.
-func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
+// enqueues the owning Cache; and the index the rollout gate reads by.
+func (r *CacheReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, maxConcurrentReconciles int) error {
+	if err := indexRollingOut(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&cachev2.Cache{}, builder.WithPredicates(r.notAnEcho())).

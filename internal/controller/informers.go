@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"reflect"
+	"slices"
+
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -8,10 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev2 "example.com/cache-operator/api/v2"
+	"example.com/cache-operator/internal/packedinformer"
 	"example.com/cache-operator/internal/resources"
 )
 
@@ -28,7 +33,10 @@ import (
 //     servers, with little more than those addresses;
 //   - only the Jobs of backups and the ConfigMaps of restores (they carry the managed-by label
 //     too), and only the Secrets of Caches' credentials (cachev2.LabelCredentialsOf), without
-//     what the operator does not read of them (resources.StripSecret).
+//     what the operator does not read of them (resources.StripSecret);
+//   - the kinds the reconciler reads one object at a time (packedKinds) kept encoded, which
+//     takes about half the memory, and decoded afresh on each read, so that a read needs no
+//     copy either.
 //
 // A child whose label someone removed is invisible to the informer; its next create fails with
 // AlreadyExists, not as a duplicate, and the reconciler then reads it around the informer and
@@ -48,43 +56,57 @@ func InformerOptions(operatorNamespace string, watched ...string) cache.Options 
 		}
 		namespaces[ns] = cache.Config{}
 	}
-	return cache.Options{
-		DefaultNamespaces: namespaces,
-		DefaultTransform:  cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&appsv1.StatefulSet{}: {Label: managed, Transform: func(in any) (any, error) {
-				if sts, ok := in.(*appsv1.StatefulSet); ok {
-					return resources.StripStatefulSet(sts), nil
+	byObject := map[client.Object]cache.ByObject{
+		&appsv1.StatefulSet{}: {Label: managed, Transform: func(in any) (any, error) {
+			if sts, ok := in.(*appsv1.StatefulSet); ok {
+				return resources.StripStatefulSet(sts), nil
+			}
+			return in, nil
+		}},
+		&corev1.Service{}: {Label: managed, Transform: func(in any) (any, error) {
+			if svc, ok := in.(*corev1.Service); ok {
+				return resources.StripService(svc), nil
+			}
+			return in, nil
+		}},
+		&corev1.Secret{}: secretsCached(operatorNamespace, watched),
+		&policyv1.PodDisruptionBudget{}: {Label: managed, Transform: func(in any) (any, error) {
+			if pdb, ok := in.(*policyv1.PodDisruptionBudget); ok {
+				return resources.StripPodDisruptionBudget(pdb), nil
+			}
+			return in, nil
+		}},
+		&batchv1.Job{}:      {Label: managed},
+		&corev1.ConfigMap{}: {Label: managed},
+		&corev1.Pod{}: {
+			Label: labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy}).Add(podsOfModes),
+			Transform: func(in any) (any, error) {
+				if pod, ok := in.(*corev1.Pod); ok {
+					return clusterMemberPod(pod), nil
 				}
 				return in, nil
-			}},
-			&corev1.Service{}: {Label: managed, Transform: func(in any) (any, error) {
-				if svc, ok := in.(*corev1.Service); ok {
-					return resources.StripService(svc), nil
-				}
-				return in, nil
-			}},
-			&corev1.Secret{}: secretsCached(operatorNamespace, watched),
-			&policyv1.PodDisruptionBudget{}: {Label: managed, Transform: func(in any) (any, error) {
-				if pdb, ok := in.(*policyv1.PodDisruptionBudget); ok {
-					return resources.StripPodDisruptionBudget(pdb), nil
-				}
-				return in, nil
-			}},
-			&batchv1.Job{}:      {Label: managed},
-			&corev1.ConfigMap{}: {Label: managed},
-			&corev1.Pod{}: {
-				Label: labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy}).Add(podsOfModes),
-				Transform: func(in any) (any, error) {
-					if pod, ok := in.(*corev1.Pod); ok {
-						return clusterMemberPod(pod), nil
-					}
-					return in, nil
-				},
 			},
 		},
 	}
+	for obj, options := range byObject {
+		if slices.ContainsFunc(packedKinds, func(kind packedinformer.Object) bool { return reflect.TypeOf(kind) == reflect.TypeOf(obj) }) {
+			// Each read decodes a copy of its own.
+			options.UnsafeDisableDeepCopy = ptr.To(true)
+			byObject[obj] = options
+		}
+	}
+	return cache.Options{
+		DefaultNamespaces: namespaces,
+		DefaultTransform:  cache.TransformStripManagedFields(),
+		ByObject:          byObject,
+		NewInformer:       packedinformer.For(packedKinds...),
+	}
 }
+
+// packedKinds are the kinds the informer keeps encoded (packedinformer): those of which the
+// operator keeps one or more objects per Cache and reads them by name, or, for StatefulSets,
+// by an index that holds few (indexRollingOut). The pods a pass lists stay decoded.
+var packedKinds = []packedinformer.Object{&appsv1.StatefulSet{}, &corev1.Secret{}, &corev1.ConfigMap{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}}
 
 // podsOfModes selects the pods the informer caches: those of Cluster and Replicated Caches,
 // whose servers the operator talks to.

@@ -45,6 +45,25 @@ type RolloutGate struct {
 	started map[client.ObjectKey]time.Time
 }
 
+// rollingOutField indexes the informer's StatefulSets that roll a new template out
+// (resources.RollingOut) under the value rollingOut, and no others, which the index so holds
+// nothing for (indexRollingOut).
+const (
+	rollingOutField = "rollingOut"
+	rollingOut      = "true"
+)
+
+// indexRollingOut adds the index the gate lists StatefulSets by (rollingOutField) to the
+// manager's informers, before they start.
+func indexRollingOut(ctx context.Context, indexer client.FieldIndexer) error {
+	return indexer.IndexField(ctx, &appsv1.StatefulSet{}, rollingOutField, func(obj client.Object) []string {
+		if sts, ok := obj.(*appsv1.StatefulSet); ok && resources.RollingOut(sts) {
+			return []string{rollingOut}
+		}
+		return nil
+	})
+}
+
 // recentStart is how long a rollout this process started counts even though the informer does
 // not show it: longer than the informer ever lags behind a write.
 const recentStart = 30 * time.Second
@@ -67,10 +86,9 @@ func (g *RolloutGate) Admit(ctx context.Context, key client.ObjectKey) (admitted
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var sets appsv1.StatefulSetList
-	// Read only: the informer's objects themselves rather than a copy of each, as every Cache
-	// that waits asks again every rolloutQueueInterval.
-	if err := g.Reader.List(ctx, &sets, client.MatchingLabels{resources.LabelManagedBy: resources.ManagedBy},
-		client.UnsafeDisableDeepCopy); err != nil {
+	// Only those rolling out, by their index: every Cache that waits asks again every
+	// rolloutQueueInterval, and the informer decodes each StatefulSet it lists.
+	if err := g.Reader.List(ctx, &sets, client.MatchingFields{rollingOutField: rollingOut}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	stalled := map[client.ObjectKey]bool{}

@@ -110,8 +110,9 @@ func reconcile(r *CacheReconciler, c *cachev2.Cache) error {
 }
 
 // startManager runs the operator's manager, as cmd/main.go sets it up, on one namespace until
-// the test ends. Each call starts with empty informer caches, like a freshly started operator.
-func startManager(t *testing.T, namespace string, cat catalog.Catalog) {
+// the test ends, and returns its client, which reads the informers. Each call starts with empty
+// informer caches, like a freshly started operator.
+func startManager(t *testing.T, namespace string, cat catalog.Catalog) client.Client {
 	t.Helper()
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:     NewScheme(),
@@ -125,7 +126,7 @@ func startManager(t *testing.T, namespace string, cat catalog.Catalog) {
 	r := newReconciler(mgr.GetClient(), cat)
 	r.APIReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder("cache-operator")
-	if err := r.SetupWithManager(mgr, 2); err != nil {
+	if err := r.SetupWithManager(t.Context(), mgr, 2); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -137,6 +138,7 @@ func startManager(t *testing.T, namespace string, cat catalog.Catalog) {
 			t.Errorf("manager: %v", err)
 		}
 	})
+	return mgr.GetClient()
 }
 
 // waitFor waits for cond with a timeout generous for a loaded machine.
