@@ -202,6 +202,8 @@ func TestAStrippedSecretKeepsWhatTheOperatorReads(t *testing.T) {
 	stored := ACLSecret(cache, acl)
 	stored.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = `{"data":{"operator":"…"}}`
 	stored.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	stored.UID = "acl-uid"
+	stored.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cache.example.com/v2", Kind: "Cache", Name: cache.Name, UID: "cache-uid", Controller: ptr.To(true)}}
 	stripped := StripSecret(stored.DeepCopy())
 	if got := ReadACL(stripped); !got.Equal(acl) {
 		t.Errorf("the stripped ACL Secret reads %+v, want %+v", got, acl)
@@ -212,6 +214,10 @@ func TestAStrippedSecretKeepsWhatTheOperatorReads(t *testing.T) {
 	if want := 2; len(stripped.Annotations) != want || stripped.ManagedFields != nil {
 		t.Errorf("the stripped ACL Secret keeps annotations %v and managed fields %v, want only the operator's %d annotations",
 			stripped.Annotations, stripped.ManagedFields, want)
+	}
+	if want := map[string]string{cachev2.LabelCredentialsOf: cache.Name}; !maps.Equal(stripped.Labels, want) || stripped.OwnerReferences != nil || stripped.UID != "" {
+		t.Errorf("the stripped ACL Secret keeps labels %v, owners %v and UID %q, want only the label that names its Cache",
+			stripped.Labels, stripped.OwnerReferences, stripped.UID)
 	}
 	if _, ok := stored.Data[ACLFileKey]; !ok {
 		t.Errorf("stripping changed the Secret it was given")
