@@ -201,10 +201,19 @@ const creationSeenWithin = time.Minute
 // a Cache from before our own write does (ownWrites).
 //
 // Children are keyed by name and then kind: a Cache's Service and StatefulSet share its name, so
-// what is remembered of a Cache is forgotten at once when it is gone.
+// what is remembered of a Cache is forgotten at once when it is gone. The kinds of a name are a
+// slice rather than a map: a fleet created at once has a creation remembered for each of its
+// children until a later pass sees it, and an inner map took 22.6 MB of the operator's 107 MB of
+// heap while 10,000 Caches with auth and TLS were being created (six names each).
 type ownCreations struct {
 	mu      sync.Mutex
-	created map[types.NamespacedName]map[string]time.Time
+	created map[types.NamespacedName][]creation
+}
+
+// creation is the time the reconciler created the child of a kind.
+type creation struct {
+	kind string
+	at   time.Time
 }
 
 // add records that the reconciler created the child of this kind and name at time now.
@@ -212,12 +221,10 @@ func (c *ownCreations) add(kind string, name types.NamespacedName, now time.Time
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.created == nil {
-		c.created = map[types.NamespacedName]map[string]time.Time{}
+		c.created = map[types.NamespacedName][]creation{}
 	}
-	if c.created[name] == nil {
-		c.created[name] = map[string]time.Time{}
-	}
-	c.created[name][kind] = now
+	kinds := slices.DeleteFunc(c.created[name], func(made creation) bool { return made.kind == kind })
+	c.created[name] = append(kinds, creation{kind: kind, at: now})
 }
 
 // pending reports whether the reconciler created the child of this kind and name less than
@@ -225,12 +232,12 @@ func (c *ownCreations) add(kind string, name types.NamespacedName, now time.Time
 func (c *ownCreations) pending(kind string, name types.NamespacedName, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.created[name][kind]
-	if ok && now.Sub(at) >= creationSeenWithin {
+	i := slices.IndexFunc(c.created[name], func(made creation) bool { return made.kind == kind })
+	if i >= 0 && now.Sub(c.created[name][i].at) >= creationSeenWithin {
 		c.drop(kind, name)
 		return false
 	}
-	return ok
+	return i >= 0
 }
 
 // seen forgets the creation of the child of this kind and name, once its informer shows it.
@@ -251,9 +258,12 @@ func (c *ownCreations) forget(name types.NamespacedName) {
 
 // drop forgets one creation; the caller holds mu.
 func (c *ownCreations) drop(kind string, name types.NamespacedName) {
-	delete(c.created[name], kind)
-	if len(c.created[name]) == 0 {
-		delete(c.created, name)
+	if kinds, ok := c.created[name]; ok {
+		if kinds = slices.DeleteFunc(kinds, func(made creation) bool { return made.kind == kind }); len(kinds) > 0 {
+			c.created[name] = kinds
+		} else {
+			delete(c.created, name)
+		}
 	}
 	c.release()
 }
