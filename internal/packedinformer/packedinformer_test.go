@@ -3,7 +3,6 @@ package packedinformer
 import (
 	"context"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,29 +13,18 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// events records what an event handler is given.
-type events struct {
-	mu   sync.Mutex
-	seen []string
-	objs []any
+// events hands on what an event handler is given, in order.
+type events chan event
+
+type event struct {
+	what string
+	obj  any
 }
 
-func (e *events) record(what string, obj any) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.seen = append(e.seen, what)
-	e.objs = append(e.objs, obj)
-}
+func (e events) OnAdd(obj any, _ bool)  { e <- event{"add", obj} }
+func (e events) OnUpdate(_, newObj any) { e <- event{"update", newObj} }
+func (e events) OnDelete(obj any)       { e <- event{"delete", obj} }
 
-func (e *events) OnAdd(obj any, _ bool)  { e.record("add", obj) }
-func (e *events) OnUpdate(_, newObj any) { e.record("update", newObj) }
-func (e *events) OnDelete(obj any)       { e.record("delete", obj) }
-func (e *events) count() int             { e.mu.Lock(); defer e.mu.Unlock(); return len(e.seen) }
-func (e *events) at(i int) (string, any) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.seen[i], e.objs[i]
-}
 func secret(name, rv string, data string) *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, ResourceVersion: rv,
 		Labels: map[string]string{"app": "orders"}, Annotations: map[string]string{"dropped": "by the transform"}},
@@ -65,8 +53,8 @@ func TestAPackedInformerStoresEncodingsAndHandsOutDecodedObjects(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	var seen events
-	if _, err := inf.AddEventHandler(&seen); err != nil {
+	seen := make(events, 8)
+	if _, err := inf.AddEventHandler(seen); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,13 +66,18 @@ func TestAPackedInformerStoresEncodingsAndHandsOutDecodedObjects(t *testing.T) {
 	w.Modify(secret("a", "2", "second"))
 	w.Add(secret("b", "3", "third"))
 	w.Delete(secret("b", "4", "third"))
-	waitFor(t, "4 events", func() bool { return seen.count() == 4 })
 
 	want := []struct {
 		what, name, password string
 	}{{"add", "a", "first"}, {"update", "a", "second"}, {"add", "b", "third"}, {"delete", "b", "third"}}
 	for i, w := range want {
-		what, obj := seen.at(i)
+		var e event
+		select {
+		case e = <-seen:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %d (%s of %s) never came", i, w.what, w.name)
+		}
+		what, obj := e.what, e.obj
 		s, ok := obj.(*corev1.Secret)
 		if what != w.what || !ok || s.Name != w.name || string(s.Data["password"]) != w.password || s.Annotations != nil || s.Labels["app"] != "orders" {
 			t.Errorf("event %d: %s of %#v, want %s of %s with password %q, its labels, and no annotations", i, what, obj, w.what, w.name, w.password)
@@ -151,15 +144,4 @@ func only(objs []any) any {
 		return objs
 	}
 	return objs[0]
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
